@@ -1,0 +1,632 @@
+"""DictTensor: named tensors that share a leading batch dimension and a device.
+
+A :class:`DictTensor` maps ``str`` keys to tensors of shape ``[B, ...]``: every
+value has the same number of rows B, and all values live on one device. It is
+the unit in which observations, actions, agent states, agent_info (z) and
+env_info (w) travel through rlstruct.
+
+Keys behave like a mapping (``keys()``, ``items()``, ``dt["obs"]``,
+``"obs" in dt``, iteration over keys); rows are indexed torch-style
+(``dt[3]``, ``dt[2:5]``, ``dt[long_tensor]``, ``dt[bool_mask]``), which always
+returns a DictTensor and keeps the batch dimension. ``len()`` is deliberately
+not defined, because "number of keys" and "number of rows" are both plausible
+readings: use :meth:`DictTensor.n_elems` for rows.
+
+Nothing here changes a dtype or a device behind the caller's back: operations
+that would promote dtypes (``cat``, ``stack``, ``where``, row copies) raise
+instead, and only :meth:`DictTensor.to` moves data.
+
+Example:
+    >>> import torch
+    >>> from rlstruct import DictTensor
+    >>> dt = DictTensor({"obs": torch.zeros(4, 3), "reward": torch.arange(4.0)})
+    >>> dt.n_elems()
+    4
+    >>> dt[1:3]["reward"]
+    tensor([1., 2.])
+    >>> DictTensor.cat([dt, dt]).n_elems()
+    8
+"""
+
+from __future__ import annotations
+
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
+from typing import overload
+
+import torch
+
+from rlstruct.specs import Specs, TensorSpec
+
+__all__ = ["DictTensor", "RowIndex", "masked_dicttensor"]
+
+RowIndex = int | slice | torch.Tensor | Sequence[int]
+"""What selects rows: an int, a slice, a 1-D int64 tensor, a 1-D bool mask of
+length B, or a list of ints."""
+
+Device = torch.device | str | int
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}, dtype {value.dtype}, device {value.device}"
+    return f"a {type(value).__name__}"
+
+
+class DictTensor:
+    """A mapping from ``str`` keys to tensors ``[B, ...]`` on one device.
+
+    Args:
+        data: the key -> tensor pairs. Every tensor has at least one dimension
+            (a scalar per row is shape ``[B]``), the same size B along dim 0,
+            and the same device. The tensors are stored as given, not copied.
+        batch_size: the number of rows B. Required only when ``data`` is empty
+            (it then defaults to 0); otherwise checked against the values.
+
+    Raises:
+        TypeError: if a key is not a ``str`` or a value not a ``torch.Tensor``.
+        ValueError: if a value has no batch dimension, the values disagree on
+            B or on the device, or ``batch_size`` disagrees with them.
+
+    Example:
+        >>> import torch
+        >>> dt = DictTensor({"action": torch.tensor([0, 1, 1]), "logp": torch.zeros(3)})
+        >>> sorted(dt.keys()), dt.n_elems(), dt.device
+        (['action', 'logp'], 3, device(type='cpu'))
+        >>> DictTensor(batch_size=5).n_elems()
+        5
+    """
+
+    __slots__ = ("_batch_size", "_data", "_device")
+
+    _data: dict[str, torch.Tensor]
+    _batch_size: int
+    _device: torch.device | None
+
+    def __init__(
+        self, data: Mapping[str, torch.Tensor] | None = None, *, batch_size: int | None = None
+    ) -> None:
+        data = dict(data) if data is not None else {}
+        if batch_size is not None and (
+            not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0
+        ):
+            raise ValueError(f"DictTensor: batch_size must be a non-negative int, got {batch_size!r}")
+        device: torch.device | None = None
+        first_key = None
+        for key, value in data.items():
+            if not isinstance(key, str):
+                raise TypeError(f"DictTensor: keys must be str, got {key!r} ({type(key).__name__})")
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(
+                    f"DictTensor: value of key {key!r} must be a torch.Tensor, got {_describe(value)}"
+                )
+            if value.dim() == 0:
+                raise ValueError(
+                    f"DictTensor: value of key {key!r} must have a batch dimension (shape [B, ...]), "
+                    f"got a 0-d tensor; use shape [B] for a scalar per row"
+                )
+            if batch_size is None:
+                batch_size, device, first_key = value.shape[0], value.device, key
+            elif device is None:
+                device, first_key = value.device, key
+            if value.shape[0] != batch_size:
+                origin = f"key {first_key!r}" if first_key is not None else "batch_size"
+                raise ValueError(
+                    f"DictTensor: value of key {key!r} has {value.shape[0]} rows, expected "
+                    f"{batch_size} (from {origin}); got shape {tuple(value.shape)}"
+                )
+            if value.device != device:
+                raise ValueError(
+                    f"DictTensor: value of key {key!r} is on {value.device}, expected {device} "
+                    f"(the device of key {first_key!r}); all values must share one device"
+                )
+        self._data = data
+        self._batch_size = 0 if batch_size is None else batch_size
+        self._device = device
+
+    @classmethod
+    def _new(cls, data: dict[str, torch.Tensor], batch_size: int, device: torch.device | None) -> DictTensor:
+        """Build without validation, from values known to be consistent."""
+        out = object.__new__(cls)
+        out._data = data
+        out._batch_size = batch_size
+        out._device = device
+        return out
+
+    def _from_values(self, data: dict[str, torch.Tensor], batch_size: int) -> DictTensor:
+        """Build from values derived from this DictTensor's, on the same device."""
+        if data:
+            batch_size = next(iter(data.values())).shape[0]
+        return DictTensor._new(data, batch_size, self._device)
+
+    # ------------------------------------------------------------------ mapping side
+
+    @property
+    def device(self) -> torch.device | None:
+        """The device of the values, or None when there are no keys."""
+        return self._device
+
+    def n_elems(self) -> int:
+        """The number of rows B."""
+        return self._batch_size
+
+    def keys(self) -> KeysView[str]:
+        """The keys, in insertion order."""
+        return self._data.keys()
+
+    def values(self) -> ValuesView[torch.Tensor]:
+        """The tensors, in key order."""
+        return self._data.values()
+
+    def items(self) -> ItemsView[str, torch.Tensor]:
+        """The (key, tensor) pairs, in key order."""
+        return self._data.items()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def empty(self) -> bool:
+        """Whether there are no keys (a DictTensor with keys but zero rows is not empty)."""
+        return not self._data
+
+    def _missing(self, key: object) -> KeyError:
+        return KeyError(f"DictTensor has no key {key!r}; its keys are {list(self._data)}")
+
+    def get(self, keys: str | Iterable[str], clone: bool = False) -> DictTensor:
+        """Select some keys.
+
+        Args:
+            keys: one key or several.
+            clone: copy the tensors instead of sharing them.
+
+        Returns:
+            A DictTensor with only ``keys``, same rows and device.
+
+        Raises:
+            KeyError: naming a key that is not present.
+        """
+        keys = [keys] if isinstance(keys, str) else list(keys)
+        data = {}
+        for key in keys:
+            if key not in self._data:
+                raise self._missing(key)
+            data[key] = self._data[key].clone() if clone else self._data[key]
+        return DictTensor._new(data, self._batch_size, self._device if data else None)
+
+    def _check_value(self, key: str, value: torch.Tensor) -> None:
+        if not isinstance(key, str):
+            raise TypeError(f"DictTensor.set: key must be str, got {key!r}")
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(
+                f"DictTensor.set: value of key {key!r} must be a torch.Tensor, got {_describe(value)}"
+            )
+        if value.dim() == 0 or value.shape[0] != self._batch_size:
+            raise ValueError(
+                f"DictTensor.set: value of key {key!r} must have {self._batch_size} rows, "
+                f"got shape {tuple(value.shape)}"
+            )
+        others = [k for k in self._data if k != key]
+        if others and value.device != self._device:
+            raise ValueError(
+                f"DictTensor.set: value of key {key!r} is on {value.device}, expected {self._device}"
+            )
+
+    def set(self, key: str, value: torch.Tensor) -> None:
+        """Add or replace a key, in place. The tensor is stored, not copied.
+
+        Args:
+            key: the key.
+            value: a tensor ``[B, ...]`` on this DictTensor's device.
+
+        Raises:
+            TypeError: if ``key`` is not a str or ``value`` not a tensor.
+            ValueError: if ``value`` does not have B rows or is on another device.
+        """
+        self._check_value(key, value)
+        self._data[key] = value
+        if len(self._data) == 1:
+            self._device = value.device
+
+    def prepend_key(self, prefix: str) -> DictTensor:
+        """A DictTensor whose keys are ``prefix + key``; the tensors are shared."""
+        return self._from_values({prefix + k: v for k, v in self._data.items()}, self._batch_size)
+
+    def truncate_key(self, prefix: str) -> DictTensor:
+        """The keys that start with ``prefix``, with ``prefix`` removed; the tensors are shared.
+
+        Example:
+            >>> dt = DictTensor({"env/gravity": torch.ones(2), "agent/eps": torch.zeros(2)})
+            >>> list(dt.truncate_key("env/").keys())
+            ['gravity']
+        """
+        data = {k[len(prefix) :]: v for k, v in self._data.items() if k.startswith(prefix)}
+        return DictTensor._new(data, self._batch_size, self._device if data else None)
+
+    def merge(self, other: DictTensor) -> DictTensor:
+        """The union of two DictTensors with disjoint keys (also ``self | other``).
+
+        Raises:
+            TypeError: if ``other`` is not a DictTensor.
+            ValueError: if keys overlap, or B or the device differ.
+        """
+        if not isinstance(other, DictTensor):
+            raise TypeError(f"DictTensor.merge: other must be a DictTensor, got {_describe(other)}")
+        common = [k for k in other._data if k in self._data]
+        if common:
+            raise ValueError(f"DictTensor.merge: the keys must be disjoint, both hold {common}")
+        if other._batch_size != self._batch_size:
+            raise ValueError(
+                f"DictTensor.merge: other has {other._batch_size} rows, expected {self._batch_size}"
+            )
+        if self._data and other._data and other._device != self._device:
+            raise ValueError(f"DictTensor.merge: other is on {other._device}, expected {self._device}")
+        return DictTensor._new({**self._data, **other._data}, self._batch_size, self._device or other._device)
+
+    def __or__(self, other: DictTensor) -> DictTensor:
+        return self.merge(other)
+
+    def specs(self) -> Specs:
+        """The per-row shape and dtype of every key."""
+        return Specs({k: TensorSpec(tuple(v.shape[1:]), v.dtype) for k, v in self._data.items()})
+
+    # ------------------------------------------------------------------ rows
+
+    def _normalize(self, index: RowIndex) -> int | slice | torch.Tensor:
+        """Check a row index and turn ints into one-row slices, lists into tensors."""
+        n = self._batch_size
+        if isinstance(index, bool):
+            raise TypeError("DictTensor: a bool is not a row index; use a bool tensor of shape [B]")
+        if isinstance(index, int):
+            if not -n <= index < n:
+                raise IndexError(f"DictTensor: row index {index} is out of range for {n} rows")
+            index = index % n
+            return slice(index, index + 1)
+        if isinstance(index, slice):
+            if index.step is not None and index.step <= 0:
+                raise ValueError(f"DictTensor: slice step must be positive, got {index.step}")
+            return index
+        if isinstance(index, list):
+            index = torch.as_tensor(index, dtype=torch.int64)
+        if isinstance(index, torch.Tensor):
+            if index.dim() != 1:
+                raise ValueError(
+                    f"DictTensor: a row index tensor must be 1-D, got shape {tuple(index.shape)}"
+                )
+            if index.dtype == torch.bool:
+                if index.shape[0] != n:
+                    raise IndexError(
+                        f"DictTensor: a bool row mask must have {n} elements, got {index.shape[0]}"
+                    )
+                return index
+            if index.dtype in (torch.int64, torch.int32):
+                return index
+            raise TypeError(f"DictTensor: a row index tensor must be int64 or bool, got {index.dtype}")
+        raise TypeError(
+            "DictTensor: rows are indexed by an int, a slice, a list of ints, an int64 tensor "
+            f"or a bool tensor, got {_describe(index)}"
+        )
+
+    def _rows(self, index: int | slice | torch.Tensor) -> int:
+        """How many rows a normalized index selects."""
+        if isinstance(index, slice):
+            return len(range(*index.indices(self._batch_size)))
+        if isinstance(index, torch.Tensor) and index.dtype == torch.bool:
+            return int(index.sum())
+        assert isinstance(index, torch.Tensor)
+        if index.numel() and (int(index.max()) >= self._batch_size or int(index.min()) < -self._batch_size):
+            raise IndexError(
+                f"DictTensor: row indices must lie in [-{self._batch_size}, {self._batch_size}), "
+                f"got values from {int(index.min())} to {int(index.max())}"
+            )
+        return index.shape[0]
+
+    def _select(self, index: RowIndex) -> DictTensor:
+        index = self._normalize(index)
+        if not self._data:
+            return DictTensor._new({}, self._rows(index), None)
+        try:
+            data = {k: v[index] for k, v in self._data.items()}
+        except (IndexError, RuntimeError):
+            self._rows(index)  # raises the clearer message if indices are out of range
+            raise
+        return self._from_values(data, 0)
+
+    @overload
+    def __getitem__(self, index: str) -> torch.Tensor: ...
+
+    @overload
+    def __getitem__(self, index: RowIndex) -> DictTensor: ...
+
+    def __getitem__(self, index: str | RowIndex) -> torch.Tensor | DictTensor:
+        """``dt["key"]`` is a tensor; any row index gives a DictTensor (see :meth:`index`)."""
+        if isinstance(index, str):
+            try:
+                return self._data[index]
+            except KeyError:
+                raise self._missing(index) from None
+        return self._select(index)
+
+    def index(self, index: RowIndex) -> DictTensor:
+        """Select rows.
+
+        Args:
+            index: an int (one row, kept as a batch of 1), a slice, a list of
+                ints, a 1-D int64 tensor (any order, repeats allowed) or a 1-D
+                bool tensor of length B.
+
+        Returns:
+            A DictTensor of the selected rows. Ints and slices give views that
+            share storage with this DictTensor; tensors and lists give copies.
+
+        Raises:
+            IndexError: if an index is out of range or a bool mask has the wrong length.
+            TypeError, ValueError: for an index of another kind or shape.
+
+        Example:
+            >>> dt = DictTensor({"x": torch.arange(5)})
+            >>> dt.index(torch.tensor([4, 0]))["x"]
+            tensor([4, 0])
+            >>> dt.index(dt["x"] % 2 == 0)["x"]
+            tensor([0, 2, 4])
+        """
+        return self._select(index)
+
+    def slice(self, start: int, end: int | None = None) -> DictTensor:
+        """Rows ``start`` to ``end`` (exclusive; one row if ``end`` is None), as views."""
+        return self._select(slice(start, start + 1 if end is None else end))
+
+    def unfold(self) -> list[DictTensor]:
+        """Split into B one-row DictTensors (views)."""
+        return [self._select(slice(i, i + 1)) for i in range(self._batch_size)]
+
+    def _check_compatible(self, src: DictTensor, op: str) -> None:
+        if not isinstance(src, DictTensor):
+            raise TypeError(f"DictTensor.{op}: expected a DictTensor, got {_describe(src)}")
+        if src.keys() != self.keys():
+            raise ValueError(
+                f"DictTensor.{op}: the keys differ: expected {sorted(self._data)}, got {sorted(src._data)}"
+            )
+        for key, value in src._data.items():
+            mine = self._data[key]
+            if value.dtype != mine.dtype:
+                raise TypeError(
+                    f"DictTensor.{op}: key {key!r} has dtype {value.dtype}, expected {mine.dtype}"
+                )
+            if value.shape[1:] != mine.shape[1:]:
+                raise ValueError(
+                    f"DictTensor.{op}: key {key!r} has rows of shape {tuple(value.shape[1:])}, "
+                    f"expected {tuple(mine.shape[1:])}"
+                )
+
+    def copy_(self, src: DictTensor, index: RowIndex | None = None) -> DictTensor:
+        """Copy ``src`` into some rows of this DictTensor, in place.
+
+        This is how preallocated (for example shared-memory) buffers are filled:
+        ``buffer.copy_(step, rows)`` or ``buffer[rows] = step``.
+
+        Args:
+            src: a DictTensor with the same keys, dtypes and per-row shapes,
+                and as many rows as ``index`` selects (or broadcastable to them).
+                It may live on another device: the data is copied to this one.
+            index: the rows to write; all rows if None.
+
+        Returns:
+            self.
+
+        Raises:
+            ValueError: if keys, per-row shapes or row counts differ.
+            TypeError: if a dtype differs (values are never cast).
+        """
+        self._check_compatible(src, "copy_")
+        target = slice(None) if index is None else self._normalize(index)
+        for key, value in src._data.items():
+            try:
+                self._data[key][target] = value
+            except RuntimeError as error:
+                raise ValueError(
+                    f"DictTensor.copy_: cannot write key {key!r} of shape {tuple(value.shape)} "
+                    f"into the selected rows: {error}"
+                ) from None
+        return self
+
+    def __setitem__(self, index: str | RowIndex, value: torch.Tensor | DictTensor) -> None:
+        """``dt["key"] = tensor`` is :meth:`set`; ``dt[rows] = other`` is :meth:`copy_`."""
+        if isinstance(index, str):
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(
+                    f"DictTensor: value of key {index!r} must be a torch.Tensor, got {_describe(value)}"
+                )
+            self.set(index, value)
+        else:
+            if not isinstance(value, DictTensor):
+                raise TypeError(f"DictTensor: rows are assigned from a DictTensor, got {_describe(value)}")
+            self.copy_(value, index)
+
+    @staticmethod
+    def _check_same(dicttensors: Sequence[DictTensor], op: str, *, check_rows: bool) -> DictTensor:
+        # op is the full name used in messages, for example "DictTensor.cat".
+        """Check that DictTensors agree on keys, dtypes, per-row shapes and device."""
+        if isinstance(dicttensors, DictTensor) or not isinstance(dicttensors, Sequence):
+            raise TypeError(f"{op}: expected a list of DictTensors, got {_describe(dicttensors)}")
+        if not dicttensors:
+            raise ValueError(f"{op}: expected at least one DictTensor, got an empty list")
+        first = dicttensors[0]
+        if not isinstance(first, DictTensor):
+            raise TypeError(f"{op}: element 0 must be a DictTensor, got {_describe(first)}")
+        for i, dt in enumerate(dicttensors[1:], 1):
+            if not isinstance(dt, DictTensor):
+                raise TypeError(f"{op}: element {i} must be a DictTensor, got {_describe(dt)}")
+            if dt.keys() != first.keys():
+                raise ValueError(
+                    f"{op}: element {i} has keys {sorted(dt._data)}, expected "
+                    f"{sorted(first._data)} (the keys of element 0)"
+                )
+            if dt._device != first._device:
+                raise ValueError(f"{op}: element {i} is on {dt._device}, expected {first._device}")
+            if check_rows and dt._batch_size != first._batch_size:
+                raise ValueError(f"{op}: element {i} has {dt._batch_size} rows, expected {first._batch_size}")
+            for key, value in dt._data.items():
+                ref = first._data[key]
+                if value.dtype != ref.dtype:
+                    raise TypeError(
+                        f"{op}: key {key!r} of element {i} has dtype {value.dtype}, "
+                        f"expected {ref.dtype} (the dtype in element 0)"
+                    )
+                if value.shape[1:] != ref.shape[1:]:
+                    raise ValueError(
+                        f"{op}: key {key!r} of element {i} has rows of shape "
+                        f"{tuple(value.shape[1:])}, expected {tuple(ref.shape[1:])}"
+                    )
+        return first
+
+    @staticmethod
+    def cat(dicttensors: Sequence[DictTensor]) -> DictTensor:
+        """Concatenate along the rows.
+
+        Args:
+            dicttensors: a non-empty list of DictTensors with the same keys,
+                dtypes, per-row shapes and device.
+
+        Returns:
+            A new DictTensor with the rows of all inputs, in order.
+
+        Raises:
+            TypeError: if an element is not a DictTensor or a dtype differs.
+            ValueError: if the list is empty, or keys, shapes or devices differ.
+        """
+        first = DictTensor._check_same(dicttensors, "DictTensor.cat", check_rows=False)
+        data = {k: torch.cat([dt._data[k] for dt in dicttensors]) for k in first._data}
+        return DictTensor._new(data, sum(dt._batch_size for dt in dicttensors), first._device)
+
+    @staticmethod
+    def stack(dicttensors: Sequence[DictTensor], dim: int = 0) -> DictTensor:
+        """Stack DictTensors with the same number of rows along a new dimension.
+
+        Args:
+            dicttensors: a non-empty list of N DictTensors with B rows each,
+                the same keys, dtypes, per-row shapes and device.
+            dim: 0 gives values ``[N, B, ...]`` (N rows); 1 gives ``[B, N, ...]``
+                (B rows, N steps each: how per-step DictTensors become the
+                data of a :class:`~rlstruct.TemporalDictTensor`).
+
+        Returns:
+            A new DictTensor.
+
+        Raises:
+            TypeError, ValueError: as for :meth:`cat`, and if row counts differ
+                or ``dim`` is not 0 or 1.
+        """
+        if dim not in (0, 1):
+            raise ValueError(f"DictTensor.stack: dim must be 0 or 1, got {dim!r}")
+        first = DictTensor._check_same(dicttensors, "DictTensor.stack", check_rows=True)
+        data = {k: torch.stack([dt._data[k] for dt in dicttensors], dim) for k in first._data}
+        rows = len(dicttensors) if dim == 0 else first._batch_size
+        return DictTensor._new(data, rows, first._device)
+
+    @staticmethod
+    def where(condition: torch.Tensor, input: DictTensor, other: DictTensor) -> DictTensor:
+        """Row-wise selection: row i from ``input`` where ``condition[i]``, else from ``other``.
+
+        Args:
+            condition: a bool tensor of shape [B].
+            input: the DictTensor chosen where ``condition`` is True.
+            other: the DictTensor chosen elsewhere; same keys, dtypes, shapes,
+                rows and device as ``input``.
+
+        Returns:
+            A new DictTensor.
+
+        Example:
+            >>> a = DictTensor({"x": torch.zeros(3, 2)})
+            >>> b = DictTensor({"x": torch.ones(3, 2)})
+            >>> DictTensor.where(torch.tensor([True, False, True]), a, b)["x"][:, 0]
+            tensor([0., 1., 0.])
+        """
+        DictTensor._check_same([input, other], "DictTensor.where", check_rows=True)
+        if not isinstance(condition, torch.Tensor) or condition.dtype != torch.bool:
+            raise TypeError(f"DictTensor.where: condition must be a bool tensor, got {_describe(condition)}")
+        if condition.shape != (input._batch_size,):
+            raise ValueError(
+                f"DictTensor.where: condition must have shape [{input._batch_size}], "
+                f"got {tuple(condition.shape)}"
+            )
+        data = {}
+        for key, value in input._data.items():
+            cond = condition.view((-1,) + (1,) * (value.dim() - 1))
+            data[key] = torch.where(cond, value, other._data[key])
+        return DictTensor._new(data, input._batch_size, input._device)
+
+    # ------------------------------------------------------------------ storage
+
+    def _map(self, fn: object) -> DictTensor:
+        data = {k: fn(v) for k, v in self._data.items()}  # type: ignore[operator]
+        device = next(iter(data.values())).device if data else None
+        return DictTensor._new(data, self._batch_size, device)
+
+    def to(self, device: Device, non_blocking: bool = False) -> DictTensor:
+        """Move to ``device`` (dtypes are kept). Values already there are not copied.
+
+        Args:
+            device: the target device.
+            non_blocking: passed to :meth:`torch.Tensor.to`; asynchronous from
+                pinned CPU memory to CUDA.
+        """
+        return self._map(lambda v: v.to(device, non_blocking=non_blocking))
+
+    def clone(self) -> DictTensor:
+        """A deep copy of the values, on the same device."""
+        return self._map(torch.clone)
+
+    def detach(self) -> DictTensor:
+        """The values detached from the autograd graph (storage shared)."""
+        return self._map(torch.Tensor.detach)
+
+    def pin_memory(self) -> DictTensor:
+        """A copy in page-locked CPU memory, for fast ``to("cuda", non_blocking=True)``.
+
+        Needs an accelerator-enabled torch build; raises RuntimeError otherwise.
+        """
+        return self._map(torch.Tensor.pin_memory)
+
+    def share_memory_(self) -> DictTensor:
+        """Move the CPU storage to shared memory, in place (a no-op on CUDA). Returns self."""
+        for value in self._data.values():
+            value.share_memory_()
+        return self
+
+    def is_shared(self) -> bool:
+        """Whether every value lives in shared memory (True for an empty DictTensor)."""
+        return all(v.is_shared() for v in self._data.values())
+
+    def equal(self, other: DictTensor) -> bool:
+        """Whether ``other`` has the same rows, keys, dtypes, shapes and values (bitwise).
+
+        NaNs compare unequal, as with :func:`torch.equal`.
+        """
+        return (
+            isinstance(other, DictTensor)
+            and self._batch_size == other._batch_size
+            and self.keys() == other.keys()
+            and all(
+                v.dtype == other._data[k].dtype
+                and v.shape == other._data[k].shape
+                and v.device == other._data[k].device
+                and torch.equal(v, other._data[k])
+                for k, v in self._data.items()
+            )
+        )
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}: {tuple(v.shape[1:])} {v.dtype}" for k, v in self._data.items())
+        return f"DictTensor(n_elems={self._batch_size}, device={self._device}, {{{fields}}})"
+
+
+def masked_dicttensor(dt0: DictTensor, dt1: DictTensor, mask: torch.Tensor) -> DictTensor:
+    """Rows of ``dt1`` where ``mask`` is True, of ``dt0`` elsewhere.
+
+    The argument order of rlstructures' function of the same name; see
+    :meth:`DictTensor.where` for the torch-style order.
+    """
+    return DictTensor.where(mask, dt1, dt0)

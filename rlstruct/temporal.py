@@ -1,0 +1,443 @@
+"""TemporalDictTensor: a batch of B sequences padded to T steps, with their lengths.
+
+Every value has shape ``[B, T, ...]``; ``lengths`` (int64, shape ``[B]``, on
+the values' device) says how many leading steps of each row are real. A length
+of 0 is allowed: it is the row of an environment that had already finished,
+or what is left of a short row after :meth:`TemporalDictTensor.temporal_slice`.
+Steps at ``t >= lengths[b]`` are padding: they hold whatever was written there
+(zeros when rlstruct allocated or padded them) and ``mask()`` is False on them.
+
+Example:
+    >>> import torch
+    >>> from rlstruct import TemporalDictTensor
+    >>> tdt = TemporalDictTensor({"reward": torch.ones(2, 3)}, torch.tensor([3, 1]))
+    >>> tdt.mask()
+    tensor([[ True,  True,  True],
+            [ True, False, False]])
+    >>> tdt.temporal_index(0)["reward"]
+    tensor([1., 1.])
+    >>> tdt.masked_flatten()["reward"].shape
+    torch.Size([4])
+"""
+
+from __future__ import annotations
+
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
+from typing import overload
+
+import torch
+
+from rlstruct.dicttensor import Device, DictTensor, RowIndex, _describe
+from rlstruct.specs import Specs, TensorSpec
+
+__all__ = ["TemporalDictTensor"]
+
+
+class TemporalDictTensor:
+    """Named tensors ``[B, T, ...]`` on one device, plus per-row ``lengths`` [B].
+
+    Args:
+        data: the key -> tensor pairs (or a :class:`DictTensor` of them). Every
+            tensor has at least two dimensions, the same B and the same T.
+        lengths: int64 tensor of shape [B] on the values' device, each entry in
+            ``[0, T]``. None means every row is full (length T).
+        n_timesteps: T; required only when ``data`` has no keys (default 0),
+            otherwise checked against the values.
+
+    Raises:
+        TypeError: for a value that is not a tensor, or ``lengths`` that is not
+            an int64 tensor.
+        ValueError: for values without a time dimension, disagreeing B or T,
+            mixed devices, ``lengths`` of the wrong shape or device, or a
+            length outside ``[0, T]``.
+    """
+
+    __slots__ = ("_dt", "_lengths", "_n_timesteps")
+
+    _dt: DictTensor
+    _lengths: torch.Tensor
+    _n_timesteps: int
+
+    def __init__(
+        self,
+        data: Mapping[str, torch.Tensor] | DictTensor,
+        lengths: torch.Tensor | None = None,
+        *,
+        n_timesteps: int | None = None,
+    ) -> None:
+        if not isinstance(data, DictTensor):
+            if not isinstance(data, Mapping):
+                raise TypeError(
+                    f"TemporalDictTensor: data must be a mapping of tensors or a DictTensor, got {_describe(data)}"
+                )
+            rows = lengths.shape[0] if isinstance(lengths, torch.Tensor) and lengths.dim() == 1 else None
+            data = DictTensor(data, batch_size=None if data else rows)
+        first_key = None
+        for key, value in data.items():
+            if value.dim() < 2:
+                raise ValueError(
+                    f"TemporalDictTensor: value of key {key!r} must have shape [B, T, ...], "
+                    f"got shape {tuple(value.shape)}"
+                )
+            if n_timesteps is None:
+                n_timesteps, first_key = value.shape[1], key
+            if value.shape[1] != n_timesteps:
+                origin = f"key {first_key!r}" if first_key is not None else "n_timesteps"
+                raise ValueError(
+                    f"TemporalDictTensor: value of key {key!r} has {value.shape[1]} time steps, "
+                    f"expected {n_timesteps} (from {origin}); got shape {tuple(value.shape)}"
+                )
+        if n_timesteps is None:
+            n_timesteps = 0
+        if not isinstance(n_timesteps, int) or isinstance(n_timesteps, bool) or n_timesteps < 0:
+            raise ValueError(
+                f"TemporalDictTensor: n_timesteps must be a non-negative int, got {n_timesteps!r}"
+            )
+        batch_size = data.n_elems()
+        if lengths is None:
+            lengths = torch.full((batch_size,), n_timesteps, dtype=torch.int64, device=data.device)
+        else:
+            _check_lengths(lengths, batch_size, n_timesteps, data.device)
+        self._dt = data
+        self._lengths = lengths
+        self._n_timesteps = n_timesteps
+
+    @classmethod
+    def _new(cls, data: DictTensor, lengths: torch.Tensor, n_timesteps: int) -> TemporalDictTensor:
+        """Build without validation, from parts known to be consistent."""
+        out = object.__new__(cls)
+        out._dt = data
+        out._lengths = lengths
+        out._n_timesteps = n_timesteps
+        return out
+
+    # ------------------------------------------------------------------ mapping side
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """The number of real steps of each row: int64, shape [B], on :attr:`device`."""
+        return self._lengths
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the values and of ``lengths``."""
+        return self._lengths.device
+
+    def n_elems(self) -> int:
+        """The number of rows B."""
+        return self._dt.n_elems()
+
+    def n_timesteps(self) -> int:
+        """The padded number of time steps T (at least the largest length)."""
+        return self._n_timesteps
+
+    def keys(self) -> KeysView[str]:
+        """The keys, in insertion order."""
+        return self._dt.keys()
+
+    def values(self) -> ValuesView[torch.Tensor]:
+        """The tensors ``[B, T, ...]``, in key order."""
+        return self._dt.values()
+
+    def items(self) -> ItemsView[str, torch.Tensor]:
+        """The (key, tensor) pairs, in key order."""
+        return self._dt.items()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dt)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._dt
+
+    def empty(self) -> bool:
+        """Whether there are no keys."""
+        return self._dt.empty()
+
+    def to_dicttensor(self) -> DictTensor:
+        """The values as a DictTensor with B rows of shape ``[T, ...]`` (shared, not copied)."""
+        return self._dt
+
+    def get(self, keys: str | Iterable[str], clone: bool = False) -> TemporalDictTensor:
+        """Select some keys (lengths are shared, or cloned with ``clone``)."""
+        lengths = self._lengths.clone() if clone else self._lengths
+        return TemporalDictTensor._new(self._dt.get(keys, clone), lengths, self._n_timesteps)
+
+    def set(self, key: str, value: torch.Tensor) -> None:
+        """Add or replace a key, in place, with a tensor ``[B, T, ...]`` on :attr:`device`.
+
+        Raises:
+            TypeError, ValueError: as :meth:`DictTensor.set`, and if ``value``
+                does not have T steps.
+        """
+        if isinstance(value, torch.Tensor) and (value.dim() < 2 or value.shape[1] != self._n_timesteps):
+            raise ValueError(
+                f"TemporalDictTensor.set: value of key {key!r} must have shape "
+                f"[{self.n_elems()}, {self._n_timesteps}, ...], got {tuple(value.shape)}"
+            )
+        if isinstance(value, torch.Tensor) and value.device != self.device:
+            raise ValueError(
+                f"TemporalDictTensor.set: value of key {key!r} is on {value.device}, expected {self.device}"
+            )
+        self._dt.set(key, value)
+
+    def specs(self) -> Specs:
+        """The per-step shape (after B and T) and dtype of every key."""
+        return Specs({k: TensorSpec(tuple(v.shape[2:]), v.dtype) for k, v in self._dt.items()})
+
+    # ------------------------------------------------------------------ time
+
+    def mask(self) -> torch.Tensor:
+        """Which steps are real: bool, shape [B, T], on :attr:`device`.
+
+        To mask a value of shape ``[B, T, ...]``, use :meth:`fill_padding` or
+        ``mask.view(B, T, *[1] * (value.dim() - 2))``.
+        """
+        steps = torch.arange(self._n_timesteps, device=self._lengths.device)
+        return steps.unsqueeze(0) < self._lengths.unsqueeze(1)
+
+    def full(self) -> bool:
+        """Whether every row has length T (True when B is 0)."""
+        return bool((self._lengths == self._n_timesteps).all())
+
+    def _check_time(self, t: int, op: str) -> int:
+        if not isinstance(t, int) or isinstance(t, bool):
+            raise TypeError(f"TemporalDictTensor.{op}: time index must be an int, got {_describe(t)}")
+        if not -self._n_timesteps <= t < self._n_timesteps:
+            raise IndexError(
+                f"TemporalDictTensor.{op}: time index {t} is out of range for {self._n_timesteps} steps"
+            )
+        return t % self._n_timesteps
+
+    def temporal_index(self, t: int) -> DictTensor:
+        """Every row at step ``t``: a DictTensor ``[B, ...]`` (views).
+
+        Rows whose length is at most ``t`` give their padding; see
+        :meth:`masked_temporal_index` to keep only the running rows.
+        """
+        t = self._check_time(t, "temporal_index")
+        data = {k: v[:, t] for k, v in self._dt.items()}
+        return DictTensor._new(data, self.n_elems(), self._dt.device)
+
+    def masked_temporal_index(self, t: int) -> tuple[DictTensor, torch.Tensor]:
+        """The rows still running at step ``t`` (``t < lengths``), at that step.
+
+        Returns:
+            A DictTensor of the running rows at step ``t``, and their row
+            indices (int64, shape [n_running], on :attr:`device`).
+        """
+        t = self._check_time(t, "masked_temporal_index")
+        rows = torch.nonzero(self._lengths > t).squeeze(1)
+        return self.temporal_index(t).index(rows), rows
+
+    def temporal_multi_index(self, t: torch.Tensor) -> DictTensor:
+        """Row ``b`` at step ``t[b]``: a DictTensor ``[B, ...]``.
+
+        Args:
+            t: int64 tensor of shape [B] with entries in ``[0, T)``, on :attr:`device`.
+
+        Example:
+            >>> tdt = TemporalDictTensor({"x": torch.arange(6).view(2, 3)})
+            >>> tdt.temporal_multi_index(tdt.lengths - 1)["x"]  # last real step of each row
+            tensor([2, 5])
+        """
+        b = self.n_elems()
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.int64:
+            raise TypeError(
+                f"TemporalDictTensor.temporal_multi_index: t must be an int64 tensor, got {_describe(t)}"
+            )
+        if t.shape != (b,):
+            raise ValueError(
+                f"TemporalDictTensor.temporal_multi_index: t must have shape [{b}], got {tuple(t.shape)}"
+            )
+        if b and (int(t.min()) < 0 or int(t.max()) >= self._n_timesteps):
+            raise IndexError(
+                f"TemporalDictTensor.temporal_multi_index: t must lie in [0, {self._n_timesteps}), "
+                f"got values from {int(t.min())} to {int(t.max())}"
+            )
+        rows = torch.arange(b, device=t.device)
+        data = {k: v[rows, t] for k, v in self._dt.items()}
+        return DictTensor._new(data, b, self._dt.device)
+
+    def temporal_slice(self, start: int, end: int) -> TemporalDictTensor:
+        """Steps ``start`` to ``end`` (exclusive) of every row, as views.
+
+        The lengths become ``clamp(lengths - start, 0, end - start)``.
+
+        Raises:
+            ValueError: unless ``0 <= start <= end <= T``.
+        """
+        if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= self._n_timesteps):
+            raise ValueError(
+                f"TemporalDictTensor.temporal_slice: expected 0 <= start <= end <= {self._n_timesteps}, "
+                f"got start={start!r}, end={end!r}"
+            )
+        data = {k: v[:, start:end] for k, v in self._dt.items()}
+        lengths = (self._lengths - start).clamp(0, end - start)
+        return TemporalDictTensor._new(self._dt._from_values(data, self.n_elems()), lengths, end - start)
+
+    def shorten(self) -> TemporalDictTensor:
+        """Drop the trailing steps that are padding in every row (T becomes max(lengths)); views."""
+        longest = int(self._lengths.max()) if self.n_elems() else 0
+        return self.temporal_slice(0, longest)
+
+    def expand(self, n_timesteps: int) -> TemporalDictTensor:
+        """Pad every value with zeros (same dtype and device) up to ``n_timesteps`` steps.
+
+        Lengths are unchanged. Returns self if T already equals ``n_timesteps``.
+
+        Raises:
+            ValueError: if ``n_timesteps`` is smaller than T.
+        """
+        if not isinstance(n_timesteps, int) or n_timesteps < self._n_timesteps:
+            raise ValueError(
+                f"TemporalDictTensor.expand: n_timesteps must be an int >= {self._n_timesteps}, got {n_timesteps!r}"
+            )
+        if n_timesteps == self._n_timesteps:
+            return self
+        data = {}
+        for key, value in self._dt.items():
+            pad = value.new_zeros((value.shape[0], n_timesteps - self._n_timesteps, *value.shape[2:]))
+            data[key] = torch.cat([value, pad], dim=1)
+        return TemporalDictTensor._new(
+            self._dt._from_values(data, self.n_elems()), self._lengths, n_timesteps
+        )
+
+    def fill_padding(self, value: float | bool = 0) -> TemporalDictTensor:
+        """A copy whose padding steps (``mask()`` False) hold ``value``, for values of any rank."""
+        mask = self.mask()
+        data = {}
+        for key, v in self._dt.items():
+            keep = mask.view(mask.shape + (1,) * (v.dim() - 2))
+            data[key] = v.masked_fill(~keep, value)
+        return TemporalDictTensor._new(
+            self._dt._from_values(data, self.n_elems()), self._lengths, self._n_timesteps
+        )
+
+    def masked_flatten(self) -> DictTensor:
+        """The real steps of every row, row after row: a DictTensor of ``sum(lengths)`` rows.
+
+        Key ``k`` becomes ``[sum(lengths), ...]``: what a loss over all valid
+        steps needs.
+        """
+        mask = self.mask()
+        data = {k: v[mask] for k, v in self._dt.items()}
+        return DictTensor._new(data, int(self._lengths.sum()), self._dt.device)
+
+    # ------------------------------------------------------------------ rows
+
+    @overload
+    def __getitem__(self, index: str) -> torch.Tensor: ...
+
+    @overload
+    def __getitem__(self, index: RowIndex) -> TemporalDictTensor: ...
+
+    def __getitem__(self, index: str | RowIndex) -> torch.Tensor | TemporalDictTensor:
+        """``tdt["key"]`` is a tensor ``[B, T, ...]``; a row index gives a TemporalDictTensor."""
+        if isinstance(index, str):
+            return self._dt[index]
+        return self.index(index)
+
+    def index(self, index: RowIndex) -> TemporalDictTensor:
+        """Select rows, as :meth:`DictTensor.index` (ints and slices give views)."""
+        data = self._dt.index(index)
+        lengths = self._lengths[self._dt._normalize(index)]
+        return TemporalDictTensor._new(data, lengths, self._n_timesteps)
+
+    @staticmethod
+    def cat(tensors: Sequence[TemporalDictTensor]) -> TemporalDictTensor:
+        """Concatenate along the rows, padding shorter T with zeros of the same dtype and device.
+
+        Args:
+            tensors: a non-empty list of TemporalDictTensors with the same keys,
+                dtypes, per-step shapes and device.
+
+        Returns:
+            A new TemporalDictTensor with T = the largest T of the inputs.
+
+        Raises:
+            TypeError, ValueError: as :meth:`DictTensor.cat`.
+        """
+        if isinstance(tensors, TemporalDictTensor) or not isinstance(tensors, Sequence) or not tensors:
+            raise ValueError(
+                f"TemporalDictTensor.cat: expected a non-empty list of TemporalDictTensors, got {_describe(tensors)}"
+            )
+        for i, tdt in enumerate(tensors):
+            if not isinstance(tdt, TemporalDictTensor):
+                raise TypeError(
+                    f"TemporalDictTensor.cat: element {i} must be a TemporalDictTensor, got {_describe(tdt)}"
+                )
+        n_timesteps = max(tdt._n_timesteps for tdt in tensors)
+        padded = [tdt.expand(n_timesteps)._dt for tdt in tensors]
+        DictTensor._check_same(padded, "TemporalDictTensor.cat", check_rows=False)
+        lengths = torch.cat([tdt._lengths for tdt in tensors])
+        return TemporalDictTensor._new(DictTensor.cat(padded), lengths, n_timesteps)
+
+    # ------------------------------------------------------------------ storage
+
+    def _with(self, data: DictTensor, lengths: torch.Tensor) -> TemporalDictTensor:
+        return TemporalDictTensor._new(data, lengths, self._n_timesteps)
+
+    def to(self, device: Device, non_blocking: bool = False) -> TemporalDictTensor:
+        """Move values and lengths to ``device`` (dtypes kept); see :meth:`DictTensor.to`."""
+        return self._with(
+            self._dt.to(device, non_blocking), self._lengths.to(device, non_blocking=non_blocking)
+        )
+
+    def clone(self) -> TemporalDictTensor:
+        """A deep copy, lengths included."""
+        return self._with(self._dt.clone(), self._lengths.clone())
+
+    def detach(self) -> TemporalDictTensor:
+        """The values detached from the autograd graph (storage shared)."""
+        return self._with(self._dt.detach(), self._lengths)
+
+    def pin_memory(self) -> TemporalDictTensor:
+        """A copy in page-locked memory; needs an accelerator-enabled torch build."""
+        return self._with(self._dt.pin_memory(), self._lengths.pin_memory())
+
+    def share_memory_(self) -> TemporalDictTensor:
+        """Move values and lengths to shared memory, in place. Returns self."""
+        self._dt.share_memory_()
+        self._lengths.share_memory_()
+        return self
+
+    def equal(self, other: TemporalDictTensor) -> bool:
+        """Whether ``other`` has the same T, lengths, keys, dtypes and values (bitwise, padding included)."""
+        return (
+            isinstance(other, TemporalDictTensor)
+            and self._n_timesteps == other._n_timesteps
+            and torch.equal(self._lengths, other._lengths)
+            and self._dt.equal(other._dt)
+        )
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}: {tuple(v.shape[2:])} {v.dtype}" for k, v in self._dt.items())
+        return (
+            f"TemporalDictTensor(n_elems={self.n_elems()}, n_timesteps={self._n_timesteps}, "
+            f"device={self.device}, {{{fields}}})"
+        )
+
+
+def _check_lengths(lengths: object, batch_size: int, n_timesteps: int, device: torch.device | None) -> None:
+    if not isinstance(lengths, torch.Tensor):
+        raise TypeError(
+            f"TemporalDictTensor: lengths must be an int64 tensor of shape [{batch_size}], got {_describe(lengths)}"
+        )
+    if lengths.dtype != torch.int64:
+        raise TypeError(f"TemporalDictTensor: lengths must have dtype torch.int64, got {lengths.dtype}")
+    if lengths.shape != (batch_size,):
+        raise ValueError(
+            f"TemporalDictTensor: lengths must have shape [{batch_size}] (one per row), got {tuple(lengths.shape)}"
+        )
+    if device is not None and lengths.device != device:
+        raise ValueError(
+            f"TemporalDictTensor: lengths is on {lengths.device}, expected {device} (the values' device)"
+        )
+    if batch_size:
+        low, high = int(lengths.min()), int(lengths.max())
+        if low < 0 or high > n_timesteps:
+            bad = int(torch.nonzero((lengths < 0) | (lengths > n_timesteps))[0])
+            raise ValueError(
+                f"TemporalDictTensor: lengths must lie in [0, {n_timesteps}] (T), "
+                f"got lengths[{bad}] = {int(lengths[bad])}"
+            )
