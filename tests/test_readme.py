@@ -1,0 +1,27 @@
+"""The README's example runs against the real API and prints what it claims."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_example_runs_and_prints_its_comments() -> None:
+    code = re.search(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert code is not None, "README.md has no python example"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code.group(1), str(README), "exec"), {})
+    claimed = re.findall(r"print\(.*\)\s+# (.*)", code.group(1))
+    assert claimed, "the example documents no output"
+    assert out.getvalue().splitlines() == claimed
+
+
+def test_readme_pins_torch_before_the_package() -> None:
+    text = README.read_text()
+    for line in re.findall(r"^python3 -m venv.*$", text, re.M):
+        assert line.index("pip install torch==") < line.index("pip install -e")
