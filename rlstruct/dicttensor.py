@@ -1,6 +1,6 @@
 """DictTensor: named tensors that share a leading batch dimension and a device.
 
-A :class:`DictTensor` maps ``str`` keys to tensors of shape ``[B, ...]``: every
+A ``DictTensor`` maps ``str`` keys to tensors of shape ``[B, ...]``: every
 value has the same number of rows B, and all values live on one device. It is
 the unit in which observations, actions, agent states, agent_info (z) and
 env_info (w) travel through rlstruct.
@@ -10,13 +10,13 @@ Keys behave like a mapping (``keys()``, ``items()``, ``dt["obs"]``,
 (``dt[3]``, ``dt[2:5]``, ``dt[long_tensor]``, ``dt[bool_mask]``), which always
 returns a DictTensor and keeps the batch dimension. ``len()`` is deliberately
 not defined, because "number of keys" and "number of rows" are both plausible
-readings: use :meth:`DictTensor.n_elems` for rows.
+readings: use ``DictTensor.n_elems`` for rows.
 
 Nothing here changes a dtype or a device behind the caller's back: operations
 that would promote dtypes (``cat``, ``stack``, ``where``, row copies) raise
-instead, and only :meth:`DictTensor.to` moves data.
+instead, and only ``DictTensor.to`` moves data.
 
-Example:
+Examples:
     >>> import torch
     >>> from rlstruct import DictTensor
     >>> dt = DictTensor({"obs": torch.zeros(4, 3), "reward": torch.arange(4.0)})
@@ -30,7 +30,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
+import numbers
+from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
 from typing import overload
 
 import torch
@@ -39,9 +40,9 @@ from rlstruct.specs import Specs, TensorSpec
 
 __all__ = ["DictTensor", "RowIndex", "masked_dicttensor"]
 
-RowIndex = int | slice | torch.Tensor | Sequence[int]
-"""What selects rows: an int, a slice, a 1-D int64 tensor, a 1-D bool mask of
-length B, or a list of ints."""
+RowIndex = int | slice | torch.Tensor | list[int]
+"""What selects rows: an int, a slice, a 1-D int64 (or int32) tensor, a 1-D bool
+mask of length B, or a list of ints."""
 
 Device = torch.device | str | int
 
@@ -49,7 +50,8 @@ Device = torch.device | str | int
 def _describe(value: object) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)}, dtype {value.dtype}, device {value.device}"
-    return f"a {type(value).__name__}"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}"
 
 
 class DictTensor:
@@ -67,7 +69,7 @@ class DictTensor:
         ValueError: if a value has no batch dimension, the values disagree on
             B or on the device, or ``batch_size`` disagrees with them.
 
-    Example:
+    Examples:
         >>> import torch
         >>> dt = DictTensor({"action": torch.tensor([0, 1, 1]), "logp": torch.zeros(3)})
         >>> sorted(dt.keys()), dt.n_elems(), dt.device
@@ -76,11 +78,15 @@ class DictTensor:
         5
     """
 
-    __slots__ = ("_batch_size", "_data", "_device")
+    __slots__ = ("_batch_size", "_data", "_device", "_dtypes")
 
     _data: dict[str, torch.Tensor]
     _batch_size: int
     _device: torch.device | None
+    # The (key, dtype) pairs in key order, computed when first needed and handed on
+    # to DictTensors derived with the same keys and dtypes, so that cat and stack
+    # check dtypes once per DictTensor rather than once per tensor.
+    _dtypes: tuple[tuple[str, torch.dtype], ...] | None
 
     def __init__(
         self, data: Mapping[str, torch.Tensor] | None = None, *, batch_size: int | None = None
@@ -92,6 +98,7 @@ class DictTensor:
             raise ValueError(f"DictTensor: batch_size must be a non-negative int, got {batch_size!r}")
         device: torch.device | None = None
         first_key = None
+        rows_from = "batch_size" if batch_size is not None else None
         for key, value in data.items():
             if not isinstance(key, str):
                 raise TypeError(f"DictTensor: keys must be str, got {key!r} ({type(key).__name__})")
@@ -106,13 +113,13 @@ class DictTensor:
                 )
             if batch_size is None:
                 batch_size, device, first_key = value.shape[0], value.device, key
+                rows_from = f"key {key!r}"
             elif device is None:
                 device, first_key = value.device, key
             if value.shape[0] != batch_size:
-                origin = f"key {first_key!r}" if first_key is not None else "batch_size"
                 raise ValueError(
                     f"DictTensor: value of key {key!r} has {value.shape[0]} rows, expected "
-                    f"{batch_size} (from {origin}); got shape {tuple(value.shape)}"
+                    f"{batch_size} (from {rows_from}); got shape {tuple(value.shape)}"
                 )
             if value.device != device:
                 raise ValueError(
@@ -122,21 +129,46 @@ class DictTensor:
         self._data = data
         self._batch_size = 0 if batch_size is None else batch_size
         self._device = device
+        self._dtypes = None
 
     @classmethod
-    def _new(cls, data: dict[str, torch.Tensor], batch_size: int, device: torch.device | None) -> DictTensor:
-        """Build without validation, from values known to be consistent."""
+    def _new(
+        cls,
+        data: dict[str, torch.Tensor],
+        batch_size: int,
+        device: torch.device | None,
+        dtypes: tuple[tuple[str, torch.dtype], ...] | None = None,
+    ) -> DictTensor:
+        """Build without validation, from values known to be consistent.
+
+        ``dtypes`` may only be given when ``data`` has exactly those keys, in that
+        order, with those dtypes.
+        """
         out = object.__new__(cls)
         out._data = data
         out._batch_size = batch_size
         out._device = device
+        out._dtypes = dtypes
         return out
 
-    def _from_values(self, data: dict[str, torch.Tensor], batch_size: int) -> DictTensor:
-        """Build from values derived from this DictTensor's, on the same device."""
-        if data:
-            batch_size = next(iter(data.values())).shape[0]
-        return DictTensor._new(data, batch_size, self._device)
+    def _derive(
+        self,
+        data: dict[str, torch.Tensor],
+        device: torch.device | None = None,
+        batch_size: int | None = None,
+    ) -> DictTensor:
+        """Build from values with this DictTensor's keys and dtypes, on its device or ``device``.
+
+        The rows are read from the values, or from ``batch_size`` (needed when there are no keys).
+        """
+        if batch_size is None:
+            batch_size = next(iter(data.values())).shape[0] if data else self._batch_size
+        return DictTensor._new(data, batch_size, device or self._device, self._dtype_signature())
+
+    def _dtype_signature(self) -> tuple[tuple[str, torch.dtype], ...]:
+        if self._dtypes is None:
+            self._dtypes = tuple((k, v.dtype) for k, v in self._data.items())
+        return self._dtypes
 
     # ------------------------------------------------------------------ mapping side
 
@@ -195,48 +227,43 @@ class DictTensor:
             data[key] = self._data[key].clone() if clone else self._data[key]
         return DictTensor._new(data, self._batch_size, self._device if data else None)
 
-    def _check_value(self, key: str, value: torch.Tensor) -> None:
-        if not isinstance(key, str):
-            raise TypeError(f"DictTensor.set: key must be str, got {key!r}")
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(
-                f"DictTensor.set: value of key {key!r} must be a torch.Tensor, got {_describe(value)}"
-            )
-        if value.dim() == 0 or value.shape[0] != self._batch_size:
-            raise ValueError(
-                f"DictTensor.set: value of key {key!r} must have {self._batch_size} rows, "
-                f"got shape {tuple(value.shape)}"
-            )
-        others = [k for k in self._data if k != key]
-        if others and value.device != self._device:
-            raise ValueError(
-                f"DictTensor.set: value of key {key!r} is on {value.device}, expected {self._device}"
-            )
-
     def set(self, key: str, value: torch.Tensor) -> None:
         """Add or replace a key, in place. The tensor is stored, not copied.
 
         Args:
             key: the key.
-            value: a tensor ``[B, ...]`` on this DictTensor's device.
+            value: a tensor ``[B, ...]``, on this DictTensor's device (any
+                device if it has no keys yet).
 
         Raises:
             TypeError: if ``key`` is not a str or ``value`` not a tensor.
             ValueError: if ``value`` does not have B rows or is on another device.
         """
-        self._check_value(key, value)
+        self._set(key, value, "DictTensor.set")
+
+    def _set(self, key: str, value: torch.Tensor, op: str) -> None:
+        if not isinstance(key, str):
+            raise TypeError(f"{op}: key must be str, got {key!r}")
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{op}: value of key {key!r} must be a torch.Tensor, got {_describe(value)}")
+        if value.dim() == 0 or value.shape[0] != self._batch_size:
+            raise ValueError(
+                f"{op}: value of key {key!r} must have {self._batch_size} rows, got shape {tuple(value.shape)}"
+            )
+        if self._device is not None and value.device != self._device:
+            raise ValueError(f"{op}: value of key {key!r} is on {value.device}, expected {self._device}")
         self._data[key] = value
-        if len(self._data) == 1:
-            self._device = value.device
+        self._device = value.device
+        self._dtypes = None
 
     def prepend_key(self, prefix: str) -> DictTensor:
         """A DictTensor whose keys are ``prefix + key``; the tensors are shared."""
-        return self._from_values({prefix + k: v for k, v in self._data.items()}, self._batch_size)
+        return DictTensor._new({prefix + k: v for k, v in self._data.items()}, self._batch_size, self._device)
 
     def truncate_key(self, prefix: str) -> DictTensor:
         """The keys that start with ``prefix``, with ``prefix`` removed; the tensors are shared.
 
-        Example:
+        Examples:
             >>> dt = DictTensor({"env/gravity": torch.ones(2), "agent/eps": torch.zeros(2)})
             >>> list(dt.truncate_key("env/").keys())
             ['gravity']
@@ -288,6 +315,12 @@ class DictTensor:
                 raise ValueError(f"DictTensor: slice step must be positive, got {index.step}")
             return index
         if isinstance(index, list):
+            for item in index:
+                if isinstance(item, bool) or not isinstance(item, numbers.Integral):
+                    raise TypeError(
+                        f"DictTensor: a list row index must hold ints, got an element {item!r} "
+                        f"({type(item).__name__}); use a bool tensor of shape [B] as a row mask"
+                    )
             index = torch.as_tensor(index, dtype=torch.int64)
         if isinstance(index, torch.Tensor):
             if index.dim() != 1:
@@ -302,9 +335,11 @@ class DictTensor:
                 return index
             if index.dtype in (torch.int64, torch.int32):
                 return index
-            raise TypeError(f"DictTensor: a row index tensor must be int64 or bool, got {index.dtype}")
+            raise TypeError(
+                f"DictTensor: a row index tensor must be int64 (or int32) or bool, got {index.dtype}"
+            )
         raise TypeError(
-            "DictTensor: rows are indexed by an int, a slice, a list of ints, an int64 tensor "
+            "DictTensor: rows are indexed by an int, a slice, a list of ints, an int64 (or int32) tensor "
             f"or a bool tensor, got {_describe(index)}"
         )
 
@@ -331,7 +366,7 @@ class DictTensor:
         except (IndexError, RuntimeError):
             self._rows(index)  # raises the clearer message if indices are out of range
             raise
-        return self._from_values(data, 0)
+        return self._derive(data)
 
     @overload
     def __getitem__(self, index: str) -> torch.Tensor: ...
@@ -340,7 +375,7 @@ class DictTensor:
     def __getitem__(self, index: RowIndex) -> DictTensor: ...
 
     def __getitem__(self, index: str | RowIndex) -> torch.Tensor | DictTensor:
-        """``dt["key"]`` is a tensor; any row index gives a DictTensor (see :meth:`index`)."""
+        """``dt["key"]`` is a tensor; any row index gives a DictTensor (see ``index``)."""
         if isinstance(index, str):
             try:
                 return self._data[index]
@@ -364,7 +399,7 @@ class DictTensor:
             IndexError: if an index is out of range or a bool mask has the wrong length.
             TypeError, ValueError: for an index of another kind or shape.
 
-        Example:
+        Examples:
             >>> dt = DictTensor({"x": torch.arange(5)})
             >>> dt.index(torch.tensor([4, 0]))["x"]
             tensor([4, 0])
@@ -375,7 +410,7 @@ class DictTensor:
 
     def slice(self, start: int, end: int | None = None) -> DictTensor:
         """Rows ``start`` to ``end`` (exclusive; one row if ``end`` is None), as views."""
-        return self._select(slice(start, start + 1 if end is None else end))
+        return self._select(start if end is None else slice(start, end))
 
     def unfold(self) -> list[DictTensor]:
         """Split into B one-row DictTensors (views)."""
@@ -421,6 +456,8 @@ class DictTensor:
         """
         self._check_compatible(src, "copy_")
         target = slice(None) if index is None else self._normalize(index)
+        if isinstance(target, torch.Tensor):
+            self._rows(target)  # out-of-range indices raise a clear IndexError
         for key, value in src._data.items():
             try:
                 self._data[key][target] = value
@@ -432,7 +469,7 @@ class DictTensor:
         return self
 
     def __setitem__(self, index: str | RowIndex, value: torch.Tensor | DictTensor) -> None:
-        """``dt["key"] = tensor`` is :meth:`set`; ``dt[rows] = other`` is :meth:`copy_`."""
+        """``dt["key"] = tensor`` is ``set``; ``dt[rows] = other`` is ``copy_``."""
         if isinstance(index, str):
             if not isinstance(value, torch.Tensor):
                 raise TypeError(
@@ -496,9 +533,51 @@ class DictTensor:
             TypeError: if an element is not a DictTensor or a dtype differs.
             ValueError: if the list is empty, or keys, shapes or devices differ.
         """
-        first = DictTensor._check_same(dicttensors, "DictTensor.cat", check_rows=False)
-        data = {k: torch.cat([dt._data[k] for dt in dicttensors]) for k in first._data}
-        return DictTensor._new(data, sum(dt._batch_size for dt in dicttensors), first._device)
+        return DictTensor._cat(dicttensors, "DictTensor.cat")
+
+    @staticmethod
+    def _cat(dicttensors: Sequence[DictTensor], op: str) -> DictTensor:
+        first, data = DictTensor._join(dicttensors, op, torch.cat, check_rows=False)
+        return first._derive(data, batch_size=sum(dt._batch_size for dt in dicttensors))
+
+    @staticmethod
+    def _join(
+        dicttensors: Sequence[DictTensor],
+        op: str,
+        join: Callable[[list[torch.Tensor]], torch.Tensor],
+        *,
+        check_rows: bool,
+    ) -> tuple[DictTensor, dict[str, torch.Tensor]]:
+        """``join`` (torch.cat or torch.stack) key by key, with the guarantees of ``_check_same``.
+
+        The common case is checked cheaply: a non-empty list or tuple of DictTensors
+        with non-zero rows, the same device (and rows), and the same keys and dtypes
+        in the same order, compared as one signature per DictTensor (torch would
+        promote mixed dtypes silently). Per-row shapes are left to ``join``, which
+        raises on any mismatch. Anything else, or any failure, goes through
+        ``_check_same``, which raises the usual message. Zero-row inputs always take
+        that route, because torch.cat skips 1-D empty tensors without comparing
+        their shapes.
+        """
+        if isinstance(dicttensors, (list, tuple)) and dicttensors and isinstance(dicttensors[0], DictTensor):
+            first = dicttensors[0]
+            dtypes, device, rows = first._dtype_signature(), first._device, first._batch_size
+            for dt in dicttensors:
+                if not (
+                    isinstance(dt, DictTensor)
+                    and (dt._device is device or dt._device == device)
+                    and dt._batch_size > 0
+                    and (not check_rows or dt._batch_size == rows)
+                    and (dt._dtypes is dtypes or dt._dtype_signature() == dtypes)
+                ):
+                    break
+            else:
+                try:
+                    return first, {k: join([dt._data[k] for dt in dicttensors]) for k in first._data}
+                except RuntimeError:
+                    pass
+        first = DictTensor._check_same(dicttensors, op, check_rows=check_rows)
+        return first, {k: join([dt._data[k] for dt in dicttensors]) for k in first._data}
 
     @staticmethod
     def stack(dicttensors: Sequence[DictTensor], dim: int = 0) -> DictTensor:
@@ -509,21 +588,21 @@ class DictTensor:
                 the same keys, dtypes, per-row shapes and device.
             dim: 0 gives values ``[N, B, ...]`` (N rows); 1 gives ``[B, N, ...]``
                 (B rows, N steps each: how per-step DictTensors become the
-                data of a :class:`~rlstruct.TemporalDictTensor`).
+                data of a ``TemporalDictTensor``).
 
         Returns:
             A new DictTensor.
 
         Raises:
-            TypeError, ValueError: as for :meth:`cat`, and if row counts differ
+            TypeError, ValueError: as for ``cat``, and if row counts differ
                 or ``dim`` is not 0 or 1.
         """
         if dim not in (0, 1):
             raise ValueError(f"DictTensor.stack: dim must be 0 or 1, got {dim!r}")
-        first = DictTensor._check_same(dicttensors, "DictTensor.stack", check_rows=True)
-        data = {k: torch.stack([dt._data[k] for dt in dicttensors], dim) for k in first._data}
-        rows = len(dicttensors) if dim == 0 else first._batch_size
-        return DictTensor._new(data, rows, first._device)
+        first, data = DictTensor._join(
+            dicttensors, "DictTensor.stack", lambda values: torch.stack(values, dim), check_rows=True
+        )
+        return first._derive(data, batch_size=len(dicttensors) if dim == 0 else first._batch_size)
 
     @staticmethod
     def where(condition: torch.Tensor, input: DictTensor, other: DictTensor) -> DictTensor:
@@ -538,7 +617,7 @@ class DictTensor:
         Returns:
             A new DictTensor.
 
-        Example:
+        Examples:
             >>> a = DictTensor({"x": torch.zeros(3, 2)})
             >>> b = DictTensor({"x": torch.ones(3, 2)})
             >>> DictTensor.where(torch.tensor([True, False, True]), a, b)["x"][:, 0]
@@ -547,6 +626,10 @@ class DictTensor:
         DictTensor._check_same([input, other], "DictTensor.where", check_rows=True)
         if not isinstance(condition, torch.Tensor) or condition.dtype != torch.bool:
             raise TypeError(f"DictTensor.where: condition must be a bool tensor, got {_describe(condition)}")
+        if input._device is not None and condition.device != input._device:
+            raise ValueError(
+                f"DictTensor.where: condition is on {condition.device}, expected {input._device}"
+            )
         if condition.shape != (input._batch_size,):
             raise ValueError(
                 f"DictTensor.where: condition must have shape [{input._batch_size}], "
@@ -556,23 +639,25 @@ class DictTensor:
         for key, value in input._data.items():
             cond = condition.view((-1,) + (1,) * (value.dim() - 1))
             data[key] = torch.where(cond, value, other._data[key])
-        return DictTensor._new(data, input._batch_size, input._device)
+        return input._derive(data)
 
     # ------------------------------------------------------------------ storage
 
     def _map(self, fn: object) -> DictTensor:
         data = {k: fn(v) for k, v in self._data.items()}  # type: ignore[operator]
-        device = next(iter(data.values())).device if data else None
-        return DictTensor._new(data, self._batch_size, device)
+        return self._derive(data, next(iter(data.values())).device if data else None)
 
     def to(self, device: Device, non_blocking: bool = False) -> DictTensor:
         """Move to ``device`` (dtypes are kept). Values already there are not copied.
 
         Args:
             device: the target device.
-            non_blocking: passed to :meth:`torch.Tensor.to`; asynchronous from
+            non_blocking: passed to ``torch.Tensor.to``; asynchronous from
                 pinned CPU memory to CUDA.
         """
+        if self._data and torch.device(device) == self._device:
+            # Tensor.to would return every value itself: share them, without the per-value calls
+            return self._derive(dict(self._data))
         return self._map(lambda v: v.to(device, non_blocking=non_blocking))
 
     def clone(self) -> DictTensor:
@@ -601,9 +686,9 @@ class DictTensor:
         return all(v.is_shared() for v in self._data.values())
 
     def equal(self, other: DictTensor) -> bool:
-        """Whether ``other`` has the same rows, keys, dtypes, shapes and values (bitwise).
+        """Whether ``other`` has the same rows, keys, dtypes, shapes, devices and values (bitwise).
 
-        NaNs compare unequal, as with :func:`torch.equal`.
+        Key order is not compared. NaNs compare unequal, as with ``torch.equal``.
         """
         return (
             isinstance(other, DictTensor)
@@ -627,6 +712,6 @@ def masked_dicttensor(dt0: DictTensor, dt1: DictTensor, mask: torch.Tensor) -> D
     """Rows of ``dt1`` where ``mask`` is True, of ``dt0`` elsewhere.
 
     The argument order of rlstructures' function of the same name; see
-    :meth:`DictTensor.where` for the torch-style order.
+    ``DictTensor.where`` for the torch-style order.
     """
     return DictTensor.where(mask, dt1, dt0)

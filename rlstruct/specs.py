@@ -1,12 +1,12 @@
 """Per-row shapes and dtypes, and the storage they allocate.
 
-A :class:`TensorSpec` describes one row of one key: the shape that follows the
+A ``TensorSpec`` describes one row of one key: the shape that follows the
 batch dimension (and the time dimension, for temporal data) and the dtype.
-:class:`Specs` maps keys to specs and allocates zero-filled storage for ``B``
+``Specs`` maps keys to specs and allocates zero-filled storage for ``B``
 rows, or ``B x T`` steps, in ordinary or shared memory. Batchers infer specs
 from one probe step and allocate their buffers once from them.
 
-Example:
+Examples:
     >>> import torch
     >>> from rlstruct import DictTensor
     >>> specs = DictTensor({"obs": torch.zeros(2, 4), "done": torch.zeros(2, dtype=torch.bool)}).specs()
@@ -19,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,20 +48,22 @@ class TensorSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.dtype, torch.dtype):
             raise TypeError(f"TensorSpec: dtype must be a torch.dtype, got {self.dtype!r}")
+        if not isinstance(self.shape, Iterable):
+            raise TypeError(f"TensorSpec: shape must be a tuple of non-negative ints, got {self.shape!r}")
         shape = tuple(self.shape)
-        if not all(isinstance(s, int) and s >= 0 for s in shape):
+        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
             raise ValueError(f"TensorSpec: shape must be a tuple of non-negative ints, got {self.shape!r}")
         object.__setattr__(self, "shape", shape)
 
 
 class Specs(Mapping[str, TensorSpec]):
-    """An immutable mapping from keys to :class:`TensorSpec`, which allocates storage.
+    """An immutable mapping from keys to ``TensorSpec``, which allocates storage.
 
     Args:
         specs: the key -> spec pairs.
 
     Raises:
-        TypeError: if a key is not a ``str`` or a value not a :class:`TensorSpec`.
+        TypeError: if a key is not a ``str`` or a value not a ``TensorSpec``.
     """
 
     __slots__ = ("_specs",)
@@ -104,7 +106,7 @@ class Specs(Mapping[str, TensorSpec]):
     def zeros(
         self, batch_size: int, *, device: torch.device | str | None = None, shared: bool = False
     ) -> DictTensor:
-        """Allocate a zero-filled :class:`~rlstruct.DictTensor` of ``batch_size`` rows.
+        """Allocate a zero-filled ``DictTensor`` of ``batch_size`` rows.
 
         Args:
             batch_size: the number of rows B.
@@ -128,7 +130,7 @@ class Specs(Mapping[str, TensorSpec]):
         device: torch.device | str | None = None,
         shared: bool = False,
     ) -> TemporalDictTensor:
-        """Allocate a zero-filled :class:`~rlstruct.TemporalDictTensor` of B x T steps.
+        """Allocate a zero-filled ``TemporalDictTensor`` of B x T steps.
 
         Args:
             batch_size: the number of rows B.

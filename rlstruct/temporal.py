@@ -3,11 +3,11 @@
 Every value has shape ``[B, T, ...]``; ``lengths`` (int64, shape ``[B]``, on
 the values' device) says how many leading steps of each row are real. A length
 of 0 is allowed: it is the row of an environment that had already finished,
-or what is left of a short row after :meth:`TemporalDictTensor.temporal_slice`.
+or what is left of a short row after ``TemporalDictTensor.temporal_slice``.
 Steps at ``t >= lengths[b]`` are padding: they hold whatever was written there
 (zeros when rlstruct allocated or padded them) and ``mask()`` is False on them.
 
-Example:
+Examples:
     >>> import torch
     >>> from rlstruct import TemporalDictTensor
     >>> tdt = TemporalDictTensor({"reward": torch.ones(2, 3)}, torch.tensor([3, 1]))
@@ -37,7 +37,7 @@ class TemporalDictTensor:
     """Named tensors ``[B, T, ...]`` on one device, plus per-row ``lengths`` [B].
 
     Args:
-        data: the key -> tensor pairs (or a :class:`DictTensor` of them). Every
+        data: the key -> tensor pairs (or a ``DictTensor`` of them). Every
             tensor has at least two dimensions, the same B and the same T.
         lengths: int64 tensor of shape [B] on the values' device, each entry in
             ``[0, T]``. None means every row is full (length T).
@@ -115,7 +115,7 @@ class TemporalDictTensor:
 
     @property
     def lengths(self) -> torch.Tensor:
-        """The number of real steps of each row: int64, shape [B], on :attr:`device`."""
+        """The number of real steps of each row: int64, shape [B], on ``device``."""
         return self._lengths
 
     @property
@@ -163,11 +163,11 @@ class TemporalDictTensor:
         return TemporalDictTensor._new(self._dt.get(keys, clone), lengths, self._n_timesteps)
 
     def set(self, key: str, value: torch.Tensor) -> None:
-        """Add or replace a key, in place, with a tensor ``[B, T, ...]`` on :attr:`device`.
+        """Add or replace a key, in place, with a tensor ``[B, T, ...]`` on ``device``.
 
         Raises:
-            TypeError, ValueError: as :meth:`DictTensor.set`, and if ``value``
-                does not have T steps.
+            TypeError: if ``key`` is not a str or ``value`` not a tensor.
+            ValueError: if ``value`` does not have shape ``[B, T, ...]`` or is on another device.
         """
         if isinstance(value, torch.Tensor) and (value.dim() < 2 or value.shape[1] != self._n_timesteps):
             raise ValueError(
@@ -178,7 +178,7 @@ class TemporalDictTensor:
             raise ValueError(
                 f"TemporalDictTensor.set: value of key {key!r} is on {value.device}, expected {self.device}"
             )
-        self._dt.set(key, value)
+        self._dt._set(key, value, "TemporalDictTensor.set")
 
     def specs(self) -> Specs:
         """The per-step shape (after B and T) and dtype of every key."""
@@ -187,9 +187,9 @@ class TemporalDictTensor:
     # ------------------------------------------------------------------ time
 
     def mask(self) -> torch.Tensor:
-        """Which steps are real: bool, shape [B, T], on :attr:`device`.
+        """Which steps are real: bool, shape [B, T], on ``device``.
 
-        To mask a value of shape ``[B, T, ...]``, use :meth:`fill_padding` or
+        To mask a value of shape ``[B, T, ...]``, use ``fill_padding`` or
         ``mask.view(B, T, *[1] * (value.dim() - 2))``.
         """
         steps = torch.arange(self._n_timesteps, device=self._lengths.device)
@@ -212,7 +212,7 @@ class TemporalDictTensor:
         """Every row at step ``t``: a DictTensor ``[B, ...]`` (views).
 
         Rows whose length is at most ``t`` give their padding; see
-        :meth:`masked_temporal_index` to keep only the running rows.
+        ``masked_temporal_index`` to keep only the running rows.
         """
         t = self._check_time(t, "temporal_index")
         data = {k: v[:, t] for k, v in self._dt.items()}
@@ -223,7 +223,7 @@ class TemporalDictTensor:
 
         Returns:
             A DictTensor of the running rows at step ``t``, and their row
-            indices (int64, shape [n_running], on :attr:`device`).
+            indices (int64, shape [n_running], on ``device``).
         """
         t = self._check_time(t, "masked_temporal_index")
         rows = torch.nonzero(self._lengths > t).squeeze(1)
@@ -233,9 +233,9 @@ class TemporalDictTensor:
         """Row ``b`` at step ``t[b]``: a DictTensor ``[B, ...]``.
 
         Args:
-            t: int64 tensor of shape [B] with entries in ``[0, T)``, on :attr:`device`.
+            t: int64 tensor of shape [B] with entries in ``[0, T)``, on ``device``.
 
-        Example:
+        Examples:
             >>> tdt = TemporalDictTensor({"x": torch.arange(6).view(2, 3)})
             >>> tdt.temporal_multi_index(tdt.lengths - 1)["x"]  # last real step of each row
             tensor([2, 5])
@@ -248,6 +248,10 @@ class TemporalDictTensor:
         if t.shape != (b,):
             raise ValueError(
                 f"TemporalDictTensor.temporal_multi_index: t must have shape [{b}], got {tuple(t.shape)}"
+            )
+        if t.device != self.device:
+            raise ValueError(
+                f"TemporalDictTensor.temporal_multi_index: t is on {t.device}, expected {self.device}"
             )
         if b and (int(t.min()) < 0 or int(t.max()) >= self._n_timesteps):
             raise IndexError(
@@ -266,14 +270,15 @@ class TemporalDictTensor:
         Raises:
             ValueError: unless ``0 <= start <= end <= T``.
         """
-        if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= self._n_timesteps):
+        ints = all(isinstance(i, int) and not isinstance(i, bool) for i in (start, end))
+        if not (ints and 0 <= start <= end <= self._n_timesteps):
             raise ValueError(
                 f"TemporalDictTensor.temporal_slice: expected 0 <= start <= end <= {self._n_timesteps}, "
                 f"got start={start!r}, end={end!r}"
             )
         data = {k: v[:, start:end] for k, v in self._dt.items()}
         lengths = (self._lengths - start).clamp(0, end - start)
-        return TemporalDictTensor._new(self._dt._from_values(data, self.n_elems()), lengths, end - start)
+        return TemporalDictTensor._new(self._dt._derive(data), lengths, end - start)
 
     def shorten(self) -> TemporalDictTensor:
         """Drop the trailing steps that are padding in every row (T becomes max(lengths)); views."""
@@ -288,7 +293,11 @@ class TemporalDictTensor:
         Raises:
             ValueError: if ``n_timesteps`` is smaller than T.
         """
-        if not isinstance(n_timesteps, int) or n_timesteps < self._n_timesteps:
+        if (
+            not isinstance(n_timesteps, int)
+            or isinstance(n_timesteps, bool)
+            or n_timesteps < self._n_timesteps
+        ):
             raise ValueError(
                 f"TemporalDictTensor.expand: n_timesteps must be an int >= {self._n_timesteps}, got {n_timesteps!r}"
             )
@@ -298,20 +307,25 @@ class TemporalDictTensor:
         for key, value in self._dt.items():
             pad = value.new_zeros((value.shape[0], n_timesteps - self._n_timesteps, *value.shape[2:]))
             data[key] = torch.cat([value, pad], dim=1)
-        return TemporalDictTensor._new(
-            self._dt._from_values(data, self.n_elems()), self._lengths, n_timesteps
-        )
+        return TemporalDictTensor._new(self._dt._derive(data), self._lengths, n_timesteps)
 
     def fill_padding(self, value: float | bool = 0) -> TemporalDictTensor:
-        """A copy whose padding steps (``mask()`` False) hold ``value``, for values of any rank."""
+        """A copy whose padding steps (``mask()`` False) hold ``value``, for values of any rank.
+
+        Raises:
+            ValueError: if ``value`` cannot be stored exactly in a key's dtype
+                (2.5 or 300 in uint8, -1 in bool): nothing is truncated or wrapped.
+        """
         mask = self.mask()
         data = {}
         for key, v in self._dt.items():
+            if not _fits(value, v.dtype):
+                raise ValueError(
+                    f"TemporalDictTensor.fill_padding: value {value!r} cannot be stored exactly in key {key!r} of dtype {v.dtype}"
+                )
             keep = mask.view(mask.shape + (1,) * (v.dim() - 2))
             data[key] = v.masked_fill(~keep, value)
-        return TemporalDictTensor._new(
-            self._dt._from_values(data, self.n_elems()), self._lengths, self._n_timesteps
-        )
+        return TemporalDictTensor._new(self._dt._derive(data), self._lengths, self._n_timesteps)
 
     def masked_flatten(self) -> DictTensor:
         """The real steps of every row, row after row: a DictTensor of ``sum(lengths)`` rows.
@@ -334,11 +348,13 @@ class TemporalDictTensor:
     def __getitem__(self, index: str | RowIndex) -> torch.Tensor | TemporalDictTensor:
         """``tdt["key"]`` is a tensor ``[B, T, ...]``; a row index gives a TemporalDictTensor."""
         if isinstance(index, str):
+            if index not in self._dt:
+                raise KeyError(f"TemporalDictTensor has no key {index!r}; its keys are {list(self.keys())}")
             return self._dt[index]
         return self.index(index)
 
     def index(self, index: RowIndex) -> TemporalDictTensor:
-        """Select rows, as :meth:`DictTensor.index` (ints and slices give views)."""
+        """Select rows, as ``DictTensor.index`` (ints and slices give views)."""
         data = self._dt.index(index)
         lengths = self._lengths[self._dt._normalize(index)]
         return TemporalDictTensor._new(data, lengths, self._n_timesteps)
@@ -355,22 +371,28 @@ class TemporalDictTensor:
             A new TemporalDictTensor with T = the largest T of the inputs.
 
         Raises:
-            TypeError, ValueError: as :meth:`DictTensor.cat`.
+            TypeError, ValueError: as ``DictTensor.cat``.
         """
-        if isinstance(tensors, TemporalDictTensor) or not isinstance(tensors, Sequence) or not tensors:
-            raise ValueError(
-                f"TemporalDictTensor.cat: expected a non-empty list of TemporalDictTensors, got {_describe(tensors)}"
+        if not isinstance(tensors, (list, tuple)):
+            raise TypeError(
+                f"TemporalDictTensor.cat: expected a list of TemporalDictTensors, got {_describe(tensors)}"
             )
+        if not tensors:
+            raise ValueError(
+                "TemporalDictTensor.cat: expected at least one TemporalDictTensor, got an empty list"
+            )
+        n_timesteps = 0
         for i, tdt in enumerate(tensors):
             if not isinstance(tdt, TemporalDictTensor):
                 raise TypeError(
                     f"TemporalDictTensor.cat: element {i} must be a TemporalDictTensor, got {_describe(tdt)}"
                 )
-        n_timesteps = max(tdt._n_timesteps for tdt in tensors)
-        padded = [tdt.expand(n_timesteps)._dt for tdt in tensors]
-        DictTensor._check_same(padded, "TemporalDictTensor.cat", check_rows=False)
-        lengths = torch.cat([tdt._lengths for tdt in tensors])
-        return TemporalDictTensor._new(DictTensor.cat(padded), lengths, n_timesteps)
+            n_timesteps = max(n_timesteps, tdt._n_timesteps)
+        padded = [
+            tdt._dt if tdt._n_timesteps == n_timesteps else tdt.expand(n_timesteps)._dt for tdt in tensors
+        ]
+        data = DictTensor._cat(padded, "TemporalDictTensor.cat")
+        return TemporalDictTensor._new(data, torch.cat([tdt._lengths for tdt in tensors]), n_timesteps)
 
     # ------------------------------------------------------------------ storage
 
@@ -378,7 +400,7 @@ class TemporalDictTensor:
         return TemporalDictTensor._new(data, lengths, self._n_timesteps)
 
     def to(self, device: Device, non_blocking: bool = False) -> TemporalDictTensor:
-        """Move values and lengths to ``device`` (dtypes kept); see :meth:`DictTensor.to`."""
+        """Move values and lengths to ``device`` (dtypes kept); see ``DictTensor.to``."""
         return self._with(
             self._dt.to(device, non_blocking), self._lengths.to(device, non_blocking=non_blocking)
         )
@@ -395,6 +417,10 @@ class TemporalDictTensor:
         """A copy in page-locked memory; needs an accelerator-enabled torch build."""
         return self._with(self._dt.pin_memory(), self._lengths.pin_memory())
 
+    def is_shared(self) -> bool:
+        """Whether every value and ``lengths`` live in shared memory."""
+        return self._dt.is_shared() and self._lengths.is_shared()
+
     def share_memory_(self) -> TemporalDictTensor:
         """Move values and lengths to shared memory, in place. Returns self."""
         self._dt.share_memory_()
@@ -402,10 +428,14 @@ class TemporalDictTensor:
         return self
 
     def equal(self, other: TemporalDictTensor) -> bool:
-        """Whether ``other`` has the same T, lengths, keys, dtypes and values (bitwise, padding included)."""
+        """Whether ``other`` has the same T, lengths, keys, dtypes, devices and values (bitwise, padding included).
+
+        Key order is not compared.
+        """
         return (
             isinstance(other, TemporalDictTensor)
             and self._n_timesteps == other._n_timesteps
+            and self._lengths.device == other._lengths.device
             and torch.equal(self._lengths, other._lengths)
             and self._dt.equal(other._dt)
         )
@@ -441,3 +471,15 @@ def _check_lengths(lengths: object, batch_size: int, n_timesteps: int, device: t
                 f"TemporalDictTensor: lengths must lie in [0, {n_timesteps}] (T), "
                 f"got lengths[{bad}] = {int(lengths[bad])}"
             )
+
+
+def _fits(value: float | bool, dtype: torch.dtype) -> bool:
+    """Whether ``value`` can be stored in ``dtype`` without truncation or wrap-around."""
+    if dtype.is_floating_point or dtype.is_complex:
+        return True
+    if dtype == torch.bool:
+        return value in (0, 1)
+    if isinstance(value, float) and not value.is_integer():
+        return False
+    info = torch.iinfo(dtype)
+    return info.min <= value <= info.max

@@ -1,11 +1,11 @@
 """Trajectories: what a batcher returns, per-row information plus the steps.
 
-``info`` is a :class:`DictTensor` of B rows that holds what is constant along a
+``info`` is a ``DictTensor`` of B rows that holds what is constant along a
 row (the agent_info z, the env_info w, the agent's state when the row
-started); ``trajectories`` is a :class:`TemporalDictTensor` ``[B, T, ...]``
+started); ``trajectories`` is a ``TemporalDictTensor`` ``[B, T, ...]``
 with the steps themselves and their lengths. Both share B and the device.
 
-Example:
+Examples:
     >>> import torch
     >>> from rlstruct import DictTensor, TemporalDictTensor, Trajectories
     >>> info = DictTensor({"agent_info/epsilon": torch.tensor([0.0, 0.1])})
@@ -78,7 +78,7 @@ class Trajectories:
         return self.info.n_elems()
 
     def index(self, index: RowIndex) -> Trajectories:
-        """Select rows of both parts (see :meth:`DictTensor.index`)."""
+        """Select rows of both parts (see ``DictTensor.index``)."""
         return Trajectories(self.info.index(index), self.trajectories.index(index))
 
     def __getitem__(self, index: RowIndex) -> Trajectories:
@@ -98,16 +98,16 @@ class Trajectories:
 
     @staticmethod
     def cat(batches: Sequence[Trajectories]) -> Trajectories:
-        """Concatenate along the rows (``trajectories`` padded as :meth:`TemporalDictTensor.cat`).
+        """Concatenate along the rows (``trajectories`` padded as ``TemporalDictTensor.cat``).
 
         Raises:
             TypeError, ValueError: if the list is empty or the parts disagree
                 on keys, dtypes, shapes or device.
         """
-        if isinstance(batches, Trajectories) or not isinstance(batches, Sequence) or not batches:
-            raise ValueError(
-                f"Trajectories.cat: expected a non-empty list of Trajectories, got {_describe(batches)}"
-            )
+        if isinstance(batches, Trajectories) or not isinstance(batches, Sequence):
+            raise TypeError(f"Trajectories.cat: expected a list of Trajectories, got {_describe(batches)}")
+        if not batches:
+            raise ValueError("Trajectories.cat: expected at least one Trajectories, got an empty list")
         for i, batch in enumerate(batches):
             if not isinstance(batch, Trajectories):
                 raise TypeError(f"Trajectories.cat: element {i} must be Trajectories, got {_describe(batch)}")
@@ -117,7 +117,7 @@ class Trajectories:
         )
 
     def equal(self, other: Trajectories) -> bool:
-        """Whether both parts are bitwise equal (see :meth:`TemporalDictTensor.equal`)."""
+        """Whether both parts are bitwise equal (see ``TemporalDictTensor.equal``)."""
         return (
             isinstance(other, Trajectories)
             and self.info.equal(other.info)

@@ -1,0 +1,214 @@
+"""Behaviour tests for rlstruct.specs: TensorSpec and Specs."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import torch
+
+from rlstruct import DictTensor, Specs, TemporalDictTensor, TensorSpec
+
+SPECS = Specs(
+    {
+        "obs": TensorSpec((3,), torch.float32),
+        "action": TensorSpec((), torch.int64),
+        "done": TensorSpec((), torch.bool),
+        "frame": TensorSpec((2, 2, 3), torch.uint8),
+    }
+)
+
+
+def message(text: str) -> str:
+    return re.escape(text)
+
+
+# ---------------------------------------------------------------------------- TensorSpec
+
+
+def test_tensor_spec_normalises_the_shape_to_a_tuple() -> None:
+    assert TensorSpec([2, 3], torch.float32).shape == (2, 3)  # type: ignore[arg-type]
+    assert TensorSpec(torch.Size([4]), torch.int64).shape == (4,)
+    assert TensorSpec((), torch.bool).shape == ()
+    assert TensorSpec([2, 3], torch.float32) == TensorSpec((2, 3), torch.float32)  # type: ignore[arg-type]
+    assert TensorSpec((2,), torch.float32) != TensorSpec((2,), torch.float64)
+
+
+def test_tensor_spec_is_frozen_and_hashable() -> None:
+    spec = TensorSpec((2,), torch.float32)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.shape = (3,)  # type: ignore[misc]
+    assert len({spec, TensorSpec((2,), torch.float32)}) == 1
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "error", "text"),
+    [
+        ((2,), "float32", TypeError, "TensorSpec: dtype must be a torch.dtype, got 'float32'"),
+        ((2,), float, TypeError, "TensorSpec: dtype must be a torch.dtype, got <class 'float'>"),
+        (
+            (2, -1),
+            torch.float32,
+            ValueError,
+            "TensorSpec: shape must be a tuple of non-negative ints, got (2, -1)",
+        ),
+        (
+            (2.0,),
+            torch.float32,
+            ValueError,
+            "TensorSpec: shape must be a tuple of non-negative ints, got (2.0,)",
+        ),
+        (
+            (True,),
+            torch.float32,
+            ValueError,
+            "TensorSpec: shape must be a tuple of non-negative ints, got (True,)",
+        ),
+        (3, torch.float32, TypeError, "TensorSpec: shape must be a tuple of non-negative ints, got 3"),
+    ],
+)
+def test_tensor_spec_rejects_bad_input(
+    shape: object, dtype: object, error: type[Exception], text: str
+) -> None:
+    with pytest.raises(error, match=message(text)):
+        TensorSpec(shape, dtype)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- Specs mapping
+
+
+def test_specs_is_an_immutable_mapping() -> None:
+    assert len(SPECS) == 4
+    assert list(SPECS) == ["obs", "action", "done", "frame"]
+    assert SPECS["frame"] == TensorSpec((2, 2, 3), torch.uint8)
+    assert "obs" in SPECS
+    assert dict(SPECS.items())["done"].dtype == torch.bool
+    assert Specs(dict(SPECS)) == SPECS
+    assert Specs() == Specs({})
+    assert len(Specs()) == 0
+    assert Specs({"obs": TensorSpec((3,), torch.float32)}) != SPECS
+    with pytest.raises(TypeError):
+        SPECS["x"] = TensorSpec((), torch.bool)  # type: ignore[index]
+    with pytest.raises(KeyError):
+        SPECS["missing"]
+
+
+def test_specs_does_not_alias_the_given_dict() -> None:
+    source = {"x": TensorSpec((), torch.bool)}
+    specs = Specs(source)
+    source["y"] = TensorSpec((), torch.bool)
+    assert list(specs) == ["x"]
+
+
+def test_specs_repr() -> None:
+    assert repr(Specs({"x": TensorSpec((), torch.bool)})) == (
+        "Specs({'x': TensorSpec(shape=(), dtype=torch.bool)})"
+    )
+
+
+@pytest.mark.parametrize(
+    ("specs", "text"),
+    [
+        ({1: TensorSpec((), torch.bool)}, "Specs: keys must be str, got 1"),
+        ({"x": ((2,), torch.float32)}, "Specs: value of key 'x' must be a TensorSpec, got tuple"),
+    ],
+)
+def test_specs_rejects_bad_input(specs: object, text: str) -> None:
+    with pytest.raises(TypeError, match=message(text)):
+        Specs(specs)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- allocation
+
+
+@pytest.mark.parametrize("batch_size", [0, 1, 5])
+def test_zeros_allocates_zero_rows_of_every_spec(batch_size: int) -> None:
+    dt = SPECS.zeros(batch_size)
+    assert isinstance(dt, DictTensor)
+    assert dt.n_elems() == batch_size
+    assert dt.specs() == SPECS
+    assert dt["frame"].shape == (batch_size, 2, 2, 3)
+    assert dt["action"].shape == (batch_size,)
+    assert not any(v.any() for v in dt.values())
+    assert not dt.is_shared()
+
+
+def test_zeros_of_keyless_specs_is_an_empty_dicttensor_with_rows() -> None:
+    dt = Specs().zeros(3)
+    assert dt.empty()
+    assert dt.n_elems() == 3
+
+
+def test_zeros_on_a_device_and_in_shared_memory() -> None:
+    meta = SPECS.zeros(2, device="meta")
+    assert meta.device == torch.device("meta")
+    assert meta.specs() == SPECS
+    shared = SPECS.zeros(2, shared=True)
+    assert shared.is_shared()
+    assert shared.device == torch.device("cpu")
+
+
+def test_zeros_gives_fresh_storage_each_call() -> None:
+    a, b = SPECS.zeros(2), SPECS.zeros(2)
+    a["obs"].fill_(1.0)
+    assert not b["obs"].any()
+
+
+def test_specs_round_trip_through_a_dicttensor_buffer() -> None:
+    step = DictTensor({"obs": torch.randn(2, 3), "done": torch.tensor([True, False])})
+    buffer = step.specs().zeros(6)
+    buffer[2:4] = step
+    assert buffer[2:4].equal(step)
+    assert not buffer[0:2]["done"].any()
+
+
+@pytest.mark.parametrize("batch_size", [-1, True, 2.0, "2"])
+def test_zeros_rejects_a_bad_batch_size(batch_size: object) -> None:
+    with pytest.raises(
+        ValueError, match=message(f"Specs: batch_size must be a non-negative int, got {batch_size!r}")
+    ):
+        SPECS.zeros(batch_size)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("batch_size", "n_timesteps"), [(0, 0), (2, 0), (3, 5)])
+def test_zeros_temporal_allocates_full_rows(batch_size: int, n_timesteps: int) -> None:
+    tdt = SPECS.zeros_temporal(batch_size, n_timesteps)
+    assert isinstance(tdt, TemporalDictTensor)
+    assert tdt.n_elems() == batch_size
+    assert tdt.n_timesteps() == n_timesteps
+    assert tdt.specs() == SPECS
+    assert tdt["frame"].shape == (batch_size, n_timesteps, 2, 2, 3)
+    assert tdt.lengths.dtype == torch.int64
+    assert tdt.lengths.tolist() == [n_timesteps] * batch_size
+    assert tdt.full()
+    assert not any(v.any() for v in tdt.values())
+
+
+def test_zeros_temporal_in_shared_memory_shares_the_lengths_too() -> None:
+    tdt = SPECS.zeros_temporal(2, 3, shared=True)
+    assert tdt.to_dicttensor().is_shared()
+    assert tdt.lengths.is_shared()
+    plain = SPECS.zeros_temporal(2, 3)
+    assert not plain.lengths.is_shared()
+
+
+def test_zeros_temporal_of_keyless_specs() -> None:
+    tdt = Specs().zeros_temporal(2, 4)
+    assert tdt.empty()
+    assert (tdt.n_elems(), tdt.n_timesteps()) == (2, 4)
+    assert tdt.lengths.tolist() == [4, 4]
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "n_timesteps", "text"),
+    [
+        (-1, 3, "Specs: batch_size must be a non-negative int, got -1"),
+        (2, -2, "Specs: n_timesteps must be a non-negative int, got -2"),
+        (2, 3.0, "Specs: n_timesteps must be a non-negative int, got 3.0"),
+        (2, False, "Specs: n_timesteps must be a non-negative int, got False"),
+    ],
+)
+def test_zeros_temporal_rejects_bad_sizes(batch_size: object, n_timesteps: object, text: str) -> None:
+    with pytest.raises(ValueError, match=message(text)):
+        SPECS.zeros_temporal(batch_size, n_timesteps)  # type: ignore[arg-type]
