@@ -25,3 +25,14 @@ def test_readme_pins_torch_before_the_package() -> None:
     text = README.read_text()
     for line in re.findall(r"^python3 -m venv.*$", text, re.M):
         assert line.index("pip install torch==") < line.index("pip install -e")
+
+
+def test_ci_installs_what_the_readme_test_command_installs() -> None:
+    readme = README.read_text()
+    test_line = next(line for line in re.findall(r"^python3 -m venv.*$", readme, re.M) if "pytest" in line)
+    readme_installs = re.findall(r"pip install ([^&]+?)\s*(?:&&|$)", test_line)
+    ci = (README.parent / ".ci" / "run").read_text()
+    ci_installs = [
+        line.split("--quiet", 1)[1].strip() for line in re.findall(r"^pip install --quiet .*$", ci, re.M)
+    ]
+    assert ci_installs == [s.strip() for s in readme_installs]

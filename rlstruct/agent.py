@@ -1,0 +1,221 @@
+"""Agent: a policy with internal state, parametrised by agent_info z, and replay_agent.
+
+An ``Agent`` is a ``torch.nn.Module`` whose ``forward`` takes the agent's
+state, the current observation and the agent_info z of every row, and returns
+its output (which must hold the key ``action``) and its new state. Batchers
+call it on whole batches under ``torch.no_grad()``; ``replay_agent`` calls it
+again over stored trajectories, with gradients, to compute losses.
+
+Examples:
+    >>> import torch
+    >>> from rlstruct import Agent, DictTensor
+    >>> class EpsilonGreedy(Agent):
+    ...     def forward(self, state, observation, agent_info, history=None):
+    ...         n = observation.n_elems()
+    ...         explore = torch.rand(n, generator=self.generator) < agent_info["epsilon"]
+    ...         random = torch.randint(0, 2, (n,), generator=self.generator)
+    ...         greedy = (observation["observation"][:, 0] > 0).long()
+    ...         return DictTensor({"action": torch.where(explore, random, greedy)}), state
+    >>> agent = EpsilonGreedy()
+    >>> agent.seed(0)
+    >>> z = DictTensor({"epsilon": torch.tensor([0.0, 0.0])})
+    >>> obs = DictTensor({"observation": torch.tensor([[1.0], [-1.0]])})
+    >>> action, state = agent(agent.initial_state(z, 2), obs, z)
+    >>> action["action"]
+    tensor([1, 0])
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+
+from rlstruct.dicttensor import DictTensor
+from rlstruct.temporal import TemporalDictTensor
+from rlstruct.trajectories import Trajectories
+
+__all__ = ["Agent", "replay_agent"]
+
+
+class Agent(torch.nn.Module, ABC):
+    """A policy with internal state, called on a batch of rows at a time.
+
+    Subclasses implement ``forward`` and, if they carry state (a recurrent
+    agent), ``initial_state``. Call ``super().__init__()`` first in
+    ``__init__``, as for any module.
+
+    Randomness should come from ``self.generator`` (a ``torch.Generator`` that
+    batchers seed through ``seed``), so that the same seeds give the same
+    trajectories whatever else the process does with torch's global generator.
+
+    Weights are loaded with ``load_state_dict``, which is what batchers'
+    ``update(weights)`` calls.
+    """
+
+    generator: torch.Generator
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.generator = torch.Generator()
+
+    def initial_state(self, agent_info: DictTensor, n: int) -> DictTensor:
+        """The state of ``n`` rows at the start of an episode.
+
+        Args:
+            agent_info: z for those rows (``n`` rows).
+            n: the number of rows.
+
+        Returns:
+            A DictTensor of ``n`` rows on the agent's device; by default an
+            empty one (a stateless agent).
+        """
+        return DictTensor(batch_size=n)
+
+    @abstractmethod
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        """Act on a batch of B rows.
+
+        Args:
+            state: the agent's state of every row (B rows, the keys of
+                ``initial_state``). Rows whose episode has just begun hold the
+                output of ``initial_state``.
+            observation: the observation of every row (B rows). Its bool key
+                ``initial_state`` marks the first step of an episode.
+            agent_info: z of every row (B rows).
+            history: for agents whose ``require_history()`` is not False, the
+                previous steps of the current trajectory (observations and
+                outputs), ``[B, h, ...]``; None otherwise.
+
+        Returns:
+            ``(output, new_state)``: ``output`` has B rows and the key
+            ``action``, plus anything else worth storing (log-probabilities,
+            values, activations); ``new_state`` has B rows and the keys,
+            dtypes and shapes of ``initial_state``.
+        """
+
+    def require_history(self) -> bool | int:
+        """Whether ``forward`` wants the history of the trajectory.
+
+        Returns:
+            False (the default: no history), True (every previous step of the
+            current trajectory) or a positive int n (the last n steps).
+        """
+        return False
+
+    def seed(self, seed: int) -> None:
+        """Seed ``self.generator``. Batchers call it once per agent copy."""
+        self.generator.manual_seed(seed)
+
+    def close(self) -> None:
+        """Release resources held outside the module (files, simulators). Safe to call twice."""
+
+
+def reset_finished_states(
+    agent: Agent, state: DictTensor, observation: DictTensor, agent_info: DictTensor
+) -> DictTensor:
+    """Replace the state of the rows that start an episode with ``agent.initial_state``.
+
+    Rows whose ``observation["initial_state"]`` is True get a fresh state; the
+    others keep theirs. Returns ``state`` itself when no row starts an episode
+    or the agent is stateless.
+    """
+    if state.empty():
+        return state
+    starting = observation["initial_state"]
+    if not bool(starting.any()):
+        return state
+    return DictTensor.where(starting, agent.initial_state(agent_info, state.n_elems()), state)
+
+
+def history_length(agent: Agent) -> int | None:
+    """How many previous steps ``agent`` wants: None for none, -1 for all, n for the last n.
+
+    Raises:
+        ValueError: if ``require_history()`` returns anything but a bool or a positive int.
+    """
+    wanted = agent.require_history()
+    if wanted is False:
+        return None
+    if wanted is True:
+        return -1
+    if isinstance(wanted, int) and wanted > 0:
+        return wanted
+    raise ValueError(
+        f"{type(agent).__name__}.require_history() must return a bool or a positive int, got {wanted!r}"
+    )
+
+
+def history_window(steps: TemporalDictTensor, t: int, length: int | None) -> TemporalDictTensor | None:
+    """The steps before ``t`` that an agent wanting ``length`` previous steps sees (views).
+
+    At ``t == 0`` there is nothing before: a TemporalDictTensor with no keys and no steps.
+    """
+    if length is None:
+        return None
+    if t == 0:
+        return TemporalDictTensor(DictTensor(batch_size=steps.n_elems()), n_timesteps=0)
+    start = 0 if length < 0 else max(0, t - length)
+    return steps.temporal_slice(start, t)
+
+
+def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = None) -> TemporalDictTensor:
+    """Re-run ``agent`` over stored trajectories, with gradients.
+
+    The agent sees what it saw when the trajectories were collected: at step
+    t, the stored observation and outputs of step t (the keys of
+    ``batch.trajectories`` without the ``next/`` prefix), z from
+    ``batch.info["agent_info/..."]``, and a state that starts from
+    ``batch.info["agent_state/..."]``, is carried from step to step, and is
+    reset with ``initial_state`` where an episode begins.
+
+    Args:
+        agent: the agent, usually the learner's copy with the current weights.
+        batch: trajectories from a batcher (see the layout in the batchers'
+            documentation).
+        stateless: call the agent once on all ``B x T`` steps flattened into
+            one batch, instead of step by step. None (the default) does so when
+            the stored initial state has no keys and the agent wants no history.
+
+    Returns:
+        The agent's outputs, ``[B, T, ...]`` per key, with the lengths of
+        ``batch``. Values at padding steps are whatever the agent computed
+        there; mask them (``mask()``) in losses.
+
+    Raises:
+        ValueError: if ``stateless`` is True for an agent with state or history.
+    """
+    info, steps = batch.info, batch.trajectories
+    agent_info = info.truncate_key("agent_info/")
+    state = info.truncate_key("agent_state/").clone()  # a copy: agents may update their state in place
+    observed = steps.get([k for k in steps if not k.startswith("next/")])
+    length = history_length(agent)
+    b, n_timesteps = steps.n_elems(), steps.n_timesteps()
+    if stateless is None:
+        stateless = state.empty() and length is None
+    if stateless:
+        if not state.empty() or length is not None:
+            raise ValueError(
+                "replay_agent: stateless=True needs an agent without state and history, got state keys "
+                f"{list(state.keys())} and require_history() = {agent.require_history()!r}"
+            )
+        flat = DictTensor({k: v.reshape(b * n_timesteps, *v.shape[2:]) for k, v in observed.items()})
+        z = agent_info.index(torch.arange(b).repeat_interleave(n_timesteps))
+        output, _ = agent(DictTensor(batch_size=b * n_timesteps), flat, z)
+        data = {k: v.reshape(b, n_timesteps, *v.shape[1:]) for k, v in output.items()}
+        return TemporalDictTensor(data, steps.lengths)
+    outputs = []
+    for t in range(n_timesteps):
+        observation = observed.temporal_index(t)
+        state = reset_finished_states(agent, state, observation, agent_info)
+        output, state = agent(state, observation, agent_info, history_window(observed, t, length))
+        outputs.append(output)
+    if not outputs:
+        raise ValueError("replay_agent: the trajectories have no time steps")
+    return TemporalDictTensor(DictTensor.stack(outputs, dim=1), steps.lengths)

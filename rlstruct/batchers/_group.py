@@ -1,0 +1,269 @@
+"""One agent copy and one Environment of ``n_envs`` instances: the unit of acquisition.
+
+The in-process batcher runs one or several groups in turn; a multiprocess
+batcher runs one group per worker. Both call the same ``Group.run``, which is
+why they produce the same trajectories for the same seeds and layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import torch
+
+from rlstruct.agent import Agent, history_length, history_window, reset_finished_states
+from rlstruct.dicttensor import DictTensor, _describe
+from rlstruct.env import REQUIRED_KEYS, Environment
+from rlstruct.temporal import TemporalDictTensor
+
+
+class Field(NamedTuple):
+    """One key of the step buffer: where step t of ``key`` of a part is written."""
+
+    key: str
+    dtype: torch.dtype
+    shape: torch.Size
+    views: list[torch.Tensor]  # views[t] is buffer[:, t], made once
+
+
+class Group:
+    """An agent and an environment, stepped together over whole batches.
+
+    Args:
+        agent_factory, agent_args: ``agent_factory(**agent_args)`` makes the agent.
+        env_factory, env_args: ``env_factory(n_envs=n_envs, seed=env_seed, **env_args)``
+            makes the environment.
+        n_envs: the number of environment instances.
+        env_seed: the seed of the first instance (base seed + its global index).
+        agent_seed: the seed of the agent's generator.
+        name: how errors refer to this group (for example "worker 1").
+    """
+
+    def __init__(
+        self,
+        agent_factory: Callable[..., Agent],
+        agent_args: Mapping[str, Any],
+        env_factory: Callable[..., Environment],
+        env_args: Mapping[str, Any],
+        n_envs: int,
+        env_seed: int,
+        agent_seed: int,
+        name: str,
+    ) -> None:
+        self.name = name
+        self.n_envs = n_envs
+        for reserved in ("n_envs", "seed"):
+            if reserved in env_args:
+                raise ValueError(
+                    f"env_args must not hold {reserved!r}: the batcher sets it (got {env_args[reserved]!r})"
+                )
+        self.agent = agent_factory(**agent_args)
+        if not isinstance(self.agent, Agent):
+            raise TypeError(f"agent_factory must return an rlstruct.Agent, got {_describe(self.agent)}")
+        self.agent.seed(agent_seed)
+        self.env = env_factory(n_envs=n_envs, seed=env_seed, **env_args)
+        if not isinstance(self.env, Environment):
+            self.agent.close()
+            raise TypeError(f"env_factory must return an rlstruct.Environment, got {_describe(self.env)}")
+        if self.env.n_envs != n_envs:
+            self.close()
+            raise ValueError(f"env_factory was asked for {n_envs} instances but made {self.env.n_envs}")
+        self.history = history_length(self.agent)
+        # slot -> (storage: key -> [n_envs, T, ...], fields: part -> Field list, made at a slot's first step)
+        self.slots: dict[int | None, tuple[dict[str, torch.Tensor], dict[str, list[Field]]]] = {}
+        self.n_timesteps = 0
+
+    # ------------------------------------------------------------------ checks
+
+    def _check_observation(self, observation: DictTensor, when: str) -> None:
+        if not isinstance(observation, DictTensor):
+            raise TypeError(
+                f"{self.name}: the environment returned {_describe(observation)} {when}, expected a DictTensor"
+            )
+        if observation.n_elems() != self.n_envs:
+            raise ValueError(
+                f"{self.name}: the environment returned {observation.n_elems()} rows {when}, expected {self.n_envs}"
+            )
+        missing = [k for k in REQUIRED_KEYS if k not in observation]
+        if missing:
+            raise ValueError(f"{self.name}: the observation {when} lacks the keys {missing}")
+        for key in ("terminated", "truncated", "done", "initial_state"):
+            if observation[key].dtype != torch.bool:
+                raise TypeError(
+                    f"{self.name}: observation key {key!r} {when} has dtype {observation[key].dtype}, expected torch.bool"
+                )
+
+    def _check_output(self, output: DictTensor, state: DictTensor, observation: DictTensor) -> None:
+        if not isinstance(output, DictTensor) or not isinstance(state, DictTensor):
+            raise TypeError(
+                f"{self.name}: the agent must return (DictTensor, DictTensor), got "
+                f"({_describe(output)}, {_describe(state)})"
+            )
+        if "action" not in output:
+            raise ValueError(
+                f"{self.name}: the agent's output must hold the key 'action', got {list(output.keys())}"
+            )
+        for what, dt in (("output", output), ("new state", state)):
+            if dt.n_elems() != self.n_envs:
+                raise ValueError(
+                    f"{self.name}: the agent's {what} has {dt.n_elems()} rows, expected {self.n_envs}"
+                )
+        clash = [k for k in output if k in observation]
+        if clash:
+            raise ValueError(
+                f"{self.name}: the agent's output keys {clash} are also observation keys; rename them "
+                "(the trajectories store both side by side)"
+            )
+
+    def _mismatch(self, part: str, fields: list[Field], dt: DictTensor, t: int) -> ValueError:
+        expected = {f.key: (f.dtype, tuple(f.shape)) for f in fields}
+        got = {k: (v.dtype, tuple(v.shape)) for k, v in dt.items()}
+        key = sorted(k for k in expected.keys() | got.keys() if expected.get(k) != got.get(k))[0]
+        return ValueError(
+            f"{self.name}: at step {t} the {part} key {key!r} is {got.get(key, 'missing')} (dtype, shape), "
+            f"but the buffer, made from the first step, holds {expected.get(key, 'no such key')}; "
+            "nothing is cast into the buffer"
+        )
+
+    def _write(self, part: str, fields: list[Field], dt: DictTensor, t: int) -> None:
+        """Copy step ``t`` of one part into the buffer: one copy per key, after checking dtype and shape."""
+        data = dt._data
+        if len(data) != len(fields):
+            raise self._mismatch(part, fields, dt, t)
+        for field in fields:
+            value = data.get(field.key)
+            if value is None or value.dtype is not field.dtype or value.shape != field.shape:
+                raise self._mismatch(part, fields, dt, t)
+            field.views[t].copy_(value)
+
+    def attach(self, slots: Mapping[int, Mapping[str, torch.Tensor]]) -> None:
+        """Write into external storage: ``slots[s]`` maps every trajectory key to ``[n_envs, T, ...]``."""
+        self.slots = {s: (dict(storage), {}) for s, storage in slots.items()}
+
+    def _bind(
+        self, slot: int | None, observation: DictTensor, output: DictTensor, reached: DictTensor
+    ) -> None:
+        """Make the per-step views of a slot's storage (allocated here for the in-process slot None)."""
+        parts = (("observation", "", observation), ("output", "", output), ("next", "next/", reached))
+        if slot not in self.slots:
+            if slot is not None:
+                raise ValueError(f"{self.name}: no storage attached for slot {slot}")
+            storage = {
+                prefix + k: v.new_zeros((self.n_envs, self.n_timesteps, *v.shape[1:]))
+                for _, prefix, dt in parts
+                for k, v in dt.items()
+            }
+            self.slots[None] = (storage, {})
+        storage, fields = self.slots[slot]
+        produced = {prefix + k for _, prefix, dt in parts for k in dt}
+        if produced != storage.keys():
+            raise ValueError(
+                f"{self.name}: the first step has the keys {sorted(produced)}, but the buffer was made for "
+                f"{sorted(storage)} (by the probe step of the first reset)"
+            )
+        for part, prefix, dt in parts:
+            fields[part] = []
+            for key in dt:
+                value = storage[prefix + key]
+                views = [value[:, t] for t in range(value.shape[1])]
+                fields[part].append(
+                    Field(key, value.dtype, torch.Size((self.n_envs, *value.shape[2:])), views)
+                )
+
+    # ------------------------------------------------------------------ acquisition
+
+    def reset(self, agent_info: DictTensor, env_info: DictTensor, auto_reset: bool) -> None:
+        """Start new episodes everywhere, with z = ``agent_info`` and w = ``env_info`` (both copied)."""
+        self.agent_info, self.env_info, self.auto_reset = agent_info.clone(), env_info.clone(), auto_reset
+        self.observation = self.env.reset(env_info, auto_reset)
+        self._check_observation(self.observation, "at reset")
+        self.state = self.agent.initial_state(agent_info, self.n_envs)
+        if not isinstance(self.state, DictTensor) or self.state.n_elems() != self.n_envs:
+            raise ValueError(
+                f"{self.name}: agent.initial_state must return a DictTensor of {self.n_envs} rows, "
+                f"got {_describe(self.state) if not isinstance(self.state, DictTensor) else self.state}"
+            )
+
+    def run(self, n_timesteps: int, slot: int | None = None) -> tuple[DictTensor, TemporalDictTensor]:
+        """Run ``n_timesteps`` steps from the current observation and state, into a slot's storage.
+
+        In auto-reset mode all steps are real and the state carries over to
+        the next call. In episodic mode the loop stops once every instance is
+        done, each row's length is the step at which it finished (+1), and
+        every step past a row's length is zero, whatever the layout.
+
+        Args:
+            n_timesteps: T.
+            slot: the attached storage to write into; None for storage of this
+                group's own, allocated at the first step.
+
+        Returns:
+            ``(info, steps)``: the per-row info (``agent_info/``, ``env_info/``
+            and the starting ``agent_state/``) and the steps ``[n_envs, T, ...]``
+            (observation and agent output keys, and ``next/`` keys). The steps
+            are the slot's storage itself, overwritten by the next call.
+        """
+        agent, n = self.agent, self.n_envs
+        if n_timesteps != self.n_timesteps:
+            self.slots.pop(None, None)
+            self.n_timesteps = n_timesteps
+        info = (
+            self.agent_info.prepend_key("agent_info/")
+            | self.env_info.prepend_key("env_info/")
+            | self.state.clone().prepend_key("agent_state/")  # a copy: agents may update state in place
+        )
+        lengths = torch.full((n,), n_timesteps, dtype=torch.int64)
+        running = torch.ones(n, dtype=torch.bool)
+        fields: dict[str, list[Field]] = {}
+        with torch.no_grad():
+            for t in range(n_timesteps):
+                observation = self.observation
+                state = reset_finished_states(agent, self.state, observation, self.agent_info)
+                output, self.state = agent(state, observation, self.agent_info, self._history(t, slot))
+                if t == 0:
+                    self._check_output(output, self.state, observation)
+                reached, self.observation = self.env.step(output)
+                if t == 0:
+                    self._check_observation(reached, "after a step")
+                    self._check_observation(self.observation, "after a step")
+                    fields = self.slots[slot][1] if slot in self.slots else {}
+                    if not fields:
+                        self._bind(slot, observation, output, reached)
+                        fields = self.slots[slot][1]
+                self._write("observation", fields["observation"], observation, t)
+                self._write("output", fields["output"], output, t)
+                self._write("next", fields["next"], reached, t)
+                if not self.auto_reset:
+                    finished = running & reached["done"]
+                    lengths[finished] = t + 1
+                    running &= ~finished
+                    if not bool(running.any()):
+                        break
+        storage = self.slots[slot][0]
+        if not self.auto_reset:
+            padding = torch.arange(n_timesteps).unsqueeze(0) >= lengths.unsqueeze(1)
+            if bool(padding.any()):
+                for value in storage.values():
+                    value[padding] = 0  # zeros past each row's end, not its final step repeated
+        return info, TemporalDictTensor(
+            DictTensor._new(storage, n, torch.device("cpu")), lengths, n_timesteps=n_timesteps
+        )
+
+    def _history(self, t: int, slot: int | None) -> TemporalDictTensor | None:
+        """The previous steps of this trajectory, for agents that want them (views of the buffer)."""
+        if self.history is None:
+            return None
+        if t == 0:
+            return history_window(TemporalDictTensor(DictTensor(batch_size=self.n_envs)), 0, self.history)
+        storage, fields = self.slots[slot]
+        names = [f.key for part in ("observation", "output") for f in fields[part]]
+        steps = TemporalDictTensor(DictTensor({k: storage[k] for k in names}))
+        return history_window(steps, t, self.history)
+
+    def close(self) -> None:
+        """Close the environment and the agent (the agent even if the environment raises)."""
+        try:
+            self.env.close()
+        finally:
+            self.agent.close()

@@ -1,0 +1,242 @@
+"""LocalBatcher: the in-process batcher, the reference every other batcher must match.
+
+See ``docs/batchers.md`` for the acquisition modes and the layout of the
+returned ``Trajectories``, documented once for all batchers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, Literal
+
+import torch
+
+from rlstruct.agent import Agent
+from rlstruct.batchers import _checks
+from rlstruct.batchers._group import Group
+from rlstruct.dicttensor import DictTensor, _describe
+from rlstruct.env import Environment
+from rlstruct.temporal import TemporalDictTensor
+from rlstruct.trajectories import Trajectories
+
+__all__ = ["LocalBatcher"]
+
+Mode = Literal["fixed", "episodes"]
+NAME = "LocalBatcher"
+
+
+class LocalBatcher:
+    """Runs agent-environment pairs in the calling process and returns ``Trajectories``.
+
+    The environments are split into ``n_processes`` groups of ``n_envs``
+    instances, each with its own copy of the agent, stepped one group after the
+    other: the layout of a multiprocess batcher with the same arguments, which
+    is what makes the two give identical trajectories. With the default single
+    group, every step is one agent call and one environment step on all rows.
+
+    Args:
+        agent_factory: makes an agent: ``agent_factory(**agent_args)``. Must be
+            picklable (a module-level function or class) to serve a
+            multiprocess batcher too.
+        agent_args: keyword arguments for ``agent_factory``.
+        env_factory: makes an environment of ``n_envs`` instances:
+            ``env_factory(n_envs=n_envs, seed=seed, **env_args)``, for example
+            ``GymEnv`` with ``env_args={"env": "CartPole-v1"}``.
+        env_args: keyword arguments for ``env_factory``.
+        n_envs: environment instances per group.
+        n_timesteps: T, the number of steps of every trajectory (its maximum
+            in "episodes" mode).
+        mode: "fixed" for trajectories of exactly T steps whose agent state and
+            environment state carry over from one ``execute()`` to the next
+            (environments reset automatically); "episodes" for whole episodes
+            that all start at each ``execute()`` and last at most T steps.
+        seed: the base seed: environment instance i (counted across groups)
+            gets ``seed + i``, the agent of group g gets ``seed + g``.
+        n_processes: the number of groups (the layout of a multiprocess batcher).
+            Every group's agent starts with the weights of group 0's, the
+            first agent made.
+
+    Raises:
+        ValueError: for a non-positive ``n_envs``, ``n_timesteps`` or
+            ``n_processes``, or an unknown ``mode``.
+        TypeError: if the factories do not make an Agent and an Environment.
+
+    Examples:
+        >>> from rlstruct import GymEnv, LocalBatcher
+        >>> from rlstruct.testing import RandomAgent
+        >>> with LocalBatcher(RandomAgent, {"n_actions": 2}, GymEnv, {"env": "CartPole-v1"},
+        ...                   n_envs=4, n_timesteps=8) as batcher:
+        ...     batcher.reset()
+        ...     batcher.execute()
+        ...     batch = batcher.get()
+        >>> batch.trajectories["next/reward"].shape
+        torch.Size([4, 8])
+    """
+
+    def __init__(
+        self,
+        agent_factory: Callable[..., Agent],
+        agent_args: Mapping[str, Any],
+        env_factory: Callable[..., Environment],
+        env_args: Mapping[str, Any],
+        *,
+        n_envs: int,
+        n_timesteps: int,
+        mode: Mode = "fixed",
+        seed: int = 0,
+        n_processes: int = 1,
+    ) -> None:
+        self.n_envs = _checks.positive_int(NAME, "n_envs", n_envs)
+        self.n_timesteps = _checks.positive_int(NAME, "n_timesteps", n_timesteps)
+        self.n_processes = _checks.positive_int(NAME, "n_processes", n_processes)
+        if mode not in ("fixed", "episodes"):
+            raise ValueError(f"LocalBatcher: mode must be 'fixed' or 'episodes', got {mode!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise TypeError(f"LocalBatcher: seed must be an int, got {_describe(seed)}")
+        self.mode: Mode = mode
+        self._closed = False
+        self._groups: list[Group] = []
+        try:
+            for g in range(n_processes):
+                self._groups.append(
+                    Group(
+                        agent_factory,
+                        agent_args,
+                        env_factory,
+                        env_args,
+                        n_envs,
+                        env_seed=seed + g * n_envs,
+                        agent_seed=seed + g,
+                        name=f"group {g}",
+                    )
+                )
+        except BaseException:
+            self.close()
+            raise
+        # every agent copy starts with the weights of the first one made
+        self._weights = self._groups[0].agent.state_dict()
+        for group in self._groups[1:]:
+            group.agent.load_state_dict(self._weights)
+        self._version = 0
+        self._info_keys: tuple[list[str], list[str]] | None = None
+        self._started = False
+        self._result: Trajectories | None = None
+        self._pending = False
+
+    def n_elems(self) -> int:
+        """The number of trajectories per batch: ``n_processes * n_envs``."""
+        return self.n_processes * self.n_envs
+
+    def _check_open(self, call: str) -> None:
+        if self._closed:
+            raise RuntimeError(f"LocalBatcher: {call}() after close()")
+
+    def reset(self, agent_info: DictTensor | None = None, env_info: DictTensor | None = None) -> None:
+        """Start new episodes everywhere with these z and w.
+
+        Args:
+            agent_info: z, one row per trajectory slot (``n_elems()`` rows, on
+                the CPU); None for an agent without parameters. Later resets
+                must give the same keys.
+            env_info: w, one row per environment instance (``n_elems()`` rows,
+                on the CPU); None for unparametrised environments.
+
+        Raises:
+            TypeError, ValueError: for infos that are not DictTensors, have the
+                wrong number of rows, or other keys than at the first reset.
+            RuntimeError: after ``close``.
+        """
+        self._check_open("reset")
+        agent_info = _checks.info(NAME, "agent_info", agent_info, self.n_elems())
+        env_info = _checks.info(NAME, "env_info", env_info, self.n_elems())
+        self._info_keys = _checks.same_info_keys(NAME, self._info_keys, agent_info, env_info)
+        self._agent_info, self._env_info = agent_info, env_info
+        self._reset_groups()
+        self._started = True
+        self._pending = False
+        self._result = None
+
+    def _reset_groups(self) -> None:
+        for g, group in enumerate(self._groups):
+            rows = slice(g * self.n_envs, (g + 1) * self.n_envs)
+            group.reset(self._agent_info[rows], self._env_info[rows], auto_reset=self.mode == "fixed")
+
+    def execute(self) -> None:
+        """Acquire the next batch of trajectories (here, synchronously).
+
+        In "fixed" mode the trajectories continue where the previous ones
+        stopped; in "episodes" mode every call starts new episodes.
+
+        Raises:
+            RuntimeError: before ``reset``, after ``close``, or while the
+                previous batch has not been taken with ``get``.
+        """
+        self._check_open("execute")
+        if not self._started:
+            raise RuntimeError("LocalBatcher: call reset() before execute()")
+        if self._pending:
+            raise RuntimeError("LocalBatcher: execute() called twice; take the first batch with get()")
+        if self.mode == "episodes" and self._result is not None:
+            self._reset_groups()
+        parts = [group.run(self.n_timesteps) for group in self._groups]
+        info = DictTensor.cat([p[0] for p in parts])
+        info.set("policy_version", torch.full((self.n_elems(),), self._version, dtype=torch.int64))
+        steps = TemporalDictTensor.cat([p[1] for p in parts])  # a copy: the groups' storage is reused
+        self._result = Trajectories(info, steps)
+        self._pending = True
+
+    def get(self, blocking: bool = True) -> Trajectories | None:
+        """The trajectories of the last ``execute()``.
+
+        The returned tensors belong to the caller: the next ``execute()``
+        writes elsewhere. In-process, the batch is always ready, so
+        ``blocking`` makes no difference.
+
+        Returns:
+            ``Trajectories`` of ``n_elems()`` rows and T steps, on the CPU;
+            ``info["policy_version"]`` counts the ``update()`` calls made before.
+
+        Raises:
+            RuntimeError: if no ``execute()`` is waiting to be taken, or after ``close``.
+        """
+        self._check_open("get")
+        if not self._pending or self._result is None:
+            raise RuntimeError("LocalBatcher: get() without a pending execute(); call execute() first")
+        self._pending = False
+        return self._result
+
+    def update(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Load new weights into every agent copy (``load_state_dict``) and count one policy version.
+
+        Raises:
+            TypeError, ValueError: if the keys, shapes or dtypes differ from the agent's ``state_dict``.
+            RuntimeError: after ``close``.
+        """
+        self._check_open("update")
+        _checks.weights(NAME, self._weights, weights)
+        for group in self._groups:
+            group.agent.load_state_dict(weights)
+        self._version += 1
+
+    def close(self) -> None:
+        """Close the environments and agents. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        errors = []
+        for group in self._groups:
+            try:
+                group.close()
+            except Exception as error:  # close the others all the same
+                errors.append(error)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> LocalBatcher:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

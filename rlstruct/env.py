@@ -1,0 +1,95 @@
+"""Environment: a vectorised environment of ``n_envs`` instances, parametrised by env_info w.
+
+The contract every environment fulfils, so that batchers can drive any of them
+with whole-batch operations only.
+
+**Observations.** ``reset`` and ``step`` return DictTensors with one row per
+instance (``n_envs`` rows, always all of them, on the CPU), holding the
+environment's own keys plus these, which batchers rely on:
+
+| key | dtype | meaning |
+|---|---|---|
+| `reward` | float32 | the reward received on arriving at this observation (0 at the first observation of an episode) |
+| `terminated` | bool | the episode ended in a terminal state: do not bootstrap |
+| `truncated` | bool | the episode was cut short (a time limit): bootstrap |
+| `done` | bool | `terminated` or `truncated` |
+| `initial_state` | bool | this is the first observation of an episode |
+
+**Modes.** ``reset(env_info, auto_reset=...)`` chooses how an instance behaves
+when its episode ends:
+
+* episodic (``auto_reset=False``): the instance stops. Later steps ignore its
+  action and repeat its final observation with ``reward`` 0 and ``done``
+  True, until the next ``reset``. The instances still running after a step
+  are exactly the rows whose ``done`` is False.
+* auto-reset (``auto_reset=True``): the instance starts a new episode at once,
+  so every instance is always running and trajectories of any length can be
+  cut from the stream.
+
+**What step returns.** ``step(action)`` returns a pair ``(reached, observation)``:
+
+* ``reached``: for every instance, the observation that its action led to,
+  with the ``reward``, ``terminated``, ``truncated`` and ``done`` of that
+  transition. When an episode ends, this is its final observation, which is
+  what a learner needs to bootstrap a truncated episode.
+* ``observation``: what the agent acts on next. It equals ``reached`` except
+  for instances that auto-reset on this step, whose rows hold the first
+  observation of their new episode (``initial_state`` True, ``reward`` 0,
+  ``done`` False). In episodic mode it is always ``reached`` itself.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from rlstruct.dicttensor import DictTensor
+
+__all__ = ["REQUIRED_KEYS", "Environment"]
+
+REQUIRED_KEYS = ("reward", "terminated", "truncated", "done", "initial_state")
+"""The keys every observation of an ``Environment`` holds (see the module docstring)."""
+
+
+class Environment(ABC):
+    """A vectorised environment of ``n_envs`` instances, parametrised by env_info w.
+
+    Subclasses implement ``reset`` and ``step`` as described in the module
+    docstring of ``rlstruct.env``, and may override ``close``.
+
+    Attributes:
+        n_envs: the number of instances, which is also the number of rows of
+            every env_info, action and observation.
+    """
+
+    n_envs: int
+
+    @abstractmethod
+    def reset(self, env_info: DictTensor, auto_reset: bool = False) -> DictTensor:
+        """Start a new episode in every instance.
+
+        Args:
+            env_info: w, one row per instance (``n_envs`` rows; no keys for an
+                unparametrised environment).
+            auto_reset: whether instances start a new episode by themselves when
+                one ends (True) or stop until the next ``reset`` (False).
+
+        Returns:
+            The first observation of every instance: ``n_envs`` rows, with
+            ``initial_state`` True, ``reward`` 0 and ``done`` False.
+        """
+
+    @abstractmethod
+    def step(self, action: DictTensor) -> tuple[DictTensor, DictTensor]:
+        """Advance every running instance by one step.
+
+        Args:
+            action: the agent's output, ``n_envs`` rows holding at least the
+                key ``action``; other keys are ignored.
+
+        Returns:
+            ``(reached, observation)``, both with ``n_envs`` rows: see the module
+            docstring.
+        """
+
+    def close(self) -> None:  # noqa: B027  (optional hook, nothing to release by default)
+        """Release the instances' resources. Safe to call twice."""

@@ -1,0 +1,384 @@
+"""GymEnv: ``n_envs`` gymnasium environments as one rlstruct ``Environment``.
+
+Each instance is made by ``gymnasium.make(env_id, **kwargs)`` or by a factory
+``env(**kwargs)``, where ``kwargs`` is the instance's row of env_info (0-d
+values as Python numbers, others as tensors) merged over the constant
+``make_kwargs``: w can be a gravity, a task id, a level. An instance is made
+again when its row of env_info changes at a ``reset``, and kept otherwise.
+
+Instance i is seeded with ``seed + i`` at its first reset (the batchers pass
+``seed`` = base seed + the global index of the first instance), after which
+its random stream simply continues.
+
+Observations hold the environment's observation under ``observation`` (or,
+for a ``Dict`` space, one key per entry, nested entries joined by ``/``) with
+the dtype and shape of the space: float as declared for ``Box``, int64 for
+``Discrete``, the space's dtype for ``MultiDiscrete`` and ``MultiBinary``.
+Nothing is cast: an environment that returns another dtype than its space
+declares raises an error naming the key. Besides the keys of
+``rlstruct.env`` (``reward`` in ``reward_dtype``, ``terminated``,
+``truncated``, ``done``, ``initial_state``), ``last_action`` holds the action
+that led to the observation (zeros at the first step of an episode).
+
+Examples:
+    >>> import torch
+    >>> from rlstruct import DictTensor, GymEnv
+    >>> env = GymEnv("CartPole-v1", n_envs=2, seed=0)
+    >>> first = env.reset(DictTensor(batch_size=2))
+    >>> first["observation"].shape, first["observation"].dtype, bool(first["initial_state"].all())
+    (torch.Size([2, 4]), torch.float32, True)
+    >>> reached, observation = env.step(DictTensor({"action": torch.tensor([0, 1])}))
+    >>> reached["reward"]
+    tensor([1., 1.])
+    >>> env.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlstruct.dicttensor import DictTensor, _describe
+from rlstruct.env import Environment
+
+__all__ = ["GymEnv"]
+
+
+def _leaf_spaces(space: gym.Space[Any], prefix: str = "") -> dict[str, gym.Space[Any]]:
+    """The observation keys of ``space`` and their spaces (``Dict`` spaces flattened with ``/``)."""
+    if isinstance(space, gym.spaces.Dict):
+        leaves: dict[str, gym.Space[Any]] = {}
+        for key, sub in space.spaces.items():
+            leaves.update(_leaf_spaces(sub, f"{prefix}{key}/"))
+        return leaves
+    if isinstance(
+        space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+    ):
+        return {prefix[:-1] if prefix else "observation": space}
+    raise TypeError(
+        f"GymEnv: {type(space).__name__} spaces are not supported; use Box, Discrete, MultiDiscrete, "
+        "MultiBinary or a Dict of them"
+    )
+
+
+def _leaf_value(observation: Any, key: str, is_dict: bool) -> Any:
+    if not is_dict:
+        return observation
+    for part in key.split("/"):
+        observation = observation[part]
+    return observation
+
+
+def _numpy_dtype(space: gym.Space[Any]) -> np.dtype[Any]:
+    return np.dtype(np.int64) if isinstance(space, gym.spaces.Discrete) else np.dtype(space.dtype)
+
+
+def _row_kwargs(env_info: DictTensor, i: int) -> dict[str, Any]:
+    # rows are copied: a view would follow later in-place edits of env_info, hiding them from _same_kwargs
+    return {k: (v[i].item() if v.dim() == 1 else v[i].clone()) for k, v in env_info.items()}
+
+
+def _same_kwargs(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for key, value in a.items():
+        other = b[key]
+        if isinstance(value, torch.Tensor) or isinstance(other, torch.Tensor):
+            if not (isinstance(value, torch.Tensor) and isinstance(other, torch.Tensor)):
+                return False
+            if not torch.equal(value, other):
+                return False
+        elif value != other:
+            return False
+    return True
+
+
+class GymEnv(Environment):
+    """``n_envs`` gymnasium environments stepped one after the other, returned as one batch.
+
+    Args:
+        env: a registered environment id (``"CartPole-v1"``, or
+            ``"module:EnvId"`` to import the module that registers it) or a
+            callable returning a ``gymnasium.Env``.
+        n_envs: the number of instances.
+        seed: the seed of instance 0; instance i gets ``seed + i``.
+        reward_dtype: the dtype of ``reward`` (gymnasium rewards are Python floats).
+        **make_kwargs: keyword arguments for every instance, under those of env_info.
+
+    Raises:
+        ValueError: if ``n_envs`` is not a positive int.
+        TypeError: if ``env`` is neither a str nor a callable.
+    """
+
+    def __init__(
+        self,
+        env: str | Callable[..., gym.Env[Any, Any]],
+        n_envs: int = 1,
+        seed: int = 0,
+        *,
+        reward_dtype: torch.dtype = torch.float32,
+        **make_kwargs: Any,
+    ) -> None:
+        if not isinstance(n_envs, int) or isinstance(n_envs, bool) or n_envs < 1:
+            raise ValueError(f"GymEnv: n_envs must be a positive int, got {n_envs!r}")
+        if not (isinstance(env, str) or callable(env)):
+            raise TypeError(f"GymEnv: env must be an environment id or a callable, got {_describe(env)}")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise TypeError(f"GymEnv: seed must be an int, got {_describe(seed)}")
+        if not isinstance(reward_dtype, torch.dtype) or not reward_dtype.is_floating_point:
+            raise TypeError(f"GymEnv: reward_dtype must be a floating torch.dtype, got {reward_dtype!r}")
+        self.n_envs = n_envs
+        self.name = env if isinstance(env, str) else getattr(env, "__name__", repr(env))
+        self._make = env
+        self._make_kwargs = make_kwargs
+        self._seed = seed
+        self._reward_dtype = reward_dtype
+        self._envs: list[gym.Env[Any, Any] | None] = [None] * n_envs
+        self._kwargs: list[dict[str, Any] | None] = [None] * n_envs
+        self._seeded = [False] * n_envs
+        self._auto_reset = False
+        self._checked = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ instances
+
+    def _instance(self, i: int, env_info: DictTensor) -> gym.Env[Any, Any]:
+        kwargs = {**self._make_kwargs, **_row_kwargs(env_info, i)}
+        env, old = self._envs[i], self._kwargs[i]
+        if env is None or old is None or not _same_kwargs(kwargs, old):
+            if env is not None:
+                env.close()
+            env = gym.make(self._make, **kwargs) if isinstance(self._make, str) else self._make(**kwargs)
+            if not isinstance(env, gym.Env):
+                raise TypeError(
+                    f"GymEnv({self.name!r}): the factory must return a gymnasium.Env, got {_describe(env)}"
+                )
+            self._envs[i], self._kwargs[i], self._seeded[i] = env, kwargs, False
+            self._check_spaces(i, env)
+        return env
+
+    def _check_spaces(self, i: int, env: gym.Env[Any, Any]) -> None:
+        if i == 0 or not hasattr(self, "observation_space"):
+            self.observation_space, self.action_space = env.observation_space, env.action_space
+            self._leaves = _leaf_spaces(env.observation_space)
+            self._dtypes = {k: _numpy_dtype(s) for k, s in self._leaves.items()}
+            self._is_dict = isinstance(env.observation_space, gym.spaces.Dict)
+            self._action_dtype = _numpy_dtype(env.action_space)
+            self._action_shape = env.action_space.shape or ()
+            return
+        if env.observation_space != self.observation_space or env.action_space != self.action_space:
+            raise ValueError(
+                f"GymEnv({self.name!r}): instance {i} has spaces {env.observation_space} / {env.action_space}, "
+                f"instance 0 has {self.observation_space} / {self.action_space}; all instances must match"
+            )
+
+    def _reset_instance(self, i: int) -> Any:
+        env = self._envs[i]
+        assert env is not None
+        if self._seeded[i]:
+            observation, _ = env.reset()
+        else:
+            observation, _ = env.reset(seed=self._seed + i)
+            env.action_space.seed(self._seed + i)
+            self._seeded[i] = True
+        return observation
+
+    # ------------------------------------------------------------------ checks
+
+    def _check_observation(self, i: int, observation: Any, when: str) -> None:
+        """The env-checker test of one raw observation: every key has its space's dtype, shape and range."""
+        for key, space in self._leaves.items():
+            value = _leaf_value(observation, key, self._is_dict)
+            array = np.asarray(value)
+            expected = self._dtypes[key]
+            if isinstance(space, gym.spaces.Discrete) and np.issubdtype(array.dtype, np.integer):
+                array = array.astype(np.int64)
+            if array.dtype != expected or array.shape != (space.shape or ()):
+                raise ValueError(
+                    f"GymEnv({self.name!r}), instance {i}: observation key {key!r} {when} has dtype {array.dtype} "
+                    f"and shape {array.shape}, but the observation space declares {expected} and {space.shape or ()}"
+                )
+            if not space.contains(value):
+                raise ValueError(
+                    f"GymEnv({self.name!r}), instance {i}: observation key {key!r} {when} is {array!r}, "
+                    f"which lies outside the observation space {space}"
+                )
+
+    def _actions(self, action: DictTensor) -> np.ndarray[Any, Any]:
+        if not isinstance(action, DictTensor):
+            raise TypeError(
+                f"GymEnv({self.name!r}).step: action must be a DictTensor, got {_describe(action)}"
+            )
+        if "action" not in action:
+            raise ValueError(
+                f"GymEnv({self.name!r}).step: the agent's output must hold the key 'action', got {list(action.keys())}"
+            )
+        value = action["action"]
+        expected_shape = (self.n_envs, *self._action_shape)
+        if tuple(value.shape) != expected_shape:
+            raise ValueError(
+                f"GymEnv({self.name!r}).step: key 'action' must have shape {list(expected_shape)}, "
+                f"got {list(value.shape)}"
+            )
+        array = value.detach().cpu().numpy()
+        if array.dtype != self._action_dtype:
+            raise TypeError(
+                f"GymEnv({self.name!r}).step: key 'action' has dtype {value.dtype}, but the action space "
+                f"{self.action_space} needs {torch.from_numpy(np.zeros(0, self._action_dtype)).dtype}"
+            )
+        return array
+
+    # ------------------------------------------------------------------ batches
+
+    def _batch(
+        self,
+        observations: list[Any],
+        reward: np.ndarray[Any, Any],
+        terminated: np.ndarray[Any, Any],
+        truncated: np.ndarray[Any, Any],
+        initial: np.ndarray[Any, Any],
+        last_action: np.ndarray[Any, Any],
+    ) -> DictTensor:
+        """One DictTensor of ``n_envs`` rows from the raw observations and flags (all copied)."""
+        data = {}
+        for key, dtype in self._dtypes.items():
+            values = [_leaf_value(o, key, True) for o in observations] if self._is_dict else observations
+            array = np.array(values)
+            if array.dtype != dtype:
+                if not (dtype == np.int64 and np.issubdtype(array.dtype, np.integer)):
+                    bad = next(i for i, v in enumerate(values) if np.asarray(v).dtype != dtype)
+                    raise ValueError(
+                        f"GymEnv({self.name!r}), instance {bad}: observation key {key!r} has dtype "
+                        f"{np.asarray(values[bad]).dtype}, but the observation space declares {dtype}"
+                    )
+                array = array.astype(np.int64)
+            data[key] = torch.from_numpy(array)
+        data["reward"] = torch.from_numpy(reward).to(self._reward_dtype)
+        data["terminated"] = torch.from_numpy(terminated)
+        data["truncated"] = torch.from_numpy(truncated)
+        data["done"] = torch.from_numpy(terminated | truncated)
+        data["initial_state"] = torch.from_numpy(initial)
+        data["last_action"] = torch.from_numpy(last_action)
+        return DictTensor._new(data, self.n_envs, torch.device("cpu"))
+
+    def reset(self, env_info: DictTensor, auto_reset: bool = False) -> DictTensor:
+        """Start a new episode in every instance; see ``Environment.reset``.
+
+        Raises:
+            TypeError: if ``env_info`` is not a DictTensor.
+            ValueError: if ``env_info`` does not have ``n_envs`` rows, or an
+                instance's first observation does not match its space.
+            RuntimeError: after ``close``.
+        """
+        if self._closed:
+            raise RuntimeError(f"GymEnv({self.name!r}): reset() after close()")
+        if not isinstance(env_info, DictTensor):
+            raise TypeError(
+                f"GymEnv({self.name!r}).reset: env_info must be a DictTensor, got {_describe(env_info)}"
+            )
+        if env_info.n_elems() != self.n_envs:
+            raise ValueError(
+                f"GymEnv({self.name!r}).reset: env_info must have {self.n_envs} rows (n_envs), "
+                f"got {env_info.n_elems()}"
+            )
+        before = list(self._envs)
+        for i in range(self.n_envs):
+            self._instance(i, env_info)
+        if any(env is not old for env, old in zip(self._envs, before, strict=True)):
+            # a remade instance (0 included) is compared with all the others, and checked like a new one
+            for i in range(1, self.n_envs):
+                self._check_spaces(i, self._envs[i])  # type: ignore[arg-type]
+            self._checked = False
+        self._observations = [self._reset_instance(i) for i in range(self.n_envs)]
+        if not self._checked:
+            for i, observation in enumerate(self._observations):
+                self._check_observation(i, observation, "at reset")
+        n = self.n_envs
+        self._auto_reset = bool(auto_reset)
+        self._running = np.ones(n, dtype=bool)
+        self._terminated = np.zeros(n, dtype=bool)
+        self._truncated = np.zeros(n, dtype=bool)
+        self._last_action = np.zeros((n, *self._action_shape), dtype=self._action_dtype)
+        self._step_checked = self._checked
+        return self._batch(
+            self._observations,
+            np.zeros(n, dtype=np.float64),
+            self._terminated,
+            self._truncated,
+            np.ones(n, dtype=bool),
+            self._last_action.copy(),
+        )
+
+    def step(self, action: DictTensor) -> tuple[DictTensor, DictTensor]:
+        """Step every running instance; see ``Environment.step`` for what comes back.
+
+        Raises:
+            TypeError: if the action is not a DictTensor or has another dtype
+                than the action space.
+            ValueError: if the key ``action`` is missing or has the wrong shape,
+                or (at the first step) an observation does not match its space
+                or a reward is not a number.
+            RuntimeError: before ``reset`` or after ``close``.
+        """
+        if self._closed:
+            raise RuntimeError(f"GymEnv({self.name!r}): step() after close()")
+        if not hasattr(self, "_running"):
+            raise RuntimeError(f"GymEnv({self.name!r}): step() before reset()")
+        actions = self._actions(action)
+        n = self.n_envs
+        running = np.flatnonzero(self._running)
+        results = [self._envs[i].step(actions[i]) for i in running]  # type: ignore[union-attr]
+        if not self._step_checked:
+            for i, (observation, r, *_) in zip(running, results, strict=True):
+                self._check_observation(int(i), observation, "after the first step")
+                if not isinstance(r, (int, float, np.integer, np.floating)) or isinstance(r, bool):
+                    raise ValueError(
+                        f"GymEnv({self.name!r}), instance {i}: the reward of the first step is "
+                        f"{_describe(r)}, expected a number"
+                    )
+        self._step_checked = self._checked = True
+        reward = np.zeros(n, dtype=np.float64)
+        terminated, truncated = self._terminated.copy(), self._truncated.copy()
+        last_action = self._last_action
+        if results:
+            observations, rewards, terms, truncs, _ = zip(*results, strict=True)
+            for i, observation in zip(running, observations, strict=True):
+                self._observations[i] = observation
+            reward[running], terminated[running], truncated[running] = rewards, terms, truncs
+            last_action[running] = actions[running]
+        done = terminated | truncated
+        reached = self._batch(
+            self._observations, reward, terminated, truncated, np.zeros(n, dtype=bool), last_action.copy()
+        )
+        if not done.any():
+            return reached, reached
+        if not self._auto_reset:
+            self._running &= ~done
+            self._terminated, self._truncated = terminated, truncated
+            return reached, reached
+        for i in np.flatnonzero(done):
+            self._observations[i] = self._reset_instance(int(i))
+        last_action[done] = 0
+        following = self._batch(
+            self._observations,
+            np.where(done, 0.0, reward),
+            terminated & ~done,
+            truncated & ~done,
+            done,
+            last_action.copy(),
+        )
+        return reached, following
+
+    def close(self) -> None:
+        """Close every instance. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        for env in self._envs:
+            if env is not None:
+                env.close()
+        self._envs = [None] * self.n_envs

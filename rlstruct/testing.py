@@ -1,0 +1,165 @@
+"""Small agents and environments whose trajectories can be checked by hand.
+
+They serve rlstruct's own tests and tutorials, and are handy for testing a
+learner or a new batcher: everything they output follows from the seeds,
+z and w by simple arithmetic.
+
+Examples:
+    >>> import torch
+    >>> from rlstruct import DictTensor
+    >>> env = CounterEnv(n_envs=2, seed=10)
+    >>> first = env.reset(DictTensor({"length": torch.tensor([1, 3])}))
+    >>> first["t"], first["seed"]
+    (tensor([0, 0]), tensor([10, 11]))
+    >>> reached, observation = env.step(DictTensor({"action": torch.zeros(2, dtype=torch.int64)}))
+    >>> reached["t"], reached["terminated"]
+    (tensor([1, 1]), tensor([ True, False]))
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlstruct.agent import Agent
+from rlstruct.dicttensor import DictTensor
+from rlstruct.env import Environment
+from rlstruct.temporal import TemporalDictTensor
+
+__all__ = ["CounterEnv", "CountingAgent", "RandomAgent"]
+
+
+class CounterEnv(Environment):
+    """Instances whose observation ``t`` counts the steps of the current episode.
+
+    Each step gives ``reward`` = the action (as float32) + 1. An episode lasts
+    ``length`` steps, taken from env_info key ``length`` (int64) if present,
+    else from the constructor; it ends ``terminated`` or, with
+    ``truncate=True``, ``truncated``. Observation keys: ``t`` (int64),
+    ``seed`` (int64: ``seed + i`` for instance i, so seeding is visible),
+    ``episode`` (int64: episodes started by this instance since creation),
+    ``length`` (int64), and the keys every Environment has.
+
+    Args:
+        n_envs: the number of instances.
+        seed: the seed of instance 0.
+        length: the default episode length.
+        truncate: end episodes as truncated (a time limit) instead of terminated.
+    """
+
+    def __init__(self, n_envs: int = 1, seed: int = 0, length: int = 5, truncate: bool = False) -> None:
+        self.n_envs = n_envs
+        self.seeds = seed + torch.arange(n_envs)
+        self.default_length = length
+        self.truncate = truncate
+        self.episode = torch.full((n_envs,), -1, dtype=torch.int64)
+
+    def _observation(self, reward: torch.Tensor, ended: torch.Tensor, initial: torch.Tensor) -> DictTensor:
+        ended_terminal = ended & (not self.truncate)
+        return DictTensor(
+            {
+                "t": self.t.clone(),
+                "seed": self.seeds.clone(),
+                "episode": self.episode.clone(),
+                "length": self.length.clone(),
+                "reward": reward,
+                "terminated": ended_terminal,
+                "truncated": ended & self.truncate,
+                "done": ended.clone(),
+                "initial_state": initial,
+            }
+        )
+
+    def reset(self, env_info: DictTensor, auto_reset: bool = False) -> DictTensor:
+        n = self.n_envs
+        if "length" in env_info:
+            self.length = env_info["length"].clone()
+        else:
+            self.length = torch.full((n,), self.default_length, dtype=torch.int64)
+        self.auto_reset = auto_reset
+        self.t = torch.zeros(n, dtype=torch.int64)
+        self.episode += 1
+        self.stopped = torch.zeros(n, dtype=torch.bool)
+        no = torch.zeros(n, dtype=torch.bool)
+        return self._observation(torch.zeros(n), no, torch.ones(n, dtype=torch.bool))
+
+    def step(self, action: DictTensor) -> tuple[DictTensor, DictTensor]:
+        running = ~self.stopped
+        reward = torch.where(running, action["action"].float() + 1, torch.zeros(()))
+        self.t = torch.where(running, self.t + 1, self.t)
+        ended = self.t >= self.length
+        reached = self._observation(reward, ended, torch.zeros(self.n_envs, dtype=torch.bool))
+        if not self.auto_reset:
+            self.stopped = ended
+            return reached, reached
+        if not bool(ended.any()):
+            return reached, reached
+        self.t = torch.where(ended, 0, self.t)
+        self.episode = torch.where(ended, self.episode + 1, self.episode)
+        no = torch.zeros(self.n_envs, dtype=torch.bool)
+        return reached, self._observation(torch.where(ended, 0.0, reward), no, ended)
+
+
+class RandomAgent(Agent):
+    """Uniformly random discrete actions from ``self.generator``; ``epsilon`` in z is ignored.
+
+    Output keys: ``action`` (int64).
+
+    Args:
+        n_actions: the number of actions.
+    """
+
+    def __init__(self, n_actions: int = 2) -> None:
+        super().__init__()
+        self.n_actions = n_actions
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        n = observation.n_elems()
+        return DictTensor({"action": torch.randint(0, self.n_actions, (n,), generator=self.generator)}), state
+
+
+class CountingAgent(Agent):
+    """A stateful agent that counts the steps it has taken in the current episode.
+
+    State key ``count`` (int64) starts at ``agent_info["start"]`` (or 0) and
+    grows by 1 per step. Output keys: ``action`` (the constant ``action`` of
+    the constructor, int64), ``count`` (the state it acted from) and, when
+    it wants history, ``history_length`` (how many previous steps it saw).
+
+    Args:
+        action: the action it always takes.
+        history: what ``require_history()`` returns.
+    """
+
+    def __init__(self, action: int = 0, history: bool | int = False) -> None:
+        super().__init__()
+        self.action = action
+        self.history = history
+
+    def initial_state(self, agent_info: DictTensor, n: int) -> DictTensor:
+        start = agent_info["start"].clone() if "start" in agent_info else torch.zeros(n, dtype=torch.int64)
+        return DictTensor({"count": start})
+
+    def require_history(self) -> bool | int:
+        return self.history
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        n = observation.n_elems()
+        output = {
+            "action": torch.full((n,), self.action, dtype=torch.int64),
+            "count": state["count"].clone(),
+        }
+        if history is not None:
+            output["history_length"] = torch.full((n,), history.n_timesteps(), dtype=torch.int64)
+        return DictTensor(output), DictTensor({"count": state["count"] + 1})

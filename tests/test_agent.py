@@ -1,0 +1,345 @@
+"""Behaviour tests for rlstruct.agent: the Agent defaults, state resets, history lengths and replay_agent.
+
+replay_agent must give back what the agent output during collection, step by
+step (stateful and history agents) and flattened (stateless agents), with
+gradients; the batches come from LocalBatcher over CounterEnv, whose
+observation ``t`` is the step count of the episode.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import torch
+
+from rlstruct import Agent, DictTensor, LocalBatcher, TemporalDictTensor, Trajectories, replay_agent
+from rlstruct.agent import history_length, history_window, reset_finished_states
+from rlstruct.testing import CounterEnv, CountingAgent, RandomAgent
+
+
+def message(text: str) -> str:
+    """A `match` pattern for an exact substring of an error message."""
+    return re.escape(text)
+
+
+def ints(*values: int) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int64)
+
+
+class LinearAgent(Agent):
+    """Stateless: logits = Linear(1, 2)(t), action = argmax. Weights are exact binary fractions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(1, 2)
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.tensor([[0.5], [-0.25]]))
+            self.linear.bias.copy_(torch.tensor([-1.0, 0.0]))
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        logits = self.linear(observation["t"].float().unsqueeze(1))
+        return DictTensor({"action": logits.argmax(1), "logits": logits}), state
+
+
+class RunningSumAgent(Agent):
+    """Stateful with a parameter: value = total + scale * t, and the new total is that value.
+
+    Over an episode, value at step k is scale * (t_0 + ... + t_k), so d value / d scale is a
+    running sum of the observed t.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(0.5))
+
+    def initial_state(self, agent_info: DictTensor, n: int) -> DictTensor:
+        return DictTensor({"total": torch.zeros(n)})
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        value = state["total"] + self.scale * observation["t"].float()
+        action = torch.zeros(observation.n_elems(), dtype=torch.int64)
+        return DictTensor({"action": action, "value": value}), DictTensor({"total": value})
+
+
+class HistorySumAgent(Agent):
+    """Wants the last 2 steps and outputs the sum of their ``t`` (0 for an empty history)."""
+
+    def require_history(self) -> bool | int:
+        return 2
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        assert history is not None
+        n = observation.n_elems()
+        seen = history["t"].sum(1) if history.n_timesteps() else torch.zeros(n, dtype=torch.int64)
+        return DictTensor({"action": torch.zeros(n, dtype=torch.int64), "seen": seen}), state
+
+
+class InPlaceAgent(Agent):
+    """Counts its steps in its state, updated in place (``add_``) rather than returned anew."""
+
+    def initial_state(self, agent_info: DictTensor, n: int) -> DictTensor:
+        return DictTensor({"count": torch.zeros(n, dtype=torch.int64)})
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        output = DictTensor({"action": torch.zeros(observation.n_elems(), dtype=torch.int64)})
+        output.set("seen", state["count"].clone())
+        state["count"].add_(1)
+        return output, state
+
+
+def collect(
+    agent: Any, agent_args: dict[str, Any] | None = None, n_batches: int = 2, **kwargs: Any
+) -> list[Trajectories]:
+    """``n_batches`` successive batches from a LocalBatcher over CounterEnv."""
+    z = kwargs.pop("agent_info", None)
+    w = kwargs.pop("env_info", None)
+    env_args = {"length": kwargs.pop("length", 3)}
+    kwargs.setdefault("n_envs", 2)
+    kwargs.setdefault("n_timesteps", 4)
+    batches = []
+    with LocalBatcher(agent, agent_args or {}, CounterEnv, env_args, **kwargs) as batcher:
+        batcher.reset(z, w)
+        for _ in range(n_batches):
+            batcher.execute()
+            batch = batcher.get()
+            assert batch is not None
+            batches.append(batch)
+    return batches
+
+
+# ---------------------------------------------------------------------------- Agent defaults
+
+
+def test_agent_defaults_are_stateless_without_history() -> None:
+    agent = RandomAgent(3)
+    state = agent.initial_state(DictTensor(batch_size=4), 4)
+    assert state.empty() and state.n_elems() == 4
+    assert agent.require_history() is False
+    assert history_length(agent) is None
+    agent.close()
+    agent.close()
+
+
+def test_seed_makes_the_agent_generator_reproducible_and_independent_of_the_global_one() -> None:
+    obs = DictTensor({"t": torch.zeros(8, dtype=torch.int64)})
+    z = DictTensor(batch_size=8)
+
+    def actions(seed: int) -> torch.Tensor:
+        agent = RandomAgent(5)
+        agent.seed(seed)
+        torch.manual_seed(seed + 1000)  # the global generator must not matter
+        output: DictTensor = agent(agent.initial_state(z, 8), obs, z)[0]
+        return output["action"]
+
+    assert actions(1).equal(actions(1))
+    assert not actions(1).equal(actions(2))
+
+
+def test_agent_without_forward_cannot_be_made() -> None:
+    class NoForward(Agent):
+        pass
+
+    with pytest.raises(TypeError, match="abstract"):
+        NoForward()  # type: ignore[abstract]
+
+
+# ---------------------------------------------------------------------------- state resets and history
+
+
+def test_reset_finished_states_replaces_only_the_rows_that_start_an_episode() -> None:
+    agent = CountingAgent()
+    z = DictTensor({"start": ints(100, 200, 300)})
+    state = DictTensor({"count": ints(5, 6, 7)})
+    obs = DictTensor({"initial_state": torch.tensor([False, True, False])})
+    assert reset_finished_states(agent, state, obs, z)["count"].tolist() == [5, 200, 7]
+    assert state["count"].tolist() == [5, 6, 7]  # not in place
+    none = DictTensor({"initial_state": torch.zeros(3, dtype=torch.bool)})
+    assert reset_finished_states(agent, state, none, z) is state
+    stateless = DictTensor(batch_size=3)
+    assert reset_finished_states(RandomAgent(), stateless, obs, z) is stateless
+
+
+@pytest.mark.parametrize(("wanted", "expected"), [(False, None), (True, -1), (1, 1), (7, 7)])
+def test_history_length_maps_require_history(wanted: bool | int, expected: int | None) -> None:
+    assert history_length(CountingAgent(history=wanted)) == expected
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.0, "2", None])
+def test_history_length_rejects_other_values(bad: Any) -> None:
+    with pytest.raises(
+        ValueError,
+        match=message(f"CountingAgent.require_history() must return a bool or a positive int, got {bad!r}"),
+    ):
+        history_length(CountingAgent(history=bad))
+
+
+def test_history_window_gives_the_steps_before_t() -> None:
+    steps = TemporalDictTensor({"t": torch.arange(5).repeat(2, 1)})
+    assert history_window(steps, 3, None) is None
+    window = history_window(steps, 3, 2)
+    assert window is not None and window["t"][0].tolist() == [1, 2]
+    everything = history_window(steps, 3, -1)
+    assert everything is not None and everything["t"][0].tolist() == [0, 1, 2]
+    empty = history_window(steps, 0, 2)
+    assert empty is not None and empty.n_timesteps() == 0
+
+
+# ---------------------------------------------------------------------------- replay_agent: step by step
+
+
+def test_replay_of_a_stateful_agent_matches_collection_across_calls_and_episodes() -> None:
+    z = DictTensor({"start": ints(10, 20, 30, 40)})
+    batches = collect(CountingAgent, agent_info=z, n_envs=2, n_processes=2, n_timesteps=4, length=3)
+    # the second batch starts mid-episode: replay must start from agent_state/, not initial_state
+    assert batches[1].info["agent_state/count"].tolist() == [11, 21, 31, 41]
+    for batch in batches:
+        replayed = replay_agent(CountingAgent(), batch)
+        assert replayed.lengths.equal(batch.lengths)
+        assert replayed["count"].equal(batch.trajectories["count"])
+        assert replayed["action"].equal(batch.trajectories["action"])
+    assert batches[1].trajectories["count"][0].tolist() == [11, 12, 10, 11]
+
+
+@pytest.mark.parametrize("history", [1, 2, True])
+def test_replay_gives_history_agents_the_same_history_as_collection(history: bool | int) -> None:
+    batches = collect(CountingAgent, {"history": history}, n_timesteps=5)
+    for batch in batches:
+        replayed = replay_agent(CountingAgent(history=history), batch)
+        assert replayed["history_length"].equal(batch.trajectories["history_length"])
+        assert replayed["count"].equal(batch.trajectories["count"])
+
+
+def test_replay_gives_history_agents_the_stored_observations() -> None:
+    batches = collect(HistorySumAgent, n_envs=1, n_timesteps=5, length=10)
+    assert batches[1].trajectories["seen"][0].tolist() == [0, 5, 11, 13, 15]  # t = 5..9, last 2 summed
+    for batch in batches:
+        assert replay_agent(HistorySumAgent(), batch)["seen"].equal(batch.trajectories["seen"])
+
+
+def test_replay_of_episodes_matches_collection_on_the_real_steps() -> None:
+    z = DictTensor({"start": ints(100, 200)})
+    w = DictTensor({"length": ints(2, 9)})
+    (batch,) = collect(CountingAgent, n_batches=1, agent_info=z, env_info=w, mode="episodes", n_timesteps=4)
+    assert batch.lengths.tolist() == [2, 4]
+    replayed = replay_agent(CountingAgent(), batch)
+    mask = batch.trajectories.mask()
+    assert replayed["count"][mask].equal(batch.trajectories["count"][mask])
+    assert replayed["count"][0, :2].tolist() == [100, 101]
+
+
+def test_replay_of_a_stateful_agent_has_gradients() -> None:
+    (batch,) = collect(RunningSumAgent, n_batches=1, n_timesteps=4, length=3)
+    assert batch.trajectories["t"][0].tolist() == [0, 1, 2, 0]
+    assert batch.trajectories["value"][0].tolist() == [0.0, 0.5, 1.5, 0.0]
+    learner = RunningSumAgent()
+    replayed = replay_agent(learner, batch)
+    assert replayed["value"].requires_grad
+    assert replayed["value"].detach().equal(batch.trajectories["value"])
+    replayed["value"].masked_select(batch.trajectories.mask()).sum().backward()
+    assert learner.scale.grad is not None
+    # d value / d scale = running sums of t in each episode: 0, 1, 3, 0 per row, two rows
+    assert learner.scale.grad.item() == 8.0
+
+
+# ---------------------------------------------------------------------------- replay_agent: flattened
+
+
+def test_replay_of_a_stateless_agent_matches_collection_flattened_and_step_by_step() -> None:
+    batches = collect(LinearAgent, n_envs=3, n_timesteps=4, length=3)
+    for batch in batches:
+        flat = replay_agent(LinearAgent(), batch)
+        stepwise = replay_agent(LinearAgent(), batch, stateless=False)
+        for replayed in (flat, stepwise):
+            assert replayed.lengths.equal(batch.lengths)
+            assert replayed["action"].equal(batch.trajectories["action"])
+            assert replayed["logits"].detach().equal(batch.trajectories["logits"])
+    # t = 0 1 2 0 | 1 2 0 1: logit 0 (0.5 t - 1) beats logit 1 (-0.25 t) only at t = 2
+    assert batches[0].trajectories["action"][0].tolist() == [1, 1, 0, 1]
+
+
+def test_replay_of_a_stateless_agent_has_gradients() -> None:
+    (batch,) = collect(LinearAgent, n_batches=1, n_envs=2, n_timesteps=4, length=3)
+    learner = LinearAgent()
+    replayed = replay_agent(learner, batch, stateless=True)
+    assert replayed["logits"].requires_grad
+    replayed["logits"][..., 0].masked_select(batch.trajectories.mask()).sum().backward()
+    assert learner.linear.weight.grad is not None and learner.linear.bias.grad is not None
+    # d sum(logit 0) / d w0 = sum of t over the 8 steps (0 1 2 0 in both rows), / d b0 = 8 steps
+    assert learner.linear.weight.grad[:, 0].tolist() == [6.0, 0.0]
+    assert learner.linear.bias.grad.tolist() == [8.0, 0.0]
+
+
+def test_replay_leaves_the_batch_unchanged() -> None:
+    (batch,) = collect(CountingAgent, n_batches=1)
+    kept = batch.clone()
+    replay_agent(CountingAgent(), batch)
+    assert batch.equal(kept)
+
+
+def test_replay_of_an_agent_updating_its_state_in_place_matches_collection_and_keeps_the_batch() -> None:
+    batches = collect(InPlaceAgent, n_envs=1, n_timesteps=3, length=100)
+    assert batches[1].info["agent_state/count"].tolist() == [3]
+    assert batches[1].trajectories["seen"][0].tolist() == [3, 4, 5]
+    kept = batches[1].clone()
+    for _ in range(2):  # several epochs over one batch
+        assert replay_agent(InPlaceAgent(), batches[1])["seen"].equal(kept.trajectories["seen"])
+    assert batches[1].equal(kept)
+
+
+# ---------------------------------------------------------------------------- replay_agent: errors
+
+
+def test_stateless_replay_of_a_stateful_or_history_agent_raises() -> None:
+    (batch,) = collect(CountingAgent, n_batches=1)
+    with pytest.raises(
+        ValueError,
+        match=message(
+            "replay_agent: stateless=True needs an agent without state and history, got state keys ['count'] "
+            "and require_history() = False"
+        ),
+    ):
+        replay_agent(CountingAgent(), batch, stateless=True)
+    (batch,) = collect(HistorySumAgent, n_batches=1)
+    with pytest.raises(ValueError, match=message("got state keys [] and require_history() = 2")):
+        replay_agent(HistorySumAgent(), batch, stateless=True)
+
+
+def test_replay_of_trajectories_without_steps_raises() -> None:
+    info = DictTensor({"agent_state/count": ints(0, 0)})
+    steps = TemporalDictTensor({"t": torch.zeros(2, 0, dtype=torch.int64)})
+    with pytest.raises(ValueError, match=message("replay_agent: the trajectories have no time steps")):
+        replay_agent(CountingAgent(), Trajectories(info, steps))
+
+
+def test_replay_with_a_bad_require_history_raises() -> None:
+    (batch,) = collect(CountingAgent, n_batches=1)
+    with pytest.raises(
+        ValueError, match=message("CountingAgent.require_history() must return a bool or a positive int")
+    ):
+        replay_agent(CountingAgent(history=0), batch)

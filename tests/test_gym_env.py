@@ -1,0 +1,621 @@
+"""Behaviour tests for rlstruct.GymEnv: modes, seeding, dtypes, env_info as make kwargs, and every input error.
+
+Most tests use ``StepEnv``, a gymnasium environment defined here whose
+observations are known functions of the step count, so that every expected
+value can be written down by hand.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rlstruct import Agent, DictTensor, GymEnv, LocalBatcher, TemporalDictTensor
+
+spaces = gym.spaces
+
+
+def message(text: str) -> str:
+    """A `match` pattern for an exact substring of an error message."""
+    return re.escape(text)
+
+
+def no_info(n: int) -> DictTensor:
+    return DictTensor(batch_size=n)
+
+
+def act(*values: int) -> DictTensor:
+    return DictTensor({"action": torch.tensor(values, dtype=torch.int64)})
+
+
+class StepEnv(gym.Env[Any, Any]):
+    """Observation = the step count in a Box of ``dtype`` (shape [2]: t and -t); reward = 10 * action.
+
+    The episode ends after ``length`` steps (terminated, or truncated with
+    ``truncate``). ``fault`` makes the environment misbehave, from step
+    ``fault_at`` on (-1: already at reset): "dtype" returns float64 for a float32
+    space, "range" leaves the space, "reward" returns a non-number reward.
+    """
+
+    def __init__(
+        self,
+        length: int = 3,
+        dtype: Any = np.float32,
+        truncate: bool = False,
+        fault: str | None = None,
+        fault_at: int = -1,
+    ) -> None:
+        self.observation_space = spaces.Box(-100, 100, (2,), dtype=dtype)
+        self.action_space = spaces.Discrete(3)
+        self.length, self.dtype, self.truncate = length, dtype, truncate
+        self.fault, self.fault_at = fault, fault_at
+
+    def _obs(self) -> Any:
+        faulty = self.fault is not None and self.t > self.fault_at
+        dtype = np.float64 if faulty and self.fault == "dtype" else self.dtype
+        obs = np.array([self.t, -self.t], dtype=dtype)
+        if faulty and self.fault == "range":
+            obs[0] = 1000
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        reward: Any = 10.0 * int(action)
+        if self.fault == "reward":
+            reward = "ten"
+        end = self.t >= self.length
+        return self._obs(), reward, end and not self.truncate, end and self.truncate, {}
+
+
+class AllSpacesEnv(gym.Env[Any, Any]):
+    """A Dict observation holding every supported space, each a known function of the step count."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Dict(
+            {
+                "position": spaces.Box(-10.0, 10.0, (2,), dtype=np.float64),
+                "cells": spaces.MultiDiscrete([3, 4]),
+                "flags": spaces.MultiBinary(3),
+                "inner": spaces.Dict({"room": spaces.Discrete(5)}),
+            }
+        )
+        self.action_space = spaces.MultiDiscrete([2, 2])
+
+    def _obs(self) -> Any:
+        t = self.t
+        return {
+            "position": np.array([t / 4, -t / 4], dtype=np.float64),
+            "cells": np.array([t % 3, t % 4], dtype=np.int64),
+            "flags": np.array([t % 2, 0, 1], dtype=np.int8),
+            "inner": {"room": t},
+        }
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        return self._obs(), float(action.sum()), self.t >= 4, False, {}
+
+
+class Recorder:
+    """A factory that records the kwargs of every environment it makes."""
+
+    __name__ = "Recorder"
+
+    def __init__(self) -> None:
+        self.made: list[dict[str, Any]] = []
+
+    def __call__(self, **kwargs: Any) -> gym.Env[Any, Any]:
+        self.made.append(kwargs)
+        return StepEnv(length=int(kwargs.get("length", 3)))
+
+
+# ---------------------------------------------------------------------------- modes
+
+
+def test_reset_returns_first_observations_with_the_required_keys() -> None:
+    env = GymEnv(StepEnv, n_envs=2)
+    first = env.reset(no_info(2))
+    assert first["observation"].equal(torch.zeros(2, 2))
+    assert first["reward"].equal(torch.zeros(2))
+    assert first["initial_state"].all() and not first["done"].any()
+    assert not first["terminated"].any() and not first["truncated"].any()
+    assert first["last_action"].equal(torch.zeros(2, dtype=torch.int64))
+    env.close()
+
+
+def test_episodic_mode_repeats_the_final_observation_with_reward_0_and_done() -> None:
+    env = GymEnv(StepEnv, n_envs=2)
+    env.reset(DictTensor({"length": torch.tensor([1, 3])}))
+    reached, observation = env.step(act(1, 2))
+    assert observation is reached
+    assert reached["observation"][:, 0].tolist() == [1.0, 1.0]
+    assert reached["reward"].tolist() == [10.0, 20.0]
+    assert reached["done"].tolist() == [True, False] and reached["terminated"].tolist() == [True, False]
+    for _ in range(3):  # instance 0 has stopped: its action is ignored
+        reached, _ = env.step(act(2, 1))
+    assert reached["observation"][:, 0].tolist() == [1.0, 3.0]
+    assert reached["reward"].tolist() == [0.0, 0.0]  # instance 1 finished at the previous step
+    assert reached["done"].tolist() == [True, True] and reached["terminated"].tolist() == [True, True]
+    assert reached["last_action"].tolist() == [1, 1]
+    assert not reached["initial_state"].any()
+    env.close()
+
+
+def test_episodic_mode_keeps_truncated_on_the_repeated_steps() -> None:
+    env = GymEnv(StepEnv, n_envs=1, length=1, truncate=True)
+    env.reset(no_info(1))
+    for _ in range(2):
+        reached, _ = env.step(act(1))
+        assert reached["truncated"].tolist() == [True] and reached["terminated"].tolist() == [False]
+    env.close()
+
+
+def test_auto_reset_mode_returns_the_final_and_the_fresh_observation() -> None:
+    env = GymEnv(StepEnv, n_envs=2)
+    env.reset(DictTensor({"length": torch.tensor([2, 5])}), auto_reset=True)
+    reached, observation = env.step(act(1, 1))
+    assert observation is reached  # nobody ended
+    reached, observation = env.step(act(2, 1))
+    assert reached["observation"][:, 0].tolist() == [2.0, 2.0]
+    assert reached["done"].tolist() == [True, False] and reached["reward"].tolist() == [20.0, 10.0]
+    assert reached["last_action"].tolist() == [2, 1]
+    assert observation["observation"][:, 0].tolist() == [0.0, 2.0]
+    assert observation["initial_state"].tolist() == [True, False]
+    assert observation["reward"].tolist() == [0.0, 10.0]
+    assert not observation["done"].any() and not observation["terminated"].any()
+    assert observation["last_action"].tolist() == [0, 1]
+    reached, _ = env.step(act(1, 1))
+    assert reached["observation"][:, 0].tolist() == [1.0, 3.0]  # instance 0 runs its new episode
+    env.close()
+
+
+def test_cartpole_episodic_mode_stops_finished_instances() -> None:
+    env = GymEnv("CartPole-v1", n_envs=2, seed=0)
+    env.reset(no_info(2))
+    push_left = act(0, 0)
+    done_at: list[int | None] = [None, None]
+    final: dict[int, torch.Tensor] = {}
+    for step in range(30):
+        reached, _ = env.step(push_left)
+        for i in range(2):
+            if done_at[i] is None and reached["done"][i]:
+                done_at[i], final[i] = step, reached["observation"][i].clone()
+            elif done_at[i] is not None:
+                assert reached["observation"][i].equal(final[i])
+                assert reached["reward"][i] == 0.0 and reached["terminated"][i]
+    assert done_at[0] is not None and done_at[1] is not None  # constant pushes topple the pole
+    env.close()
+
+
+# ---------------------------------------------------------------------------- seeding
+
+
+def test_cartpole_instances_get_seed_plus_index() -> None:
+    env, again, shifted = (
+        GymEnv("CartPole-v1", n_envs=3, seed=7),
+        GymEnv("CartPole-v1", n_envs=3, seed=7),
+        GymEnv("CartPole-v1", n_envs=1, seed=9),
+    )
+    first = env.reset(no_info(3))["observation"]
+    assert len({tuple(row.tolist()) for row in first}) == 3
+    assert again.reset(no_info(3))["observation"].equal(first)
+    assert shifted.reset(no_info(1))["observation"].equal(first[2:])
+    # later resets continue each instance's stream instead of reseeding it
+    second = env.reset(no_info(3))["observation"]
+    assert not second.equal(first)
+    assert again.reset(no_info(3))["observation"].equal(second)
+    for e in (env, again, shifted):
+        e.close()
+
+
+# ---------------------------------------------------------------------------- dtypes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_box_observations_keep_the_space_dtype(dtype: torch.dtype) -> None:
+    env = GymEnv(StepEnv, n_envs=2, dtype=np.float32 if dtype == torch.float32 else np.float64)
+    first = env.reset(no_info(2))
+    reached, _ = env.step(act(0, 1))
+    for obs in (first, reached):
+        assert obs["observation"].dtype == dtype and obs["observation"].shape == (2, 2)
+    assert reached["observation"].equal(torch.tensor([[1.0, -1.0], [1.0, -1.0]], dtype=dtype))
+    env.close()
+
+
+def test_discrete_observations_are_int64() -> None:
+    env = GymEnv("FrozenLake-v1", n_envs=2)
+    first = env.reset(no_info(2))
+    assert first["observation"].dtype == torch.int64 and first["observation"].equal(
+        torch.zeros(2, dtype=torch.int64)
+    )
+    reached, _ = env.step(act(1, 2))
+    assert reached["observation"].dtype == torch.int64 and reached["observation"].shape == (2,)
+    env.close()
+
+
+def test_dict_multidiscrete_and_multibinary_spaces_keep_their_dtypes() -> None:
+    env = GymEnv(AllSpacesEnv, n_envs=2)
+    env.reset(no_info(2))
+    reached, _ = env.step(DictTensor({"action": torch.tensor([[1, 0], [1, 1]])}))
+    expected = {
+        "position": torch.tensor([[0.25, -0.25], [0.25, -0.25]], dtype=torch.float64),
+        "cells": torch.tensor([[1, 1], [1, 1]], dtype=torch.int64),
+        "flags": torch.tensor([[1, 0, 1], [1, 0, 1]], dtype=torch.int8),
+        "inner/room": torch.tensor([1, 1], dtype=torch.int64),
+    }
+    for key, value in expected.items():
+        assert reached[key].dtype == value.dtype, key
+        assert reached[key].equal(value), key
+    assert reached["reward"].tolist() == [1.0, 2.0]
+    assert reached["last_action"].equal(torch.tensor([[1, 0], [1, 1]]))
+    env.close()
+
+
+def test_reward_dtype_is_configurable() -> None:
+    env = GymEnv(StepEnv, n_envs=1, reward_dtype=torch.float64)
+    env.reset(no_info(1))
+    reached, _ = env.step(act(1))
+    assert reached["reward"].dtype == torch.float64 and reached["reward"].tolist() == [10.0]
+    env.close()
+
+
+# ---------------------------------------------------------------------------- env_info as make kwargs
+
+
+def test_factory_receives_env_info_rows_merged_over_make_kwargs() -> None:
+    recorder = Recorder()
+    env = GymEnv(recorder, n_envs=2, length=4, colour="red")
+    goal = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    env.reset(DictTensor({"length": torch.tensor([2, 5]), "goal": goal}))
+    assert [m["length"] for m in recorder.made] == [2, 5]  # env_info wins over make_kwargs
+    assert [type(m["length"]) for m in recorder.made] == [int, int]  # 0-d values become numbers
+    assert [m["colour"] for m in recorder.made] == ["red", "red"]
+    assert recorder.made[1]["goal"].equal(goal[1])  # other rows stay tensors
+    env.close()
+
+
+def test_instances_are_made_again_only_when_their_row_changes() -> None:
+    recorder = Recorder()
+    env = GymEnv(recorder, n_envs=3)
+    env.reset(DictTensor({"length": torch.tensor([2, 3, 4])}))
+    assert len(recorder.made) == 3
+    env.reset(DictTensor({"length": torch.tensor([2, 3, 4])}))
+    assert len(recorder.made) == 3
+    env.reset(DictTensor({"length": torch.tensor([2, 9, 4])}))
+    assert recorder.made[3:] == [{"length": 9}]
+    env.close()
+
+
+def test_instances_are_made_again_when_env_info_is_edited_in_place() -> None:
+    recorder = Recorder()
+    env = GymEnv(recorder, n_envs=2)
+    w = DictTensor({"goal": torch.zeros(2, 3)})
+    env.reset(w)
+    w["goal"][1] = 5.0  # a curriculum that updates w in place
+    env.reset(w)
+    assert len(recorder.made) == 3
+    assert recorder.made[2]["goal"].tolist() == [5.0, 5.0, 5.0]
+    assert recorder.made[1]["goal"].tolist() == [0.0, 0.0, 0.0]  # what the factory got is a copy
+    env.close()
+
+
+def test_pendulum_gets_g_from_env_info_and_is_remade_and_reseeded_when_it_changes() -> None:
+    env = GymEnv("Pendulum-v1", n_envs=2, seed=3)
+    first = env.reset(DictTensor({"g": torch.tensor([10.0, 0.0], dtype=torch.float64)}))
+    reached, _ = env.step(DictTensor({"action": torch.zeros(2, 1)}))
+    # without gravity and torque the angular velocity (observation[2]) does not change
+    assert reached["observation"][1, 2] == first["observation"][1, 2]
+    assert reached["observation"][0, 2] != first["observation"][0, 2]
+    again = env.reset(DictTensor({"g": torch.tensor([10.0, 5.0], dtype=torch.float64)}))
+    # instance 0 was kept (its stream goes on), instance 1 was made again and seeded with seed + 1
+    assert not again["observation"][0].equal(first["observation"][0])
+    assert again["observation"][1].equal(first["observation"][1])
+    env.close()
+
+
+def test_gym_env_in_a_batcher_gets_its_env_info_rows() -> None:
+    class Zero(Agent):
+        def forward(
+            self,
+            state: DictTensor,
+            observation: DictTensor,
+            agent_info: DictTensor,
+            history: TemporalDictTensor | None = None,
+        ) -> tuple[DictTensor, DictTensor]:
+            return DictTensor({"action": torch.zeros(observation.n_elems(), dtype=torch.int64)}), state
+
+    w = DictTensor({"length": torch.tensor([1, 2, 3, 4])})
+    with LocalBatcher(
+        Zero, {}, GymEnv, {"env": StepEnv}, n_envs=2, n_timesteps=5, n_processes=2, mode="episodes"
+    ) as batcher:
+        batcher.reset(env_info=w)
+        batcher.execute()
+        batch = batcher.get()
+    assert batch is not None
+    assert batch.lengths.tolist() == [1, 2, 3, 4]
+    assert batch.trajectories["observation"].dtype == torch.float32
+
+
+# ---------------------------------------------------------------------------- pybullet
+
+
+class RandomBoxAgent(Agent):
+    """Uniform float32 actions in [-1, 1]^size."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        n = observation.n_elems()
+        action = torch.rand(n, self.size, generator=self.generator) * 2 - 1
+        return DictTensor({"action": action}), state
+
+
+def test_pybullet_half_cheetah_runs_in_a_batcher() -> None:
+    pytest.importorskip("pybullet", reason="pybullet is not installed (pip install rlstruct[bullet])")
+    pytest.importorskip("pybullet_envs_gymnasium", reason="pybullet-envs-gymnasium is not installed")
+    with LocalBatcher(
+        RandomBoxAgent,
+        {"size": 6},
+        GymEnv,
+        {"env": "pybullet_envs_gymnasium:HalfCheetahBulletEnv-v0"},
+        n_envs=2,
+        n_timesteps=4,
+    ) as batcher:
+        batcher.reset()
+        batcher.execute()
+        batch = batcher.get()
+    assert batch is not None
+    steps = batch.trajectories
+    assert steps["observation"].dtype == torch.float32 and steps["observation"].shape == (2, 4, 26)
+    assert steps["action"].dtype == torch.float32 and steps["action"].shape == (2, 4, 6)
+    assert steps["action"].abs().le(1).all()
+    assert steps["next/last_action"].equal(steps["action"])
+    assert steps["next/observation"][:, :-1].equal(steps["observation"][:, 1:])
+    assert steps["next/reward"].dtype == torch.float32 and steps["next/reward"].isfinite().all()
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def test_constructor_arguments_are_checked() -> None:
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match=message(f"GymEnv: n_envs must be a positive int, got {bad!r}")):
+            GymEnv("CartPole-v1", n_envs=bad)  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError, match=message("GymEnv: env must be an environment id or a callable, got an int")
+    ):
+        GymEnv(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=message("GymEnv: seed must be an int, got a float")):
+        GymEnv("CartPole-v1", seed=1.0)  # type: ignore[arg-type]
+
+
+def test_factory_must_return_a_gymnasium_env() -> None:
+    def make(**kwargs: Any) -> Any:
+        return "CartPole-v1"
+
+    env = GymEnv(make, n_envs=1)
+    with pytest.raises(
+        TypeError, match=message("GymEnv('make'): the factory must return a gymnasium.Env, got a str")
+    ):
+        env.reset(no_info(1))
+    env.close()
+
+
+def test_unsupported_spaces_and_mismatched_instances_raise() -> None:
+    class TupleEnv(StepEnv):
+        def __init__(self) -> None:
+            super().__init__()
+            self.observation_space = spaces.Tuple([spaces.Discrete(2)])
+
+    env = GymEnv(TupleEnv)
+    with pytest.raises(TypeError, match=message("GymEnv: Tuple spaces are not supported; use Box, Discrete")):
+        env.reset(no_info(1))
+    env.close()
+    env = GymEnv(lambda wide: StepEnv(dtype=np.float64 if wide else np.float32), n_envs=2)
+    with pytest.raises(
+        ValueError,
+        match=message(
+            "GymEnv('<lambda>'): instance 1 has spaces Box(-100.0, 100.0, (2,), float64) / Discrete(3), "
+            "instance 0 has Box(-100.0, 100.0, (2,), float32) / Discrete(3); all instances must match"
+        ),
+    ):
+        env.reset(DictTensor({"wide": torch.tensor([0, 1])}))
+    env.close()
+
+
+def test_remaking_instance_0_with_other_spaces_than_the_rest_raises() -> None:
+    env = GymEnv(lambda wide: StepEnv(dtype=np.float64 if wide else np.float32), n_envs=2)
+    env.reset(DictTensor({"wide": torch.tensor([0, 0])}))
+    env.step(act(0, 0))
+    with pytest.raises(
+        ValueError,
+        match=message(
+            "GymEnv('<lambda>'): instance 1 has spaces Box(-100.0, 100.0, (2,), float32) / Discrete(3), "
+            "instance 0 has Box(-100.0, 100.0, (2,), float64) / Discrete(3); all instances must match"
+        ),
+    ):
+        env.reset(DictTensor({"wide": torch.tensor([1, 0])}))
+    env.close()
+
+
+def test_remade_instances_are_checked_like_new_ones() -> None:
+    env = GymEnv(lambda bad: StepEnv(fault="range" if bad else None), n_envs=2)
+    env.reset(DictTensor({"bad": torch.tensor([0, 0])}))
+    env.step(act(0, 0))  # the first instances passed their checks
+    with pytest.raises(
+        ValueError,
+        match=message(
+            "GymEnv('<lambda>'), instance 1: observation key 'observation' at reset is array([1000.,"
+        ),
+    ):
+        env.reset(DictTensor({"bad": torch.tensor([0, 1])}))
+    env.close()
+
+
+def test_env_info_must_be_a_dicttensor_of_n_envs_rows() -> None:
+    env = GymEnv(StepEnv, n_envs=2)
+    with pytest.raises(
+        ValueError, match=message("GymEnv('StepEnv').reset: env_info must have 2 rows (n_envs), got 3")
+    ):
+        env.reset(DictTensor({"length": torch.tensor([1, 2, 3])}))
+    with pytest.raises(
+        TypeError, match=message("GymEnv('StepEnv').reset: env_info must be a DictTensor, got a dict")
+    ):
+        env.reset({"length": torch.tensor([1, 2])})  # type: ignore[arg-type]
+    env.close()
+
+
+def test_actions_are_checked() -> None:
+    env = GymEnv(StepEnv, n_envs=2)
+    with pytest.raises(RuntimeError, match=message("GymEnv('StepEnv'): step() before reset()")):
+        env.step(act(0, 0))
+    env.reset(no_info(2))
+    with pytest.raises(
+        ValueError,
+        match=message("GymEnv('StepEnv').step: the agent's output must hold the key 'action', got ['move']"),
+    ):
+        env.step(DictTensor({"move": torch.zeros(2, dtype=torch.int64)}))
+    with pytest.raises(
+        ValueError, match=message("GymEnv('StepEnv').step: key 'action' must have shape [2], got [2, 1]")
+    ):
+        env.step(DictTensor({"action": torch.zeros(2, 1, dtype=torch.int64)}))
+    with pytest.raises(
+        TypeError,
+        match=message(
+            "GymEnv('StepEnv').step: key 'action' has dtype torch.int32, but the action space Discrete(3) needs torch.int64"
+        ),
+    ):
+        env.step(DictTensor({"action": torch.zeros(2, dtype=torch.int32)}))
+    with pytest.raises(
+        TypeError, match=message("GymEnv('StepEnv').step: action must be a DictTensor, got a tensor")
+    ):
+        env.step(torch.zeros(2, dtype=torch.int64))  # type: ignore[arg-type]
+    env.close()
+
+
+def test_box_actions_are_checked() -> None:
+    env = GymEnv("Pendulum-v1", n_envs=2)
+    env.reset(no_info(2))
+    with pytest.raises(
+        ValueError, match=message("GymEnv('Pendulum-v1').step: key 'action' must have shape [2, 1], got [2]")
+    ):
+        env.step(DictTensor({"action": torch.zeros(2)}))
+    with pytest.raises(
+        TypeError, match=message("key 'action' has dtype torch.float64, but the action space")
+    ):
+        env.step(DictTensor({"action": torch.zeros(2, 1, dtype=torch.float64)}))
+    env.close()
+
+
+def test_reset_and_step_after_close_raise_and_close_twice_is_fine() -> None:
+    env = GymEnv(StepEnv, n_envs=1)
+    env.reset(no_info(1))
+    env.close()
+    env.close()
+    with pytest.raises(RuntimeError, match=message("GymEnv('StepEnv'): reset() after close()")):
+        env.reset(no_info(1))
+    with pytest.raises(RuntimeError, match=message("GymEnv('StepEnv'): step() after close()")):
+        env.step(act(0))
+
+
+def faulty(n_envs: int, fault: str, fault_at: int, bad_instance: int = 1) -> GymEnv:
+    """A GymEnv whose instance ``bad_instance`` misbehaves (chosen through env_info)."""
+
+    def make(bad: int) -> StepEnv:
+        return StepEnv(length=10, fault=fault if bad else None, fault_at=fault_at)
+
+    env = GymEnv(make, n_envs=n_envs)
+    if fault_at >= 0:
+        env.reset(DictTensor({"bad": (torch.arange(n_envs) == bad_instance).long()}))
+    return env
+
+
+def test_observation_of_the_wrong_dtype_at_reset_names_env_instance_and_key() -> None:
+    env = faulty(3, "dtype", fault_at=-1)
+    with pytest.raises(
+        ValueError,
+        match=message(
+            "GymEnv('make'), instance 1: observation key 'observation' at reset has dtype float64 and shape (2,), "
+            "but the observation space declares float32 and (2,)"
+        ),
+    ):
+        env.reset(DictTensor({"bad": torch.tensor([0, 1, 0])}))
+    env.close()
+
+
+def test_observation_of_the_wrong_dtype_after_the_first_step_is_caught() -> None:
+    env = faulty(2, "dtype", fault_at=0)
+    with pytest.raises(
+        ValueError,
+        match=message(
+            "GymEnv('make'), instance 1: observation key 'observation' after the first step has dtype float64"
+        ),
+    ):
+        env.step(act(0, 0))
+    env.close()
+
+
+def test_observation_of_the_wrong_dtype_at_a_later_step_is_never_cast() -> None:
+    env = faulty(2, "dtype", fault_at=2)
+    env.step(act(0, 0))
+    env.step(act(0, 0))
+    with pytest.raises(
+        ValueError,
+        match=message(
+            "GymEnv('make'), instance 1: observation key 'observation' has dtype float64, "
+            "but the observation space declares float32"
+        ),
+    ):
+        env.step(act(0, 0))
+    env.close()
+
+
+def test_observation_outside_its_space_names_env_instance_and_key() -> None:
+    env = faulty(2, "range", fault_at=0)
+    with pytest.raises(
+        ValueError,
+        match=message(
+            "GymEnv('make'), instance 1: observation key 'observation' after the first step is array([1000.,"
+        ),
+    ):
+        env.step(act(0, 0))
+    env.close()
+    env = GymEnv(lambda: StepEnv(fault="range"), n_envs=1)
+    with pytest.raises(
+        ValueError,
+        match=message("which lies outside the observation space Box(-100.0, 100.0, (2,), float32)"),
+    ):
+        env.reset(no_info(1))
+    env.close()
+
+
+def test_reward_that_is_not_a_number_raises() -> None:
+    env = faulty(2, "reward", fault_at=0, bad_instance=0)
+    with pytest.raises(
+        ValueError,
+        match=message("GymEnv('make'), instance 0: the reward of the first step is a str, expected a number"),
+    ):
+        env.step(act(0, 0))
+    env.close()
