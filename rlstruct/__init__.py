@@ -1,9 +1,10 @@
 """rlstruct: reinforcement-learning data structures, agents, environments and batchers on PyTorch."""
 
 from rlstruct.agent import Agent, replay_agent
-from rlstruct.batchers import LocalBatcher
+from rlstruct.batchers import LocalBatcher, MultiprocessBatcher
 from rlstruct.dicttensor import DictTensor, masked_dicttensor
 from rlstruct.env import Environment
+from rlstruct.errors import WorkerError, WorkerTimeout
 from rlstruct.gym_env import GymEnv
 from rlstruct.specs import Specs, TensorSpec
 from rlstruct.temporal import TemporalDictTensor
@@ -15,10 +16,13 @@ __all__ = [
     "Environment",
     "GymEnv",
     "LocalBatcher",
+    "MultiprocessBatcher",
     "Specs",
     "TemporalDictTensor",
     "TensorSpec",
     "Trajectories",
+    "WorkerError",
+    "WorkerTimeout",
     "masked_dicttensor",
     "replay_agent",
 ]

@@ -129,14 +129,17 @@ class GymEnv(Environment):
             raise TypeError(f"GymEnv: env must be an environment id or a callable, got {_describe(env)}")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"GymEnv: seed must be an int, got {_describe(seed)}")
-        if not isinstance(reward_dtype, torch.dtype) or not reward_dtype.is_floating_point:
-            raise TypeError(f"GymEnv: reward_dtype must be a floating torch.dtype, got {reward_dtype!r}")
+        if reward_dtype not in (torch.float16, torch.float32, torch.float64):
+            raise TypeError(
+                f"GymEnv: reward_dtype must be torch.float16, float32 or float64, got {reward_dtype!r}"
+            )
         self.n_envs = n_envs
         self.name = env if isinstance(env, str) else getattr(env, "__name__", repr(env))
         self._make = env
         self._make_kwargs = make_kwargs
         self._seed = seed
         self._reward_dtype = reward_dtype
+        self._reward_numpy_dtype = torch.empty(0, dtype=reward_dtype).numpy().dtype
         self._envs: list[gym.Env[Any, Any] | None] = [None] * n_envs
         self._kwargs: list[dict[str, Any] | None] = [None] * n_envs
         self._seeded = [False] * n_envs
@@ -257,7 +260,7 @@ class GymEnv(Environment):
                     )
                 array = array.astype(np.int64)
             data[key] = torch.from_numpy(array)
-        data["reward"] = torch.from_numpy(reward).to(self._reward_dtype)
+        data["reward"] = torch.from_numpy(reward.astype(self._reward_numpy_dtype))
         data["terminated"] = torch.from_numpy(terminated)
         data["truncated"] = torch.from_numpy(truncated)
         data["done"] = torch.from_numpy(terminated | truncated)
@@ -330,8 +333,13 @@ class GymEnv(Environment):
             raise RuntimeError(f"GymEnv({self.name!r}): step() before reset()")
         actions = self._actions(action)
         n = self.n_envs
-        running = np.flatnonzero(self._running)
-        results = [self._envs[i].step(actions[i]) for i in running]  # type: ignore[union-attr]
+        envs = self._envs
+        if self._auto_reset:  # every instance runs: no index bookkeeping on this path
+            running = range(n)
+            results = [envs[i].step(actions[i]) for i in running]  # type: ignore[union-attr]
+        else:
+            running = np.flatnonzero(self._running)  # type: ignore[assignment]
+            results = [envs[i].step(actions[i]) for i in running]  # type: ignore[union-attr]
         if not self._step_checked:
             for i, (observation, r, *_) in zip(running, results, strict=True):
                 self._check_observation(int(i), observation, "after the first step")
@@ -341,15 +349,22 @@ class GymEnv(Environment):
                         f"{_describe(r)}, expected a number"
                     )
         self._step_checked = self._checked = True
-        reward = np.zeros(n, dtype=np.float64)
-        terminated, truncated = self._terminated.copy(), self._truncated.copy()
         last_action = self._last_action
-        if results:
+        if self._auto_reset:
             observations, rewards, terms, truncs, _ = zip(*results, strict=True)
-            for i, observation in zip(running, observations, strict=True):
-                self._observations[i] = observation
-            reward[running], terminated[running], truncated[running] = rewards, terms, truncs
-            last_action[running] = actions[running]
+            self._observations = list(observations)
+            reward = np.array(rewards, dtype=np.float64)
+            terminated, truncated = np.array(terms, dtype=bool), np.array(truncs, dtype=bool)
+            last_action[:] = actions
+        else:
+            reward = np.zeros(n, dtype=np.float64)
+            terminated, truncated = self._terminated.copy(), self._truncated.copy()
+            if results:
+                observations, rewards, terms, truncs, _ = zip(*results, strict=True)
+                for i, observation in zip(running, observations, strict=True):
+                    self._observations[i] = observation
+                reward[running], terminated[running], truncated[running] = rewards, terms, truncs
+                last_action[running] = actions[running]
         done = terminated | truncated
         reached = self._batch(
             self._observations, reward, terminated, truncated, np.zeros(n, dtype=bool), last_action.copy()
@@ -360,8 +375,8 @@ class GymEnv(Environment):
             self._running &= ~done
             self._terminated, self._truncated = terminated, truncated
             return reached, reached
-        for i in np.flatnonzero(done):
-            self._observations[i] = self._reset_instance(int(i))
+        for j in np.flatnonzero(done).tolist():
+            self._observations[j] = self._reset_instance(j)
         last_action[done] = 0
         following = self._batch(
             self._observations,

@@ -1,0 +1,131 @@
+"""Agents and environments for the MultiprocessBatcher tests, importable by its worker processes.
+
+Workers are started with "spawn" (or "forkserver"), so they re-import every
+class they are given by module name. A class defined in a test module would
+be looked up in a module the worker cannot import; these live here instead.
+pytest puts ``tests/`` on ``sys.path`` (no ``__init__.py``, "prepend" import
+mode), and multiprocessing hands the parent's ``sys.path`` to every spawned
+child, so ``mp_helpers`` is importable in the workers too.
+
+None of them changes what ``CounterEnv`` and ``CountingAgent`` output: a
+``LocalBatcher`` on the plain classes gives the reference trajectories.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlstruct import Agent, DictTensor, TemporalDictTensor
+from rlstruct.testing import CounterEnv, CountingAgent
+
+
+class ControlledEnv(CounterEnv):
+    """A CounterEnv that the test can hold up or break from the outside, through events.
+
+    Worker w of a batcher with base seed 0 makes its group with seed
+    ``w * n_envs``: ``gate_seed`` and ``fail_seed`` pick a worker.
+
+    Args:
+        n_envs, seed, length: as for CounterEnv.
+        gate: a multiprocessing Event; from the second step taken by this
+            instance group on, every step waits until it is set (forever if it
+            never is). The first step is free, so that the batcher's probe step
+            in the main process never waits.
+        gate_seed: if given, only the group with this seed waits for ``gate``.
+        fail: a multiprocessing Event; once it is set, every step raises a
+            RuntimeError.
+        fail_seed: if given, only the group with this seed raises.
+    """
+
+    def __init__(
+        self,
+        n_envs: int = 1,
+        seed: int = 0,
+        length: int = 5,
+        gate: Any = None,
+        gate_seed: int | None = None,
+        fail: Any = None,
+        fail_seed: int | None = None,
+    ) -> None:
+        super().__init__(n_envs, seed, length)
+        self.first_seed = seed
+        self.gate = gate if gate_seed in (None, seed) else None
+        self.fail = fail if fail_seed in (None, seed) else None
+        self.n_steps = 0
+
+    def step(self, action: DictTensor) -> tuple[DictTensor, DictTensor]:
+        if self.gate is not None and self.n_steps >= 1:
+            self.gate.wait()
+        if self.fail is not None and self.fail.is_set():
+            raise RuntimeError(f"the simulator of seed {self.first_seed} crashed on request")
+        self.n_steps += 1
+        return super().step(action)
+
+
+class FailingEnv(CounterEnv):
+    """A CounterEnv whose group with first seed ``fail_seed`` raises at ``reset``."""
+
+    def __init__(self, n_envs: int = 1, seed: int = 0, fail_seed: int = -1) -> None:
+        super().__init__(n_envs, seed)
+        self.fail = seed == fail_seed
+
+    def reset(self, env_info: DictTensor, auto_reset: bool = False) -> DictTensor:
+        if self.fail:
+            raise OSError(f"cannot open the level file of seed {int(self.seeds[0])}")
+        return super().reset(env_info, auto_reset)
+
+
+class FailingAgent(CountingAgent):
+    """A CountingAgent that raises at its ``fail_at``-th call (counted from 0) when seeded with ``fail_seed``."""
+
+    def __init__(self, fail_seed: int = -1, fail_at: int = 0) -> None:
+        super().__init__()
+        self.fail_seed = fail_seed
+        self.fail_at = fail_at
+        self.seeded: int | None = None
+        self.calls = 0
+
+    def seed(self, seed: int) -> None:
+        super().seed(seed)
+        self.seeded = seed
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        if self.seeded == self.fail_seed and self.calls == self.fail_at:
+            raise ValueError(f"the agent seeded {self.seeded} divided by zero at call {self.calls}")
+        self.calls += 1
+        return super().forward(state, observation, agent_info, history)
+
+
+class LinearAgent(Agent):
+    """Samples CartPole actions from the softmax of a Linear(4, 2) layer, with ``self.generator``.
+
+    Its initial weights are fixed numbers, not drawn from torch's global
+    generator, so every construction, in any process, gives the same agent.
+    Output keys: ``action`` (int64) and ``logits`` (float32, ``[n, 2]``).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.linspace(-1.0, 1.0, 8).reshape(2, 4))
+            self.linear.bias.copy_(torch.tensor([0.1, -0.1]))
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        logits = self.linear(observation["observation"])
+        action = torch.multinomial(logits.softmax(1), 1, generator=self.generator).squeeze(1)
+        return DictTensor({"action": action, "logits": logits}), state
