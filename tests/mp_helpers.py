@@ -1,4 +1,4 @@
-"""Agents and environments for the MultiprocessBatcher tests, importable by its worker processes.
+"""Agents and environments shared by the tests, importable by the MultiprocessBatcher's worker processes.
 
 Workers are started with "spawn" (or "forkserver"), so they re-import every
 class they are given by module name. A class defined in a test module would
@@ -129,3 +129,22 @@ class LinearAgent(Agent):
         logits = self.linear(observation["observation"])
         action = torch.multinomial(logits.softmax(1), 1, generator=self.generator).squeeze(1)
         return DictTensor({"action": action, "logits": logits}), state
+
+
+class HistorySumAgent(Agent):
+    """Wants the last 2 steps and outputs the sum of their ``t`` (0 for an empty history)."""
+
+    def require_history(self) -> bool | int:
+        return 2
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        assert history is not None
+        n = observation.n_elems()
+        seen = history["t"].sum(1) if history.n_timesteps() else torch.zeros(n, dtype=torch.int64)
+        return DictTensor({"action": torch.zeros(n, dtype=torch.int64), "seen": seen}), state

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from mp_helpers import HistorySumAgent
 
 from rlstruct import Agent, DictTensor, LocalBatcher, TemporalDictTensor, Trajectories, replay_agent
 from rlstruct.agent import history_length, history_window, reset_finished_states
@@ -73,25 +74,6 @@ class RunningSumAgent(Agent):
         value = state["total"] + self.scale * observation["t"].float()
         action = torch.zeros(observation.n_elems(), dtype=torch.int64)
         return DictTensor({"action": action, "value": value}), DictTensor({"total": value})
-
-
-class HistorySumAgent(Agent):
-    """Wants the last 2 steps and outputs the sum of their ``t`` (0 for an empty history)."""
-
-    def require_history(self) -> bool | int:
-        return 2
-
-    def forward(
-        self,
-        state: DictTensor,
-        observation: DictTensor,
-        agent_info: DictTensor,
-        history: TemporalDictTensor | None = None,
-    ) -> tuple[DictTensor, DictTensor]:
-        assert history is not None
-        n = observation.n_elems()
-        seen = history["t"].sum(1) if history.n_timesteps() else torch.zeros(n, dtype=torch.int64)
-        return DictTensor({"action": torch.zeros(n, dtype=torch.int64), "seen": seen}), state
 
 
 class InPlaceAgent(Agent):

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
+from mp_helpers import HistorySumAgent
 
 from rlstruct import Agent, DictTensor, Environment, GymEnv, LocalBatcher, TemporalDictTensor, Trajectories
 from rlstruct.testing import CounterEnv, CountingAgent, RandomAgent
@@ -434,25 +435,6 @@ def test_history_agents_see_the_wanted_number_of_previous_steps(
     # the history is that of the current trajectory, across episode ends, and restarts at each execute
     for batch in (first, second):
         assert batch.trajectories["history_length"].tolist() == [expected, expected]
-
-
-class HistorySumAgent(Agent):
-    """Outputs the sum of ``t`` over the history it is given (0 when it is empty)."""
-
-    def require_history(self) -> bool | int:
-        return 2
-
-    def forward(
-        self,
-        state: DictTensor,
-        observation: DictTensor,
-        agent_info: DictTensor,
-        history: TemporalDictTensor | None = None,
-    ) -> tuple[DictTensor, DictTensor]:
-        assert history is not None
-        n = observation.n_elems()
-        seen = history["t"].sum(1) if history.n_timesteps() else torch.zeros(n, dtype=torch.int64)
-        return DictTensor({"action": torch.zeros(n, dtype=torch.int64), "seen": seen}), state
 
 
 def test_history_holds_the_previous_observations() -> None:
