@@ -110,16 +110,30 @@ def left_in_shm(before: set[str]) -> set[str]:
     """The entries of /dev/shm made since ``before`` and not in use by another live process.
 
     Those are what this test left: on a shared machine, other jobs' semaphores come and go
-    meanwhile, but they are mapped by the processes that use them.
+    meanwhile, but they are mapped by the processes that use them. Mappings are matched by
+    inode, since glibc maps a semaphore under a temporary name before it links it to its own.
     """
-    new = shm_entries() - before
+    inodes = {}
+    for name in shm_entries() - before:
+        with contextlib.suppress(OSError):
+            inodes[os.stat(f"/dev/shm/{name}").st_ino] = name
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        if new and int(pid) != os.getpid():
-            mapped = ""
+        if inodes and int(pid) != os.getpid():
             with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
-                mapped = maps.read()
-            new -= {name for name in new if f"/dev/shm/{name}" in mapped}
-    return new
+                for line in maps:
+                    fields = line.split()  # address, perms, offset, device, inode, path
+                    if len(fields) >= 6 and fields[5].startswith("/dev/shm/"):
+                        inodes.pop(int(fields[4]), None)
+    return set(inodes.values())
+
+
+def assert_nothing_left_in_shm(before: set[str], timeout: float = 5.0) -> None:
+    """Nothing new stays in /dev/shm: entries that another job's process leaves for its resource
+    tracker to unlink may linger a moment, so look again for a few seconds before failing."""
+    deadline = time.monotonic() + timeout
+    while (left := left_in_shm(before)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left == set()
 
 
 def gone(pid: int) -> bool:
@@ -163,7 +177,7 @@ def assert_shut_down(batcher: MultiprocessBatcher, shm_before: set[str]) -> None
     assert all(process.exitcode is not None for process in batcher._processes)
     assert not [child for child in multiprocessing.active_children() if child.pid in pids]
     assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")]  # joined, so reaped
-    assert left_in_shm(shm_before) == set()
+    assert_nothing_left_in_shm(shm_before)
 
 
 def counter_batchers(
@@ -698,7 +712,7 @@ def test_workers_exit_when_the_main_process_is_killed(tmp_path: Path, mode: str)
         # multiprocessing's resource tracker (in the script's group too) then unlinks the named
         # semaphore of the slot board ("stream"): wait for it rather than kill it at the end
         wait_until(lambda: not process_group(parent.pid), "the resource tracker to exit", timeout=15.0)
-    assert left_in_shm(shm_before) == set()
+    assert_nothing_left_in_shm(shm_before)
 
 
 def test_ctrl_c_interrupts_the_main_process_which_closes_its_workers(tmp_path: Path) -> None:
