@@ -6,6 +6,7 @@ from rlstruct.dicttensor import DictTensor, masked_dicttensor
 from rlstruct.env import Environment
 from rlstruct.errors import WorkerError, WorkerTimeout
 from rlstruct.gym_env import GymEnv
+from rlstruct.returns import discounted_returns, gae, td_lambda, vtrace
 from rlstruct.specs import Specs, TensorSpec
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
@@ -23,8 +24,12 @@ __all__ = [
     "Trajectories",
     "WorkerError",
     "WorkerTimeout",
+    "discounted_returns",
+    "gae",
     "masked_dicttensor",
     "replay_agent",
+    "td_lambda",
+    "vtrace",
 ]
 
 __version__ = "0.1.0"

@@ -1,0 +1,536 @@
+"""Tests of rlstruct.returns: hand-computed cases, slow forward-view references, identities and errors.
+
+The references below are written from the forward (sum over future steps)
+definitions in plain Python floats, one row and one step at a time, while the
+library solves the backward recursions with a parallel scan: the two share no
+code and no formulation.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rlstruct
+from rlstruct import LocalBatcher, discounted_returns, gae, td_lambda, vtrace
+from rlstruct.testing import CounterEnv, CountingAgent
+
+NAN = math.nan
+Floats = list[float]
+Flags = list[bool]
+F, T_ = False, True
+
+
+def message(text: str) -> str:
+    return re.escape(text)
+
+
+def flags(*rows: list[bool]) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.bool)
+
+
+def floats(*rows: list[float], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.tensor(rows, dtype=dtype)
+
+
+def assert_close(got: torch.Tensor, expected: torch.Tensor) -> None:
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------- hand-computed cases
+#
+# Row 0: one row holding a terminated episode (steps 0-1), a truncated one (steps 2-3)
+# and the start of a third, cut by the end of the row (step 4).
+# Row 1: length 3, padded with NaN that must not reach the valid steps.
+
+GAMMA, LAM = 0.5, 0.5
+
+
+@pytest.fixture
+def hand() -> dict[str, torch.Tensor]:
+    return {
+        "reward": floats([1, 2, 3, 4, 5], [1, 1, 1, NAN, NAN]),
+        "value": floats([1, 1, 1, 1, 1], [1, 1, 1, NAN, NAN]),
+        "next_value": floats([10, 20, 30, 40, 50], [2, 4, 8, NAN, NAN]),
+        "terminated": flags([F, T_, F, F, F], [F, F, F, F, F]),
+        "done": flags([F, T_, F, T_, F], [F, F, F, T_, F]),
+        "mask": flags([T_] * 5, [T_, T_, T_, F, F]),
+    }
+
+
+def test_discounted_returns_by_hand(hand: dict[str, torch.Tensor]) -> None:
+    h = hand
+    got = discounted_returns(h["reward"], h["terminated"], h["done"], GAMMA, h["next_value"], h["mask"])
+    # row 0: G4 = 5 + .5 * 50 (row end); G3 = 4 + .5 * 40 (truncated); G2 = 3 + .5 * G3;
+    # G1 = 2 (terminated); G0 = 1 + .5 * G1.  Row 1: G2 = 1 + .5 * 8 (row end), then back.
+    assert_close(got, floats([2, 2, 15, 24, 30], [2.75, 3.5, 5, 0, 0]))
+    without_bootstrap = discounted_returns(h["reward"], h["terminated"], h["done"], GAMMA, mask=h["mask"])
+    assert_close(without_bootstrap, floats([2, 2, 5, 4, 5], [1.75, 1.5, 1, 0, 0]))
+
+
+def test_td_lambda_by_hand(hand: dict[str, torch.Tensor]) -> None:
+    h = hand
+    got = td_lambda(h["reward"], h["next_value"], h["terminated"], h["done"], GAMMA, LAM, h["mask"])
+    # row 0: G4 = 30, G3 = 24 as above; G2 = 3 + .5 * (.5 * 30 + .5 * 24) = 16.5; G1 = 2;
+    # G0 = 1 + .5 * (.5 * 10 + .5 * 2) = 4.  Row 1: G2 = 5; G1 = 1 + .5 * (.5 * 4 + .5 * 5) = 3.25;
+    # G0 = 1 + .5 * (.5 * 2 + .5 * 3.25) = 2.3125.
+    assert_close(got, floats([4, 2, 16.5, 24, 30], [2.3125, 3.25, 5, 0, 0]))
+
+
+def test_gae_by_hand(hand: dict[str, torch.Tensor]) -> None:
+    h = hand
+    got = gae(h["reward"], h["value"], h["next_value"], h["terminated"], h["done"], GAMMA, LAM, h["mask"])
+    # row 0: deltas 1 + 5 - 1 = 5, 2 - 1 = 1 (terminated), 3 + 15 - 1 = 17, 4 + 20 - 1 = 23, 5 + 25 - 1 = 29;
+    # A4 = 29, A3 = 23 (done), A2 = 17 + .25 * 23, A1 = 1 (terminated), A0 = 5 + .25 * 1.
+    # row 1: deltas 1, 2, 4; A2 = 4, A1 = 2 + .25 * 4 = 3, A0 = 1 + .25 * 3 = 1.75.
+    assert_close(got, floats([5.25, 1, 22.75, 23, 29], [1.75, 3, 4, 0, 0]))
+
+
+def test_vtrace_by_hand() -> None:
+    reward = floats([1, 1, 1], [1, 1, 1])
+    value = floats([1, 2, 3], [1, 1, 1])
+    next_value = floats([2, 3, 8], [5, 1, 2])
+    terminated = flags([F, F, F], [T_, F, F])
+    log_rho = torch.log(floats([2, 0.5, 0.25], [1, 1, 1]))
+    vs, adv = vtrace(log_rho, reward, value, next_value, terminated, terminated, gamma=0.5)
+    # row 0: rho = c = [1, .5, .25]; deltas 1 + 1 - 1 = 1, 1 + 1.5 - 2 = .5, 1 + 4 - 3 = 2;
+    # vs2 = 3 + .25 * 2 = 3.5; vs1 = 2 + .5 * .5 + .5 * .5 * (3.5 - 3) = 2.375;
+    # vs0 = 1 + 1 + .5 * 1 * (2.375 - 2) = 2.1875.
+    # adv0 = 1 * (1 + .5 * 2.375 - 1), adv1 = .5 * (1 + .5 * 3.5 - 2), adv2 = .25 * (1 + .5 * 8 - 3).
+    # row 1 (on-policy, terminated at step 0): deltas 0, .5, 1; vs2 = 2, vs1 = 1 + .5 + .5 * (2 - 1) = 2,
+    # vs0 = 1 + 0 (the trace stops); adv0 = 1 + 0 - 1, adv1 = 1 + .5 * 2 - 1, adv2 = 1 + .5 * 2 - 1.
+    assert_close(vs, floats([2.1875, 2.375, 3.5], [1, 2, 2]))
+    assert_close(adv, floats([1.1875, 0.375, 0.5], [0, 1, 1]))
+
+
+def test_terminated_without_done_still_ends_the_episode() -> None:
+    reward, next_value = floats([1, 1]), floats([7, 7])
+    terminated, done = flags([T_, F]), flags([F, F])
+    got = discounted_returns(reward, terminated, done, 1.0, next_value)
+    assert_close(got, floats([1, 8]))
+
+
+def test_garbage_in_padding_stays_there() -> None:
+    mask = flags([T_, F, T_])  # a mask with a hole: the step before it is a row end
+    reward = floats([1, NAN, 1])
+    value = floats([0, math.inf, 0])
+    next_value = floats([3, NAN, 5])
+    no = flags([F, F, F])
+    assert_close(discounted_returns(reward, no, no, 1.0, next_value, mask), floats([4, 0, 6]))
+    assert_close(td_lambda(reward, next_value, no, no, 1.0, 0.5, mask), floats([4, 0, 6]))
+    assert_close(gae(reward, value, next_value, no, no, 1.0, 0.5, mask), floats([4, 0, 6]))
+    vs, adv = vtrace(torch.zeros(1, 3), reward, value, next_value, no, no, 1.0, mask=mask)
+    assert_close(vs, floats([4, 0, 6]))
+    assert_close(adv, floats([4, 0, 6]))
+
+
+# ---------------------------------------------------------------------------- slow references
+
+
+def _segment_end(done: Flags, term: Flags, valid: Flags, t: int) -> int:
+    """The last step of the trace that starts at t: the first done/terminated step or row end."""
+    k = t
+    while not (done[k] or term[k] or k + 1 == len(valid) or not valid[k + 1]):
+        k += 1
+    return k
+
+
+def _bootstrap(next_value: Floats | None, term: Flags, k: int) -> float:
+    return 0.0 if next_value is None or term[k] else next_value[k]
+
+
+def ref_discounted(
+    r: Floats, nv: Floats | None, term: Flags, done: Flags, valid: Flags, gamma: float
+) -> Floats:
+    out = [0.0] * len(r)
+    for t in range(len(r)):
+        if valid[t]:
+            end = _segment_end(done, term, valid, t)
+            out[t] = sum(gamma ** (k - t) * r[k] for k in range(t, end + 1))
+            out[t] += gamma ** (end - t + 1) * _bootstrap(nv, term, end)
+    return out
+
+
+def ref_td_lambda(
+    r: Floats, nv: Floats, term: Flags, done: Flags, valid: Flags, gamma: float, lam: float
+) -> Floats:
+    """The forward view: a (1 - lam) lam^(n-1) weighted mix of n-step returns, the longest taking the rest."""
+    out = [0.0] * len(r)
+    for t in range(len(r)):
+        if not valid[t]:
+            continue
+        end = _segment_end(done, term, valid, t)
+        n_max = end - t + 1
+
+        def n_step(n: int, t: int = t) -> float:
+            k = t + n - 1
+            return sum(gamma ** (i - t) * r[i] for i in range(t, k + 1)) + gamma**n * _bootstrap(nv, term, k)
+
+        mixed = sum((1 - lam) * lam ** (n - 1) * n_step(n) for n in range(1, n_max))
+        out[t] = mixed + lam ** (n_max - 1) * n_step(n_max)
+    return out
+
+
+def ref_gae(
+    r: Floats, v: Floats, nv: Floats, term: Flags, done: Flags, valid: Flags, gamma: float, lam: float
+) -> Floats:
+    delta = [r[t] + gamma * _bootstrap(nv, term, t) - v[t] for t in range(len(r))]
+    out = [0.0] * len(r)
+    for t in range(len(r)):
+        if valid[t]:
+            end = _segment_end(done, term, valid, t)
+            out[t] = sum((gamma * lam) ** (k - t) * delta[k] for k in range(t, end + 1))
+    return out
+
+
+def ref_vtrace(
+    log_rho: Floats,
+    r: Floats,
+    v: Floats,
+    nv: Floats,
+    term: Flags,
+    done: Flags,
+    valid: Flags,
+    gamma: float,
+    rho_bar: float,
+    c_bar: float,
+    lam: float,
+) -> tuple[Floats, Floats]:
+    """Espeholt et al. 2018, eq. 1 written as a sum, and the policy-gradient advantage of section 4.2."""
+    ratio = [math.exp(x) for x in log_rho]
+    rho = [min(rho_bar, x) for x in ratio]
+    c = [lam * min(c_bar, x) for x in ratio]
+    delta = [rho[t] * (r[t] + gamma * _bootstrap(nv, term, t) - v[t]) for t in range(len(r))]
+    vs = [0.0] * len(r)
+    adv = [0.0] * len(r)
+    for t in range(len(r)):
+        if valid[t]:
+            end = _segment_end(done, term, valid, t)
+            vs[t] = v[t] + sum(gamma ** (k - t) * math.prod(c[t:k]) * delta[k] for k in range(t, end + 1))
+    for t in range(len(r)):
+        if valid[t]:
+            end = _segment_end(done, term, valid, t)
+            next_vs = vs[t + 1] if t < end else nv[t]
+            adv[t] = rho[t] * (r[t] + gamma * (0.0 if term[t] else next_vs) - v[t])
+    return vs, adv
+
+
+def random_batch(
+    seed: int, rows: int, steps: int, dtype: torch.dtype = torch.float64
+) -> dict[str, torch.Tensor]:
+    """Random inputs with terminations, truncations, random lengths and NaN padding.
+
+    ``next_value[:, t]`` equals ``value[:, t + 1]`` wherever step t continues its episode.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, steps + 1, (rows,), generator=gen)
+    mask = torch.arange(steps) < lengths[:, None]
+    terminated = torch.rand(rows, steps, generator=gen) < 0.15
+    done = terminated | (torch.rand(rows, steps, generator=gen) < 0.15)
+    value = torch.randn(rows, steps, generator=gen, dtype=torch.float64)
+    next_value = torch.randn(rows, steps, generator=gen, dtype=torch.float64)
+    continues = ~done[:, :-1] & mask[:, 1:]
+    next_value[:, :-1] = torch.where(continues, value[:, 1:], next_value[:, :-1])
+    batch = {
+        "log_rho": torch.randn(rows, steps, generator=gen, dtype=torch.float64) * 0.7,
+        "reward": torch.randn(rows, steps, generator=gen, dtype=torch.float64),
+        "value": value,
+        "next_value": next_value,
+    }
+    batch = {k: v.masked_fill(~mask, NAN).to(dtype) for k, v in batch.items()}
+    return {**batch, "terminated": terminated, "done": done, "mask": mask}
+
+
+def per_row(
+    batch: dict[str, torch.Tensor], fn: Callable[..., Any], *keys: str, **scalars: float
+) -> list[Any]:
+    columns = [batch[k].tolist() for k in keys]
+    return [fn(*row, **scalars) for row in zip(*columns, strict=True)]
+
+
+sizes = {"seed": st.integers(0, 2**31), "rows": st.integers(1, 4), "steps": st.integers(1, 12)}
+unit = st.floats(0.0, 1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(**sizes, gamma=unit, with_next_value=st.booleans())
+def test_discounted_returns_match_the_reference(
+    seed: int, rows: int, steps: int, gamma: float, with_next_value: bool
+) -> None:
+    b = random_batch(seed, rows, steps)
+    nv = b["next_value"] if with_next_value else None
+    got = discounted_returns(b["reward"], b["terminated"], b["done"], gamma, nv, b["mask"])
+    keys = ["reward", "next_value"] if with_next_value else ["reward"]
+    columns = [b[k].tolist() for k in [*keys, "terminated", "done", "mask"]]
+    expected = [
+        ref_discounted(c[0], c[1], *c[2:], gamma=gamma)
+        if with_next_value
+        else ref_discounted(c[0], None, *c[1:], gamma=gamma)
+        for c in zip(*columns, strict=True)
+    ]
+    assert_close(got, torch.tensor(expected, dtype=torch.float64))
+
+
+@settings(max_examples=60, deadline=None)
+@given(**sizes, gamma=unit, lam=unit)
+def test_td_lambda_and_gae_match_the_reference(
+    seed: int, rows: int, steps: int, gamma: float, lam: float
+) -> None:
+    b = random_batch(seed, rows, steps)
+    flag_keys = ("terminated", "done", "mask")
+    got = td_lambda(b["reward"], b["next_value"], b["terminated"], b["done"], gamma, lam, b["mask"])
+    expected = per_row(b, ref_td_lambda, "reward", "next_value", *flag_keys, gamma=gamma, lam=lam)
+    assert_close(got, torch.tensor(expected, dtype=torch.float64))
+    got = gae(b["reward"], b["value"], b["next_value"], b["terminated"], b["done"], gamma, lam, b["mask"])
+    expected = per_row(b, ref_gae, "reward", "value", "next_value", *flag_keys, gamma=gamma, lam=lam)
+    assert_close(got, torch.tensor(expected, dtype=torch.float64))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    **sizes,
+    gamma=unit,
+    lam=unit,
+    rho_bar=st.sampled_from([0.5, 1.0, 2.0, math.inf]),
+    c_bar=st.sampled_from([0.5, 1.0, 1.5]),
+)
+def test_vtrace_matches_the_reference(
+    seed: int, rows: int, steps: int, gamma: float, lam: float, rho_bar: float, c_bar: float
+) -> None:
+    b = random_batch(seed, rows, steps)
+    vs, adv = vtrace(
+        b["log_rho"], b["reward"], b["value"], b["next_value"], b["terminated"], b["done"], gamma,
+        rho_bar, c_bar, b["mask"], lam=lam,
+    )  # fmt: skip
+    keys = ("log_rho", "reward", "value", "next_value", "terminated", "done", "mask")
+    expected = per_row(b, ref_vtrace, *keys, gamma=gamma, rho_bar=rho_bar, c_bar=c_bar, lam=lam)
+    assert_close(vs, torch.tensor([e[0] for e in expected], dtype=torch.float64))
+    assert_close(adv, torch.tensor([e[1] for e in expected], dtype=torch.float64))
+
+
+# ---------------------------------------------------------------------------- identities
+
+
+@settings(max_examples=40, deadline=None)
+@given(**sizes, gamma=unit, lam=unit)
+def test_identities(seed: int, rows: int, steps: int, gamma: float, lam: float) -> None:
+    b = random_batch(seed, rows, steps)
+    r, v, nv, term, done, mask = (
+        b[k] for k in ("reward", "value", "next_value", "terminated", "done", "mask")
+    )
+    lam_returns = td_lambda(r, nv, term, done, gamma, lam, mask)
+    # gae is the lambda-return minus the value, for values consistent along episodes
+    assert_close(gae(r, v, nv, term, done, gamma, lam, mask), (lam_returns - v).masked_fill(~mask, 0))
+    # lam = 1: the discounted return bootstrapped from next_value
+    assert_close(
+        td_lambda(r, nv, term, done, gamma, 1.0, mask), discounted_returns(r, term, done, gamma, nv, mask)
+    )
+    # lam = 0: one-step TD targets
+    one_step = (r + gamma * nv.masked_fill(term, 0)).masked_fill(~mask, 0)
+    assert_close(td_lambda(r, nv, term, done, gamma, 0.0, mask), one_step)
+    # on-policy V-trace without clipping is TD(lam), and its advantage is the one-step error on vs
+    zero = torch.zeros_like(r)
+    vs, adv = vtrace(zero, r, v, nv, term, done, gamma, mask=mask, lam=lam)
+    assert_close(vs, lam_returns)
+    next_vs = nv.clone()
+    next_vs[:, :-1] = torch.where(~done[:, :-1] & mask[:, 1:], vs[:, 1:], nv[:, :-1])
+    assert_close(adv, (r + gamma * next_vs.masked_fill(term, 0) - v).masked_fill(~mask, 0))
+
+
+def test_exact_values_from_a_batcher_give_zero_advantages() -> None:
+    """Batcher layout: with CounterEnv's reward 1 per step and value = steps left, every TD error is 0."""
+    for truncate in (False, True):
+        env_args = {"length": 3, "truncate": truncate}
+        with LocalBatcher(
+            CountingAgent, {}, CounterEnv, env_args, n_envs=2, n_timesteps=5, mode="fixed"
+        ) as b:
+            b.reset()
+            b.execute()
+            batch = b.get()
+        assert batch is not None
+        traj = batch.trajectories
+        reward, term, done = traj["next/reward"], traj["next/terminated"], traj["next/done"]
+        value = (3 - traj["t"]).float()
+        next_value = (3 - traj["next/t"]).float()
+        mask = traj.mask()
+        assert_close(gae(reward, value, next_value, term, done, 1.0, 0.9, mask), torch.zeros(2, 5))
+        # steps 0-2 form an episode of 3 steps; steps 3-4 start the next, bootstrapped at the row end
+        expected = floats([3, 2, 1, 3, 2], [3, 2, 1, 3, 2])
+        assert_close(td_lambda(reward, next_value, term, done, 1.0, 0.9, mask), expected)
+        assert_close(discounted_returns(reward, term, done, 1.0, next_value, mask), expected)
+        without = floats([3, 2, 1, 2, 1], [3, 2, 1, 2, 1])
+        assert_close(discounted_returns(reward, term, done, 1.0, mask=mask), without)
+
+
+# ---------------------------------------------------------------------------- contract
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_outputs_keep_the_input_dtype(dtype: torch.dtype) -> None:
+    b = random_batch(3, 4, 6, dtype=dtype)
+    r, v, nv, term, done, mask = (
+        b[k] for k in ("reward", "value", "next_value", "terminated", "done", "mask")
+    )
+    outputs = [
+        discounted_returns(r, term, done, 0.9, nv, mask),
+        td_lambda(r, nv, term, done, 0.9, 0.8, mask),
+        gae(r, v, nv, term, done, 0.9, 0.8, mask),
+        *vtrace(b["log_rho"], r, v, nv, term, done, 0.9, mask=mask),
+    ]
+    for out in outputs:
+        assert out.dtype == dtype and out.shape == (4, 6)
+        assert bool(torch.isfinite(out).all())
+
+
+def test_inputs_are_left_alone_and_no_gradient_flows() -> None:
+    b = random_batch(5, 3, 7, dtype=torch.float32)
+    b = {k: v.nan_to_num(0.0) if v.is_floating_point() else v for k, v in b.items()}
+    value = b["value"].clone().requires_grad_()
+    log_rho = b["log_rho"].clone().requires_grad_()
+    before = {k: v.clone() for k, v in b.items()}
+    r, nv, term, done, mask = (b[k] for k in ("reward", "next_value", "terminated", "done", "mask"))
+    outputs = [
+        discounted_returns(r, term, done, 0.9, nv, mask),
+        td_lambda(r, nv, term, done, 0.9, 0.8, mask),
+        gae(r, value, nv, term, done, 0.9, 0.8, mask),
+        *vtrace(log_rho, r, value, nv, term, done, 0.9, mask=mask),
+    ]
+    assert not any(out.requires_grad for out in outputs)
+    for key, tensor in b.items():
+        assert torch.equal(tensor, before[key]), key
+    assert torch.equal(value.detach(), before["value"]) and torch.equal(log_rho.detach(), before["log_rho"])
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (3, 0), (2, 1)])
+def test_edge_shapes(shape: tuple[int, int]) -> None:
+    r = torch.ones(shape)
+    no = torch.zeros(shape, dtype=torch.bool)
+    expected = torch.full(shape, 1.5)  # one step: r + 0.5 * next_value
+    assert_close(discounted_returns(r, no, no, 0.5, r), expected)
+    assert_close(td_lambda(r, r, no, no, 0.5, 0.5), expected)
+    assert_close(gae(r, r, r, no, no, 0.5, 0.5), expected - 1)
+    vs, adv = vtrace(torch.zeros(shape), r, r, r, no, no, 0.5)
+    assert_close(vs, expected)
+    assert_close(adv, expected - 1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu() -> None:
+    b = random_batch(11, 16, 33, dtype=torch.float32)
+    cuda = {k: v.cuda() for k, v in b.items()}
+    keys = ("log_rho", "reward", "value", "next_value", "terminated", "done")
+    cpu_out = vtrace(*(b[k] for k in keys), 0.99, mask=b["mask"])
+    cuda_out = vtrace(*(cuda[k] for k in keys), 0.99, mask=cuda["mask"])
+    for got, expected in zip(cuda_out, cpu_out, strict=True):
+        assert got.device.type == "cuda"
+        torch.testing.assert_close(got.cpu(), expected)
+    got = gae(*(cuda[k] for k in keys[1:]), 0.99, 0.95, cuda["mask"])
+    expected = gae(*(b[k] for k in keys[1:]), 0.99, 0.95, b["mask"])
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_exported() -> None:
+    from rlstruct import returns
+
+    assert returns.gae is rlstruct.gae and returns.vtrace is rlstruct.vtrace
+    assert {"discounted_returns", "td_lambda", "gae", "vtrace"} <= set(rlstruct.__all__)
+
+
+# ---------------------------------------------------------------------------- errors
+
+R = torch.zeros(2, 3)
+V = torch.zeros(2, 3)
+NO = torch.zeros(2, 3, dtype=torch.bool)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "text"),
+    [
+        (lambda: gae([[0.0]], V, V, NO, NO, 0.9, 0.9), TypeError, "gae: reward must be a tensor, got a list"),
+        (
+            lambda: gae(R.long(), V, V, NO, NO, 0.9, 0.9),
+            TypeError,
+            "gae: reward must have a floating-point dtype, got torch.int64",
+        ),
+        (
+            lambda: gae(torch.zeros(3), V, V, NO, NO, 0.9, 0.9),
+            ValueError,
+            "gae: reward must have shape [B, T], got shape (3,)",
+        ),
+        (
+            lambda: gae(R, torch.zeros(2, 4), V, NO, NO, 0.9, 0.9),
+            ValueError,
+            "gae: value must have the shape of reward, (2, 3), got (2, 4)",
+        ),
+        (
+            lambda: gae(R, V.double(), V, NO, NO, 0.9, 0.9),
+            TypeError,
+            "gae: value must have the dtype of reward, torch.float32, got torch.float64",
+        ),
+        (
+            lambda: gae(R, V, torch.zeros(2, 3, device="meta"), NO, NO, 0.9, 0.9),
+            ValueError,
+            "gae: next_value must be on the device of reward, cpu, got meta",
+        ),
+        (
+            lambda: gae(R, V, V, NO.float(), NO, 0.9, 0.9),
+            TypeError,
+            "gae: terminated must be a bool tensor, got dtype torch.float32",
+        ),
+        (
+            lambda: gae(R, V, V, NO, NO, 0.9, 0.9, mask=NO.long()),
+            TypeError,
+            "gae: mask must be a bool tensor, got dtype torch.int64",
+        ),
+        (lambda: gae(R, V, V, NO, NO, 1.5, 0.9), ValueError, "gae: gamma must be in [0, 1], got 1.5"),
+        (lambda: gae(R, V, V, NO, NO, 0.9, -0.1), ValueError, "gae: lam must be in [0, 1], got -0.1"),
+        (lambda: gae(R, V, V, NO, NO, True, 0.9), TypeError, "gae: gamma must be a float, got a bool"),
+        (lambda: td_lambda(R, V, NO, NO, 0.9, NAN), ValueError, "td_lambda: lam must be in [0, 1], got nan"),
+        (
+            lambda: td_lambda(R, V, NO, NO, "0.9", 0.9),  # type: ignore[arg-type]
+            TypeError,
+            "td_lambda: gamma must be a float, got a str",
+        ),
+        (
+            lambda: discounted_returns(R, NO, NO[:, :2], 0.9),
+            ValueError,
+            "discounted_returns: done must have the shape of reward, (2, 3), got (2, 2)",
+        ),
+        (
+            lambda: discounted_returns(R, NO, NO, 0.9, next_value=V.half()),
+            TypeError,
+            "discounted_returns: next_value must have the dtype of reward, torch.float32, got torch.float16",
+        ),
+        (
+            lambda: vtrace(V, R.double(), V, V, NO, NO, 0.9),
+            TypeError,
+            "vtrace: reward must have the dtype of log_rho, torch.float32, got torch.float64",
+        ),
+        (
+            lambda: vtrace(V, R, V, V, NO, NO, 0.9, rho_bar=0.0),
+            ValueError,
+            "vtrace: rho_bar must be positive",
+        ),
+        (
+            lambda: vtrace(V, R, V, V, NO, NO, 0.9, c_bar=-1),
+            ValueError,
+            "vtrace: c_bar must be positive, got -1",
+        ),
+        (
+            lambda: vtrace(V, R, V, V, NO, NO, 0.9, lam=2.0),
+            ValueError,
+            "vtrace: lam must be in [0, 1], got 2.0",
+        ),
+    ],
+)
+def test_bad_input_is_named(call: Callable[[], object], error: type[Exception], text: str) -> None:
+    with pytest.raises(error, match=message(text)):
+        call()
