@@ -2,10 +2,13 @@
 
 from rlstruct.agent import Agent, replay_agent
 from rlstruct.batchers import LocalBatcher, MultiprocessBatcher
+from rlstruct.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlstruct.dicttensor import DictTensor, masked_dicttensor
 from rlstruct.env import Environment
 from rlstruct.errors import WorkerError, WorkerTimeout
 from rlstruct.gym_env import GymEnv
+from rlstruct.logger import Logger, make_run_dir, plot_csv
+from rlstruct.progress import Progress
 from rlstruct.specs import Specs, TensorSpec
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
@@ -16,15 +19,23 @@ __all__ = [
     "Environment",
     "GymEnv",
     "LocalBatcher",
+    "Logger",
     "MultiprocessBatcher",
+    "Progress",
     "Specs",
     "TemporalDictTensor",
     "TensorSpec",
     "Trajectories",
     "WorkerError",
     "WorkerTimeout",
+    "load_checkpoint",
+    "make_run_dir",
     "masked_dicttensor",
+    "plot_csv",
     "replay_agent",
+    "rng_state",
+    "save_checkpoint",
+    "set_rng_state",
 ]
 
 __version__ = "0.1.0"
