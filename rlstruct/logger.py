@@ -196,10 +196,10 @@ class Logger:
                 self.run_dir / CONFIG_NAME, json.dumps(config_data, indent=2, default=str) + "\n"
             )
         self._columns = self._resume_csv(purge_step)
-        self._csv = self.csv_path.open("a", newline="")
         self._writer: SummaryWriter | None = (
             _summary_writer(self.run_dir, purge_step) if tensorboard else None
         )
+        self._csv = self.csv_path.open("a", newline="")
         self._closed = False
 
     def _resume_csv(self, purge_step: int | None) -> list[str]:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 import rlstruct.logger
 from rlstruct import Logger, Progress, make_run_dir, plot_csv
@@ -93,6 +94,14 @@ def test_a_resumed_run_appends_and_purges_what_followed_the_checkpoint(tmp_path:
         ["4", "40.0", ""],
     ]
     assert scalars(tmp_path, "loss") == [(1, 1.0), (2, 2.0), (3, 30.0), (4, 40.0)]
+    # TensorBoard learns of the purge from a START session log at purge_step in the new event file
+    starts = [
+        event.step
+        for path in tmp_path.glob("events.out.tfevents.*")
+        for event in EventFileLoader(str(path)).Load()
+        if event.HasField("session_log") and event.session_log.status == event.session_log.START
+    ]
+    assert starts == [3]
 
 
 def test_a_resumed_run_without_purge_step_keeps_every_row(tmp_path: Path) -> None:
