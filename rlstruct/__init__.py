@@ -2,10 +2,13 @@
 
 from rlstruct.agent import Agent, replay_agent
 from rlstruct.batchers import LocalBatcher, MultiprocessBatcher
+from rlstruct.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlstruct.dicttensor import DictTensor, masked_dicttensor
 from rlstruct.env import Environment
 from rlstruct.errors import WorkerError, WorkerTimeout
 from rlstruct.gym_env import GymEnv
+from rlstruct.logger import Logger, make_run_dir, plot_csv
+from rlstruct.progress import Progress
 from rlstruct.returns import discounted_returns, gae, td_lambda, vtrace
 from rlstruct.specs import Specs, TensorSpec
 from rlstruct.temporal import TemporalDictTensor
@@ -17,7 +20,9 @@ __all__ = [
     "Environment",
     "GymEnv",
     "LocalBatcher",
+    "Logger",
     "MultiprocessBatcher",
+    "Progress",
     "Specs",
     "TemporalDictTensor",
     "TensorSpec",
@@ -26,8 +31,14 @@ __all__ = [
     "WorkerTimeout",
     "discounted_returns",
     "gae",
+    "load_checkpoint",
+    "make_run_dir",
     "masked_dicttensor",
+    "plot_csv",
     "replay_agent",
+    "rng_state",
+    "save_checkpoint",
+    "set_rng_state",
     "td_lambda",
     "vtrace",
 ]

@@ -1,0 +1,390 @@
+"""Logger: a run directory with a CSV file, TensorBoard event files, a progress line and a learning curve.
+
+A run directory holds everything one training run leaves behind::
+
+    runs/ppo-CartPole-v1-0-20250101-120000/
+        config.json                 the run's configuration
+        progress.csv                one row per Logger.log call
+        events.out.tfevents.*       the same scalars, for TensorBoard
+        checkpoint.pt               Logger.checkpoint_path, for save_checkpoint
+        learning_curve.png          Logger.plot at the end
+
+``progress.csv`` has a ``step`` column, then one column per scalar name in the
+order the names first appeared. Every row is flushed as it is written, so a
+run that crashes keeps its data. When a call brings a new name, the file is
+rewritten once with the wider header (atomically, through a temporary file);
+earlier rows hold an empty cell in the new column, as do rows that do not give
+every name.
+
+TensorBoard and matplotlib are imported only when a ``Logger`` or a plot
+needs them, so ``import rlstruct`` stays fast.
+
+Examples:
+    >>> import csv, io, tempfile
+    >>> from pathlib import Path
+    >>> from rlstruct import Logger
+    >>> run_dir = Path(tempfile.mkdtemp()) / "run"
+    >>> with Logger(run_dir, config={"lr": 0.001}, tensorboard=False, progress=False) as logger:
+    ...     logger.log(100, loss=0.5)
+    ...     logger.log(200, loss=0.25, return_mean=12.0)
+    >>> print((run_dir / "progress.csv").read_text(), end="")
+    step,loss,return_mean
+    100,0.5,
+    200,0.25,12.0
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+from rlstruct.progress import Progress, scalar_value, step_value
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+    from torch.utils.tensorboard import SummaryWriter
+
+__all__ = ["Logger", "make_run_dir", "plot_csv"]
+
+CSV_NAME = "progress.csv"
+CONFIG_NAME = "config.json"
+CHECKPOINT_NAME = "checkpoint.pt"
+PLOT_NAME = "learning_curve.png"
+
+
+def _timestamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def make_run_dir(root: str | os.PathLike[str], name: str) -> Path:
+    """Create a new, empty run directory ``root/<name>-<YYYYmmdd-HHMMSS>`` and return its path.
+
+    An existing directory is never reused: if the name is taken (two runs
+    started in the same second), ``-1``, ``-2``, ... is appended. ``root`` is
+    created if needed.
+
+    Args:
+        root: the directory that holds the runs, such as ``"runs"``.
+        name: what the run is, such as ``f"ppo-{env_id}-{seed}"``. Characters
+            other than letters, digits, ``.``, ``_``, ``=``, ``+`` and ``-``
+            (such as the ``/`` of ``"ALE/Pong-v5"``) become ``_``.
+
+    Raises:
+        ValueError: if ``name`` is empty or not a str.
+
+    Examples:
+        >>> import tempfile
+        >>> from rlstruct import make_run_dir
+        >>> root = tempfile.mkdtemp()
+        >>> first, second = make_run_dir(root, "ppo-ALE/Pong-v5-0"), make_run_dir(root, "ppo-ALE/Pong-v5-0")
+        >>> first.name.startswith("ppo-ALE_Pong-v5-0-"), first != second, first.is_dir()
+        (True, True, True)
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"make_run_dir: name must be a non-empty str, got {name!r}")
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    base = f"{re.sub(r'[^A-Za-z0-9._=+-]', '_', name)}-{_timestamp()}"
+    for attempt in range(1_000_000):
+        path = root / (base if attempt == 0 else f"{base}-{attempt}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise RuntimeError(f"make_run_dir: every name {base}-N in {str(root)!r} is taken")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as file:
+            file.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _csv_text(rows: Iterable[Sequence[str]]) -> str:
+    buffer = io.StringIO(newline="")
+    csv.writer(buffer).writerows(rows)
+    return buffer.getvalue()
+
+
+def _format(value: int | float) -> str:
+    return str(value) if isinstance(value, int) else repr(value)
+
+
+class Logger:
+    """Logs scalars of one run to ``progress.csv`` and TensorBoard, and shows a progress line.
+
+    Args:
+        run_dir: the run directory (created if missing; see ``make_run_dir``).
+            If it already holds a ``progress.csv`` (a resumed run), rows are
+            appended to it.
+        config: the run's configuration, a mapping or a dataclass instance,
+            written to ``config.json`` (values JSON cannot hold, such as paths
+            or dtypes, are written as their ``str``). None writes nothing.
+        tensorboard: also write TensorBoard event files into ``run_dir``.
+        progress: True for a ``Progress`` line on ``sys.stderr`` with
+            ``total_steps`` as its total, False for none, or a ``Progress``
+            of your own.
+        total_steps: the step at which the run ends, shown by the progress line.
+        purge_step: when resuming from a checkpoint taken at step k, k + 1:
+            rows of ``progress.csv`` and TensorBoard scalars at this step or
+            later, logged by the interrupted run after its checkpoint, are
+            discarded, so that the resumed run does not log them twice.
+
+    Raises:
+        TypeError: if ``config`` is neither a mapping nor a dataclass instance,
+            or ``progress`` neither a bool nor a ``Progress``.
+        ValueError: if ``total_steps`` is given with a ``Progress`` of your
+            own, ``purge_step`` is not a non-negative int, or an existing
+            ``progress.csv`` has no ``step`` first column.
+        ImportError: if ``tensorboard`` is True and the ``tensorboard``
+            package is missing.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        *,
+        config: Mapping[str, Any] | DataclassInstance | None = None,
+        tensorboard: bool = True,
+        progress: bool | Progress = True,
+        total_steps: int | None = None,
+        purge_step: int | None = None,
+    ) -> None:
+        if config is None or isinstance(config, Mapping):
+            config_data = None if config is None else dict(config)
+        elif _is_dataclass_instance(config):
+            config_data = dataclasses.asdict(config)
+        else:
+            raise TypeError(
+                f"Logger: config must be a mapping, a dataclass instance or None, got a {type(config).__name__}"
+            )
+        if isinstance(progress, Progress):
+            if total_steps is not None:
+                raise ValueError(
+                    f"Logger: total_steps={total_steps!r} is for the default progress line; "
+                    "give the total to your Progress instead"
+                )
+            self._progress: Progress | None = progress
+        elif isinstance(progress, bool):
+            self._progress = Progress(total_steps) if progress else None
+        else:
+            raise TypeError(f"Logger: progress must be a bool or a Progress, got a {type(progress).__name__}")
+        if purge_step is not None:
+            purge_step = step_value(purge_step, "Logger purge_step")
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.csv_path = self.run_dir / CSV_NAME
+        self.checkpoint_path = self.run_dir / CHECKPOINT_NAME
+        if config_data is not None:
+            _write_atomically(
+                self.run_dir / CONFIG_NAME, json.dumps(config_data, indent=2, default=str) + "\n"
+            )
+        self._columns = self._resume_csv(purge_step)
+        self._writer: SummaryWriter | None = (
+            _summary_writer(self.run_dir, purge_step) if tensorboard else None
+        )
+        self._csv = self.csv_path.open("a", newline="")
+        self._closed = False
+
+    def _resume_csv(self, purge_step: int | None) -> list[str]:
+        """The columns of an existing progress.csv, without the rows at ``purge_step`` or later."""
+        if not self.csv_path.exists():
+            return ["step"]
+        with self.csv_path.open(newline="") as file:
+            rows = list(csv.reader(file))
+        if not rows:
+            return ["step"]
+        if rows[0][:1] != ["step"]:
+            raise ValueError(
+                f"Logger: {str(self.csv_path)!r} must have 'step' as its first column, got header {rows[0]}"
+            )
+        if purge_step is not None:
+            kept = [row for row in rows[1:] if int(row[0]) < purge_step]
+            if len(kept) < len(rows) - 1:
+                _write_atomically(self.csv_path, _csv_text([rows[0], *kept]))
+        return rows[0]
+
+    def log(self, step: int, **scalars: float) -> None:
+        """Write one row to ``progress.csv`` (flushed at once) and each scalar to TensorBoard.
+
+        Args:
+            step: the x-axis value of the row, usually the number of
+                environment steps so far (a non-negative int).
+            **scalars: the values by name: numbers or one-element tensors
+                (read with ``.item()``, which waits for a CUDA tensor).
+                Integers are written as integers, floats in full precision.
+                Names may hold ``/`` to group scalars in TensorBoard
+                (``loss/policy``).
+
+        Raises:
+            ValueError: if ``step`` is not a non-negative int, no scalar is
+                given, or a value is a tensor with more than one element.
+            TypeError: if a value is not a real number.
+            RuntimeError: after ``close``.
+        """
+        if self._closed:
+            raise RuntimeError("Logger.log: the logger is closed")
+        step = step_value(step, "Logger.log")
+        if not scalars:
+            raise ValueError("Logger.log: expected at least one scalar, as name=value, got none")
+        values = {name: scalar_value(name, value, "Logger.log") for name, value in scalars.items()}
+        new = [name for name in values if name not in self._columns]
+        if new:
+            self._widen(new)
+        row = [str(step)] + [_format(values[c]) if c in values else "" for c in self._columns[1:]]
+        csv.writer(self._csv).writerow(row)
+        self._csv.flush()
+        if self._writer is not None:
+            for name, value in values.items():
+                self._writer.add_scalar(name, value, step)
+            self._writer.flush()
+
+    def _widen(self, new: list[str]) -> None:
+        """Rewrite progress.csv with ``new`` columns added to the header and empty cells below."""
+        self._csv.close()
+        with self.csv_path.open(newline="") as file:
+            rows = list(csv.reader(file))[1:]
+        self._columns = [*self._columns, *new]
+        padding = [""] * len(new)
+        _write_atomically(self.csv_path, _csv_text([self._columns, *(row + padding for row in rows)]))
+        self._csv = self.csv_path.open("a", newline="")
+
+    def progress(self, step: int, **shown: float) -> None:
+        """Update the progress line (see ``Progress.update``); does nothing if there is none.
+
+        Raises:
+            RuntimeError: after ``close``.
+        """
+        if self._closed:
+            raise RuntimeError("Logger.progress: the logger is closed")
+        if self._progress is not None:
+            self._progress.update(step, **shown)
+
+    def plot(
+        self, y: str | Sequence[str], *, x: str = "step", path: str | os.PathLike[str] | None = None
+    ) -> Path:
+        """Plot columns of ``progress.csv`` into ``run_dir/learning_curve.png``; see ``plot_csv``.
+
+        Works after ``close`` too.
+        """
+        return plot_csv(self.csv_path, y, x=x, path=self.run_dir / PLOT_NAME if path is None else path)
+
+    def close(self) -> None:
+        """Finish the progress line and close the CSV and TensorBoard files. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._progress is not None:
+            self._progress.close()
+        self._csv.close()
+        if self._writer is not None:
+            self._writer.close()
+
+    def __enter__(self) -> Logger:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _is_dataclass_instance(value: object) -> TypeGuard[DataclassInstance]:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def _summary_writer(run_dir: Path, purge_step: int | None) -> SummaryWriter:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as error:
+        raise ImportError(
+            "Logger: tensorboard=True needs the tensorboard package (pip install tensorboard); "
+            "or pass tensorboard=False"
+        ) from error
+    return SummaryWriter(log_dir=str(run_dir), purge_step=purge_step)
+
+
+def plot_csv(
+    csv_path: str | os.PathLike[str],
+    y: str | Sequence[str],
+    *,
+    x: str = "step",
+    path: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Plot columns of a ``progress.csv`` against another, one curve per column, into an image file.
+
+    Rows with an empty cell in ``x`` or in a curve's column are left out of
+    that curve. The figure is drawn without pyplot (no display needed, no
+    global state).
+
+    Args:
+        csv_path: a CSV file written by ``Logger``.
+        y: the column or columns to plot, such as ``"return_mean"``.
+        x: the column on the x axis.
+        path: the image file to write (its suffix picks the format: ``.png``,
+            ``.svg``, ``.pdf``); ``learning_curve.png`` next to ``csv_path`` by
+            default.
+
+    Returns:
+        The path of the image.
+
+    Raises:
+        ValueError: if ``y`` is empty, a column is missing from the file, or a
+            column in ``y`` has no value where ``x`` has one.
+    """
+    csv_path = Path(csv_path)
+    names = [y] if isinstance(y, str) else list(y)
+    if not names:
+        raise ValueError("plot_csv: y must name at least one column, got none")
+    with csv_path.open(newline="") as file:
+        reader = csv.DictReader(file)
+        rows = list(reader)
+        columns = list(reader.fieldnames or [])
+    missing = [name for name in [x, *names] if name not in columns]
+    if missing:
+        raise ValueError(
+            f"plot_csv: {str(csv_path)!r} has no column {missing[0]!r}; its columns are {columns}"
+        )
+    curves = {}
+    for name in names:
+        points = [(float(row[x]), float(row[name])) for row in rows if row[x] != "" and row[name] != ""]
+        if not points:
+            raise ValueError(
+                f"plot_csv: column {name!r} of {str(csv_path)!r} has no value to plot against {x!r}"
+            )
+        curves[name] = points
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6.4, 4.0), layout="constrained")
+    axes = figure.subplots()
+    for name, points in curves.items():
+        xs, ys = zip(*points, strict=True)
+        axes.plot(xs, ys, label=name)
+    axes.set_xlabel(x)
+    axes.set_ylabel(names[0] if len(names) == 1 else "value")
+    axes.set_title(csv_path.parent.name)
+    axes.grid(alpha=0.3)
+    if len(names) > 1:
+        axes.legend()
+    image = csv_path.with_name(PLOT_NAME) if path is None else Path(path)
+    figure.savefig(image)
+    return image

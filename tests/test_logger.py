@@ -1,0 +1,241 @@
+"""Behaviour tests for rlstruct.logger: the CSV, TensorBoard files, config, plots, run directories and errors."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+import rlstruct.logger
+from rlstruct import Logger, Progress, make_run_dir, plot_csv
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def message(text: str) -> str:
+    return re.escape(text)
+
+
+def read_csv(path: Path) -> list[list[str]]:
+    with path.open(newline="") as file:
+        return list(csv.reader(file))
+
+
+def scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    return [(event.step, event.value) for event in events.Scalars(tag)]
+
+
+def quiet_logger(run_dir: Path, **kwargs: object) -> Logger:
+    return Logger(run_dir, progress=False, **kwargs)  # type: ignore[arg-type]
+
+
+def test_csv_rows_are_written_and_flushed_at_once(tmp_path: Path) -> None:
+    logger = quiet_logger(tmp_path, tensorboard=False)
+    logger.log(128, loss=0.1 + 0.2, updates=1)
+    assert read_csv(tmp_path / "progress.csv") == [
+        ["step", "loss", "updates"],
+        ["128", "0.30000000000000004", "1"],
+    ]
+    logger.log(256, loss=torch.tensor(0.5), updates=np.int64(2))
+    assert read_csv(tmp_path / "progress.csv")[2] == ["256", "0.5", "2"]  # before close
+    logger.close()
+
+
+def test_new_columns_widen_the_header_and_leave_empty_cells(tmp_path: Path) -> None:
+    with quiet_logger(tmp_path, tensorboard=False) as logger:
+        logger.log(1, loss=1.0)
+        logger.log(2, return_mean=5.0)
+        logger.log(3, loss=0.5, entropy=0.25)
+        logger.log(4, loss=0.125)
+    assert read_csv(tmp_path / "progress.csv") == [
+        ["step", "loss", "return_mean", "entropy"],
+        ["1", "1.0", "", ""],
+        ["2", "", "5.0", ""],
+        ["3", "0.5", "", "0.25"],
+        ["4", "0.125", "", ""],
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["progress.csv"]  # no temporary file left
+
+
+def test_tensorboard_event_files_hold_the_scalars(tmp_path: Path) -> None:
+    with quiet_logger(tmp_path) as logger:
+        logger.log(10, **{"loss/policy": 0.5, "return_mean": 3.0})
+        logger.log(20, **{"loss/policy": 0.25})
+    assert scalars(tmp_path, "loss/policy") == [(10, 0.5), (20, 0.25)]
+    assert scalars(tmp_path, "return_mean") == [(10, 3.0)]
+
+
+def test_a_resumed_run_appends_and_purges_what_followed_the_checkpoint(tmp_path: Path) -> None:
+    with quiet_logger(tmp_path) as logger:
+        for step in range(1, 6):
+            logger.log(step, loss=float(step))
+    # the checkpoint was taken at step 2; rows 3 to 5 are logged again by the resumed run
+    with quiet_logger(tmp_path, purge_step=3) as logger:
+        logger.log(3, loss=30.0, entropy=1.0)
+        logger.log(4, loss=40.0)
+    assert read_csv(tmp_path / "progress.csv") == [
+        ["step", "loss", "entropy"],
+        ["1", "1.0", ""],
+        ["2", "2.0", ""],
+        ["3", "30.0", "1.0"],
+        ["4", "40.0", ""],
+    ]
+    assert scalars(tmp_path, "loss") == [(1, 1.0), (2, 2.0), (3, 30.0), (4, 40.0)]
+    # TensorBoard learns of the purge from a START session log at purge_step in the new event file
+    starts = [
+        event.step
+        for path in tmp_path.glob("events.out.tfevents.*")
+        for event in EventFileLoader(str(path)).Load()
+        if event.HasField("session_log") and event.session_log.status == event.session_log.START
+    ]
+    assert starts == [3]
+
+
+def test_a_resumed_run_without_purge_step_keeps_every_row(tmp_path: Path) -> None:
+    with quiet_logger(tmp_path, tensorboard=False) as logger:
+        logger.log(1, loss=1.0)
+    with quiet_logger(tmp_path, tensorboard=False) as logger:
+        logger.log(1, loss=2.0)
+    assert read_csv(tmp_path / "progress.csv") == [["step", "loss"], ["1", "1.0"], ["1", "2.0"]]
+
+
+@dataclasses.dataclass
+class Config:
+    lr: float = 3e-4
+    env: str = "CartPole-v1"
+    out: Path = Path("runs")
+
+
+def test_config_is_written_as_json(tmp_path: Path) -> None:
+    quiet_logger(tmp_path / "a", tensorboard=False, config=Config()).close()
+    assert json.loads((tmp_path / "a" / "config.json").read_text()) == {
+        "lr": 3e-4,
+        "env": "CartPole-v1",
+        "out": "runs",
+    }
+    quiet_logger(tmp_path / "b", tensorboard=False, config={"seed": 3, "dtype": torch.float32}).close()
+    assert json.loads((tmp_path / "b" / "config.json").read_text()) == {"seed": 3, "dtype": "torch.float32"}
+    quiet_logger(tmp_path / "c", tensorboard=False).close()
+    assert not (tmp_path / "c" / "config.json").exists()
+
+
+def test_plot_writes_a_png_of_the_learning_curve(tmp_path: Path) -> None:
+    with quiet_logger(tmp_path, tensorboard=False) as logger:
+        for step in range(0, 1000, 100):
+            logger.log(step, loss=1.0 / (step + 1))
+            if step % 200 == 0:
+                logger.log(step, return_mean=step / 10)
+    path = logger.plot("return_mean")  # after close: the CSV is all it needs
+    assert path == tmp_path / "learning_curve.png"
+    assert path.read_bytes().startswith(PNG_SIGNATURE) and path.stat().st_size > 1000
+    both = plot_csv(tmp_path / "progress.csv", ["loss", "return_mean"], path=tmp_path / "both.png")
+    assert both.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_progress_goes_through_the_logger(tmp_path: Path) -> None:
+    stream = io.StringIO()
+    with Logger(tmp_path, tensorboard=False, progress=Progress(1000, stream=stream)) as logger:
+        logger.progress(500, return_mean=1.5)
+    assert stream.getvalue() == "step 500/1,000 (50.0%) | - steps/s | elapsed 0:00:00 | return_mean 1.5\n"
+    with quiet_logger(tmp_path, tensorboard=False) as logger:
+        logger.progress(1)  # no progress line: nothing happens
+
+
+def test_close_is_idempotent_and_closes_everything(tmp_path: Path) -> None:
+    logger = quiet_logger(tmp_path)
+    logger.log(1, loss=1.0)
+    logger.close()
+    logger.close()
+    with pytest.raises(RuntimeError, match=message("Logger.log: the logger is closed")):
+        logger.log(2, loss=1.0)
+    with pytest.raises(RuntimeError, match=message("Logger.progress: the logger is closed")):
+        logger.progress(2)
+    with quiet_logger(tmp_path, tensorboard=False) as logger:
+        pass
+    with pytest.raises(RuntimeError, match="closed"):
+        logger.log(2, loss=1.0)
+
+
+def test_make_run_dir_never_reuses_a_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rlstruct.logger, "_timestamp", lambda: "20250101-120000")
+    root = tmp_path / "runs"
+    first = make_run_dir(root, "ppo-ALE/Pong-v5-0")
+    (first / "progress.csv").write_text("kept")
+    second = make_run_dir(root, "ppo-ALE/Pong-v5-0")
+    third = make_run_dir(root, "ppo-ALE/Pong-v5-0")
+    assert [first.name, second.name, third.name] == [
+        "ppo-ALE_Pong-v5-0-20250101-120000",
+        "ppo-ALE_Pong-v5-0-20250101-120000-1",
+        "ppo-ALE_Pong-v5-0-20250101-120000-2",
+    ]
+    assert (first / "progress.csv").read_text() == "kept"
+    assert list(second.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_importing_rlstruct_does_not_import_tensorboard_or_matplotlib() -> None:
+    code = "import sys, rlstruct; print(sorted(m for m in ('tensorboard', 'matplotlib') if m in sys.modules))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert result.stdout.strip() == "[]"
+
+
+def test_errors_name_the_argument(tmp_path: Path) -> None:
+    with pytest.raises(
+        TypeError, match=message("Logger: config must be a mapping, a dataclass instance or None, got a list")
+    ):
+        Logger(tmp_path, config=[1, 2], tensorboard=False)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=message("got a type")):
+        Logger(tmp_path, config=Config, tensorboard=False)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=message("Logger: progress must be a bool or a Progress, got a str")):
+        Logger(tmp_path, progress="yes", tensorboard=False)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message("total_steps=10 is for the default progress line")):
+        Logger(tmp_path, progress=Progress(), total_steps=10, tensorboard=False)
+    with pytest.raises(
+        ValueError, match=message("Logger purge_step: step must be a non-negative int, got -1")
+    ):
+        Logger(tmp_path, purge_step=-1, tensorboard=False)
+    with quiet_logger(tmp_path, tensorboard=False) as logger:
+        with pytest.raises(ValueError, match=message("Logger.log: step must be a non-negative int, got 1.0")):
+            logger.log(1.0, loss=1.0)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=message("Logger.log: expected at least one scalar")):
+            logger.log(1)
+        with pytest.raises(
+            TypeError, match=message("Logger.log: loss must be a real number, got None (NoneType)")
+        ):
+            logger.log(1, loss=None)  # type: ignore[arg-type]
+        with pytest.raises(
+            ValueError, match=message("Logger.log: loss must be a number or a one-element tensor")
+        ):
+            logger.log(1, loss=torch.ones(3))  # type: ignore[arg-type]
+    assert read_csv(tmp_path / "progress.csv") == []  # rejected rows wrote nothing
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "progress.csv").write_text("time,loss\n1,2\n")
+    with pytest.raises(
+        ValueError, match=message("must have 'step' as its first column, got header ['time', 'loss']")
+    ):
+        Logger(other, tensorboard=False)
+    with pytest.raises(ValueError, match=message("has no column 'reward'; its columns are ['time', 'loss']")):
+        plot_csv(other / "progress.csv", "reward", x="time")
+    (other / "progress.csv").write_text("step,loss,return_mean\n1,2,\n")
+    with pytest.raises(ValueError, match=message("column 'return_mean' of")):
+        plot_csv(other / "progress.csv", "return_mean")
+    with pytest.raises(ValueError, match=message("plot_csv: y must name at least one column, got none")):
+        plot_csv(other / "progress.csv", [])
+    with pytest.raises(ValueError, match=message("make_run_dir: name must be a non-empty str, got ''")):
+        make_run_dir(tmp_path, "")
