@@ -1,0 +1,200 @@
+"""A2C: synchronous advantage actor-critic (Mnih et al. 2016), recurrent-capable.
+
+Each iteration collects ``n_envs x n_steps`` steps with the multiprocess
+batcher, re-runs the agent over them with gradients (``replay_agent``: step
+by step from the stored initial state for a recurrent agent, with the state
+reset where an episode begins; one flat call otherwise), and takes one
+gradient step on the policy-gradient loss with GAE advantages (lambda 1 gives
+the n-step returns of the paper), the value loss and an entropy bonus.
+
+Run it with ``rlstruct train a2c --env CartPole-v1`` (``--recurrent`` for a
+GRU agent) or ``python -m rlstruct.algos.a2c``; ``--help`` lists every field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from rlstruct.agent import replay_agent
+from rlstruct.algos.config import TrainConfig, parse_config
+from rlstruct.algos.evaluation import env_spaces
+from rlstruct.algos.policies import ActorCritic
+from rlstruct.algos.run import EpisodeReturns, Run, check_config, explained_variance
+from rlstruct.batchers import MultiprocessBatcher
+from rlstruct.checkpoint import rng_state
+from rlstruct.dicttensor import DictTensor
+from rlstruct.gym_env import GymEnv
+from rlstruct.returns import gae
+
+__all__ = ["Config", "main", "train"]
+
+
+@dataclasses.dataclass
+class Config(TrainConfig):
+    """A2C's hyperparameters (defaults tuned for CartPole-v1)."""
+
+    total_steps: int = 100_000
+    """Environment steps of training (all environments counted)."""
+    n_envs: int = 16
+    """Environments in all, split evenly across the worker processes."""
+    n_steps: int = 8
+    """Steps per environment per update (the trajectories' T)."""
+    lr: float = 1e-3
+    """RMSprop's learning rate at the start."""
+    anneal: bool = True
+    """Decay the learning rate linearly to 0 over the run."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 1.0
+    """GAE's lambda; 1 gives n-step returns bootstrapped at the end of the batch."""
+    ent_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    max_grad_norm: float = 0.5
+    """Gradients are rescaled to this global norm."""
+    normalize_advantages: bool = True
+    """Normalise the advantages of each batch to zero mean and unit variance."""
+    hidden: int = 64
+    """Units of each of the two hidden layers (the GRU's size too, with ``recurrent``)."""
+    recurrent: bool = False
+    """Use a GRU agent whose hidden state the batcher carries from step to step."""
+    torch_threads: int = 1
+    """Threads of the learner's torch operations (small networks run fastest on one)."""
+
+
+def train(config: Config) -> dict[str, Any]:
+    """Train A2C as ``config`` says; returns the final evaluation (see ``Run.finish``).
+
+    Raises:
+        ValueError: for a non-positive size, or ``n_envs`` not a multiple of ``n_processes``.
+    """
+    check_config(
+        config,
+        n_envs=config.n_envs,
+        n_steps=config.n_steps,
+        lr=config.lr,
+        hidden=config.hidden,
+        torch_threads=config.torch_threads,
+    )
+    if config.n_envs % config.n_processes:
+        raise ValueError(
+            f"config.n_envs ({config.n_envs}) must be a multiple of config.n_processes ({config.n_processes})"
+        )
+    per_iteration = config.n_envs * config.n_steps
+    if config.total_steps < per_iteration:
+        raise ValueError(
+            f"config.total_steps ({config.total_steps}) must allow one iteration of "
+            f"n_envs x n_steps = {per_iteration} steps"
+        )
+    torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+    device = torch.device(config.device)
+    spaces = env_spaces(config.env)
+    agent_args = {
+        "obs_dim": spaces.obs_dim,
+        "n_actions": spaces.n_actions,
+        "action_low": spaces.action_low,
+        "action_high": spaces.action_high,
+        "hidden": (config.hidden, config.hidden),
+        "recurrent": config.recurrent,
+    }
+    model = ActorCritic(**agent_args).to(device)  # type: ignore[arg-type]
+    optimizer = torch.optim.RMSprop(model.parameters(), lr=config.lr, alpha=0.99, eps=1e-5)
+    action_key = "action" if spaces.n_actions is not None else "raw_action"
+
+    run = Run("a2c", config, ActorCritic, agent_args)
+    batcher = MultiprocessBatcher(
+        ActorCritic,
+        agent_args,
+        GymEnv,
+        {"env": config.env},
+        n_envs=config.n_envs // config.n_processes,
+        n_timesteps=config.n_steps,
+        n_processes=config.n_processes,
+        seed=config.seed,
+        device=device,
+    )
+    episodes = EpisodeReturns(config.n_envs)
+    env_steps = 0
+    try:
+        batcher.update(run.weights(model))
+        batcher.reset()
+        while env_steps + per_iteration <= config.total_steps:
+            batcher.execute()
+            batch = batcher.get()
+            assert batch is not None
+            steps = batch.trajectories
+            env_steps += per_iteration
+            episodes.add(steps)
+            run.episode_return = episodes.pop_mean() or run.episode_return
+
+            # The agent's outputs again, with gradients; for a GRU agent, step by step.
+            out = replay_agent(model, batch)
+            mask = steps.mask()
+            with torch.no_grad():
+                b, t = steps.n_elems(), steps.n_timesteps()
+                after = DictTensor({"h": out["h"].detach().flatten(0, 1)}) if config.recurrent else None
+                next_value = model.value_of(steps["next/observation"].flatten(0, 1), after).view(b, t)
+                advantage = gae(
+                    steps["next/reward"],
+                    out["value"].detach(),
+                    next_value,
+                    steps["next/terminated"],
+                    steps["next/done"],
+                    config.gamma,
+                    config.gae_lambda,
+                    mask,
+                )
+                target = advantage + out["value"].detach()
+                if config.normalize_advantages:
+                    valid = advantage[mask]
+                    advantage = (advantage - valid.mean()) / (valid.std() + 1e-8)
+            params = out["logits" if spaces.n_actions is not None else "mean"]
+            log_prob = model.log_prob(params.flatten(0, 1), steps[action_key].flatten(0, 1)).view(b, t)
+            entropy = model.entropy(params.flatten(0, 1)).view(b, t)
+            n_valid = mask.sum()
+            policy_loss = -(log_prob * advantage * mask).sum() / n_valid
+            value_loss = 0.5 * ((out["value"] - target).pow(2) * mask).sum() / n_valid
+            entropy_mean = (entropy * mask).sum() / n_valid
+            loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy_mean
+
+            lr = (
+                config.lr * (1.0 - (env_steps - per_iteration) / config.total_steps)
+                if config.anneal
+                else config.lr
+            )
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            optimizer.step()
+            batcher.update(run.weights(model))
+            run.step(
+                env_steps,
+                model,
+                lr=lr,
+                policy_loss=float(policy_loss),
+                value_loss=float(value_loss),
+                entropy=float(entropy_mean),
+                explained_variance=explained_variance(out["value"].detach()[mask], target[mask]),
+            )
+        return run.finish(model, env_steps, optimizer=optimizer, rng=rng_state(model.generator))
+    finally:
+        batcher.close()
+        run.close()
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """The command line: ``python -m rlstruct.algos.a2c --env CartPole-v1 [--field value ...]``."""
+    return train(parse_config(Config, argv, prog="rlstruct train a2c"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,119 @@
+"""What every training run is configured with, and command lines made from config dataclasses.
+
+Each algorithm's ``Config`` is a dataclass that extends ``TrainConfig`` and
+documents every field with a docstring right under it. ``parse_config`` turns
+such a class into a command line: one ``--flag`` per field (underscores become
+dashes), whose help is the field's docstring.
+
+Examples:
+    >>> from rlstruct.algos.config import TrainConfig, parse_config
+    >>> config = parse_config(TrainConfig, ["--env", "CartPole-v1", "--total-steps", "1000"])
+    >>> config.env, config.total_steps, config.seed
+    ('CartPole-v1', 1000, 0)
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import itertools
+import textwrap
+import typing
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+__all__ = ["TrainConfig", "field_docs", "parse_config"]
+
+C = TypeVar("C", bound="TrainConfig")
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """The fields every algorithm shares."""
+
+    env: str = ""
+    """The environment id, as for ``gymnasium.make`` ("module:EnvId" imports the module first)."""
+    total_steps: int = 50_000
+    """Environment steps of training (all environments counted)."""
+    seed: int = 0
+    """Seeds the learner's torch generator, the environments (seed + i) and the agents."""
+    device: str = "cpu"
+    """Where the learner's model and batches live: "cpu" or "cuda" (pinned copies, non-blocking)."""
+    n_processes: int = 2
+    """Worker processes of the collection batcher."""
+    eval_every: int = 10_000
+    """Environment steps between evaluations (run in a worker alongside training)."""
+    eval_episodes: int = 10
+    """Episodes of each evaluation, with the greedy (or deterministic) policy."""
+    run_dir: str = "runs"
+    """The folder under which each run makes its own directory of logs, checkpoint and plot."""
+    json: str | None = None
+    """If set, the final results are written to this JSON file."""
+    progress: bool = True
+    """Show a progress line while training."""
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of a dataclass and its bases, by field name."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        body = tree.body[0].body  # type: ignore[attr-defined]
+        for node, after in itertools.pairwise(body):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def _parser_type(name: str, hint: Any) -> tuple[Any, dict[str, Any]]:
+    """The argparse ``type`` (and extra keywords) for a field's type hint."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    base = args[0] if args else hint
+    if base is bool:
+        return None, {"action": argparse.BooleanOptionalAction}
+    if base in (int, float, str):
+        return base, {}
+    raise TypeError(f"parse_config: field {name!r} has type {hint!r}; fields must be int, float, str or bool")
+
+
+def parse_config(cls: type[C], argv: Sequence[str] | None = None, *, prog: str | None = None) -> C:
+    """Parse a command line into an instance of the config dataclass ``cls``.
+
+    Args:
+        cls: a dataclass extending ``TrainConfig``.
+        argv: the arguments (without the program name); None reads ``sys.argv``.
+        prog: the program name shown in the help.
+
+    Returns:
+        ``cls(**values)``, every value not given on the command line left at its default.
+
+    Raises:
+        SystemExit: as argparse does, for unknown or malformed arguments and for ``--help``.
+        TypeError: if a field's type is not int, float, str or bool (optionally ``| None``).
+    """
+    docs = field_docs(cls)
+    hints = typing.get_type_hints(cls)
+    parser = argparse.ArgumentParser(prog=prog, description=(cls.__doc__ or "").strip().split("\n")[0])
+    for field in dataclasses.fields(cls):
+        kind, extra = _parser_type(field.name, hints[field.name])
+        flag = "--" + field.name.replace("_", "-")
+        default = field.default
+        help_text = f"{docs.get(field.name, '')} (default: {default})"
+        if kind is None:
+            parser.add_argument(flag, dest=field.name, default=default, help=help_text, **extra)
+        else:
+            required = field.name == "env" and default == ""
+            parser.add_argument(
+                flag, dest=field.name, type=kind, default=default, required=required, help=help_text
+            )
+    return cls(**vars(parser.parse_args(argv)))

@@ -1,0 +1,177 @@
+"""Evaluation alongside training: whole greedy episodes in a worker process, polled without blocking.
+
+The evaluator is a one-worker ``MultiprocessBatcher`` in "episodes" mode (the
+in-process batcher's layout, run in another process so that evaluation
+overlaps training). ``start`` hands it the current weights and returns at
+once; ``poll`` returns the result when the episodes are over; ``evaluate``
+waits. Every row runs with ``agent_info["greedy"] = True``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from rlstruct.agent import Agent
+from rlstruct.batchers import MultiprocessBatcher
+from rlstruct.dicttensor import DictTensor
+from rlstruct.gym_env import GymEnv
+
+__all__ = ["EnvSpaces", "EvalResult", "Evaluator", "env_spaces"]
+
+
+@dataclass(frozen=True)
+class EnvSpaces:
+    """What the algorithms need to know of an environment to build their networks."""
+
+    obs_dim: int
+    """The size of the flattened observation."""
+    n_actions: int | None
+    """The number of discrete actions, or None for continuous actions."""
+    action_low: list[float] | None
+    """Bounds of continuous actions (None for discrete)."""
+    action_high: list[float] | None
+    """Upper bounds of continuous actions (None for discrete)."""
+    max_episode_steps: int
+    """The time limit of an episode (1000 where the environment declares none)."""
+
+
+def env_spaces(env: str) -> EnvSpaces:
+    """Read the spaces and time limit of environment ``env`` (made once, then closed).
+
+    Raises:
+        ValueError: for an observation space that is not a Box, or an action
+            space that is neither Discrete nor Box.
+    """
+    instance = gym.make(env)
+    try:
+        obs, act = instance.observation_space, instance.action_space
+        limit = instance.spec.max_episode_steps if instance.spec is not None else None
+    finally:
+        instance.close()
+    if not isinstance(obs, gym.spaces.Box):
+        raise ValueError(f"env {env!r}: the algorithms need a Box observation space, got {obs}")
+    obs_dim = math.prod(obs.shape)
+    if isinstance(act, gym.spaces.Discrete):
+        return EnvSpaces(obs_dim, int(act.n), None, None, limit or 1000)
+    if isinstance(act, gym.spaces.Box):
+        return EnvSpaces(
+            obs_dim, None, act.low.flatten().tolist(), act.high.flatten().tolist(), limit or 1000
+        )
+    raise ValueError(f"env {env!r}: the algorithms need a Discrete or Box action space, got {act}")
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """The returns of one evaluation."""
+
+    env_steps: int
+    """The training env steps when the weights were taken."""
+    returns: list[float]
+    """The undiscounted return of each episode."""
+
+    @property
+    def mean(self) -> float:
+        return sum(self.returns) / len(self.returns)
+
+    @property
+    def std(self) -> float:
+        m = self.mean
+        return math.sqrt(sum((r - m) ** 2 for r in self.returns) / len(self.returns))
+
+
+class Evaluator:
+    """Runs ``n_episodes`` greedy episodes in one worker process, without blocking training.
+
+    Args:
+        agent_factory, agent_args: as for the batchers; the agent must read
+            ``agent_info["greedy"]``.
+        env: the environment id.
+        n_episodes: episodes per evaluation (one environment instance each).
+        max_steps: the longest episode (the batcher's T).
+        seed: the base seed of the evaluation environments.
+        timeout: seconds an evaluation may take before ``WorkerTimeout``.
+    """
+
+    def __init__(
+        self,
+        agent_factory: Callable[..., Agent],
+        agent_args: Mapping[str, Any],
+        env: str,
+        *,
+        n_episodes: int,
+        max_steps: int,
+        seed: int,
+        timeout: float = 600.0,
+    ) -> None:
+        self._batcher = MultiprocessBatcher(
+            agent_factory,
+            agent_args,
+            GymEnv,
+            {"env": env},
+            n_envs=n_episodes,
+            n_timesteps=max_steps,
+            mode="episodes",
+            seed=seed,
+            n_processes=1,
+            timeout=timeout,
+        )
+        self._batcher.reset(agent_info=DictTensor({"greedy": torch.ones(n_episodes, dtype=torch.bool)}))
+        self._pending: int | None = None
+
+    @property
+    def busy(self) -> bool:
+        """An evaluation is running."""
+        return self._pending is not None
+
+    def start(self, weights: Mapping[str, torch.Tensor], env_steps: int) -> bool:
+        """Start evaluating ``weights`` and return at once; False (and nothing started) if busy."""
+        if self._pending is not None:
+            return False
+        self._batcher.update(weights)
+        self._batcher.execute()
+        self._pending = env_steps
+        return True
+
+    def _result(self, blocking: bool) -> EvalResult | None:
+        if self._pending is None:
+            return None
+        batch = self._batcher.get(blocking=blocking)
+        if batch is None:
+            return None
+        steps = batch.trajectories
+        returns = (steps["next/reward"].to(torch.float64) * steps.mask()).sum(1)
+        result = EvalResult(self._pending, returns.tolist())
+        self._pending = None
+        return result
+
+    def poll(self) -> EvalResult | None:
+        """The result of the running evaluation if it is over, else None."""
+        return self._result(blocking=False)
+
+    def wait(self) -> EvalResult | None:
+        """Wait for the running evaluation (None if none runs)."""
+        return self._result(blocking=True)
+
+    def evaluate(self, weights: Mapping[str, torch.Tensor], env_steps: int) -> EvalResult:
+        """Evaluate ``weights`` and wait for the result (after any running evaluation)."""
+        self.wait()
+        self.start(weights, env_steps)
+        result = self.wait()
+        assert result is not None
+        return result
+
+    def close(self) -> None:
+        """Stop the worker. Safe to call twice."""
+        self._batcher.close()
+
+    def __enter__(self) -> Evaluator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

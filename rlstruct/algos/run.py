@@ -1,0 +1,195 @@
+"""One training run's surroundings: its directory, logger, evaluator, episode returns and results.
+
+The algorithms keep only their learning loop; ``Run`` does the rest the same
+way for all of them:
+
+- a run directory ``<run_dir>/<algo>-<env>-s<seed>-<time>`` holding
+  ``config.json``, ``progress.csv``, TensorBoard event files, the checkpoint
+  and ``learning_curve.png``;
+- evaluations every ``eval_every`` env steps, running in a worker while
+  training goes on (``Evaluator``), logged when they finish;
+- the returns of the training episodes, read from the collected batches;
+- at the end, a final greedy evaluation of ``eval_episodes`` episodes: the
+  figure the run reports, in the returned dict and in ``--json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlstruct.agent import Agent
+from rlstruct.algos.config import TrainConfig
+from rlstruct.algos.evaluation import EvalResult, Evaluator, env_spaces
+from rlstruct.checkpoint import save_checkpoint
+from rlstruct.logger import Logger, make_run_dir
+from rlstruct.temporal import TemporalDictTensor
+
+__all__ = ["EpisodeReturns", "Run", "check_config"]
+
+EVAL_SEED_OFFSET = 1_000_000
+"""Evaluation environments are seeded apart from the training ones."""
+
+
+def check_config(config: TrainConfig, **positive: int | float) -> None:
+    """Raise ValueError naming the first field that is not positive (common fields, then ``positive``)."""
+    if not isinstance(config.env, str) or not config.env:
+        raise ValueError(f"config.env must name an environment, got {config.env!r}")
+    fields: dict[str, int | float] = {
+        "total_steps": config.total_steps,
+        "n_processes": config.n_processes,
+        "eval_every": config.eval_every,
+        "eval_episodes": config.eval_episodes,
+        **positive,
+    }
+    for name, value in fields.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"config.{name} must be a positive number, got {value!r}")
+
+
+class EpisodeReturns:
+    """The undiscounted return of every training episode that ends in the collected batches.
+
+    Args:
+        n_rows: the batcher's rows (B); a return in progress is carried from
+            one batch to the next, as the episodes are.
+    """
+
+    def __init__(self, n_rows: int) -> None:
+        self._running = torch.zeros(n_rows, dtype=torch.float64)
+        self.finished: list[float] = []
+
+    def add(self, steps: TemporalDictTensor) -> None:
+        """Add the rewards of a batch ``[B, T]`` (``next/reward``, ``next/done``, padding masked)."""
+        reward = steps["next/reward"].detach().to("cpu", torch.float64)
+        done = (steps["next/done"] & steps.mask()).cpu()
+        reward = reward * steps.mask().cpu()
+        for t in range(steps.n_timesteps()):
+            self._running += reward[:, t]
+            ended = done[:, t]
+            if bool(ended.any()):
+                self.finished.extend(self._running[ended].tolist())
+                self._running[ended] = 0.0
+
+    def pop_mean(self) -> float | None:
+        """The mean return of the episodes finished since the last call (None if none)."""
+        if not self.finished:
+            return None
+        mean = sum(self.finished) / len(self.finished)
+        self.finished = []
+        return mean
+
+
+class Run:
+    """The directory, logger and evaluator of one training run.
+
+    Args:
+        algo: the algorithm's name, used in the directory name.
+        config: the run's configuration (written to ``config.json``).
+        agent_factory, agent_args: the agent the evaluator runs (greedy).
+    """
+
+    def __init__(
+        self,
+        algo: str,
+        config: TrainConfig,
+        agent_factory: Callable[..., Agent],
+        agent_args: Mapping[str, Any],
+    ) -> None:
+        self.algo, self.config = algo, config
+        self.start = time.monotonic()
+        env_name = config.env.split(":")[-1].replace("/", "_")
+        self.dir = make_run_dir(config.run_dir, f"{algo}-{env_name}-s{config.seed}")
+        self.logger = Logger(
+            self.dir, config=config, progress=config.progress, total_steps=config.total_steps
+        )
+        self.evaluator = Evaluator(
+            agent_factory,
+            agent_args,
+            config.env,
+            n_episodes=config.eval_episodes,
+            max_steps=env_spaces(config.env).max_episode_steps,
+            seed=config.seed + EVAL_SEED_OFFSET,
+        )
+        self._next_eval = config.eval_every
+        self.last_eval: EvalResult | None = None
+        self.episode_return: float | None = None
+
+    def weights(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The model's state dict on the CPU (what batchers and the evaluator load)."""
+        return {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+
+    def step(self, env_steps: int, model: torch.nn.Module, **scalars: float) -> None:
+        """Log ``scalars`` at ``env_steps``, collect a finished evaluation, start the next one when due."""
+        if (result := self.evaluator.poll()) is not None:
+            self._log_eval(result)
+        if env_steps >= self._next_eval and self.evaluator.start(self.weights(model), env_steps):
+            self._next_eval = env_steps + self.config.eval_every
+        wall = time.monotonic() - self.start
+        self.logger.log(
+            env_steps, env_steps=env_steps, wall_s=wall, sps=env_steps / max(wall, 1e-9), **scalars
+        )
+        shown = {} if self.episode_return is None else {"return": self.episode_return}
+        if self.last_eval is not None:
+            shown["eval"] = self.last_eval.mean
+        self.logger.progress(env_steps, **shown)
+
+    def _log_eval(self, result: EvalResult) -> None:
+        self.last_eval = result
+        self.logger.log(result.env_steps, eval_return_mean=result.mean, eval_return_std=result.std)
+
+    def finish(self, model: torch.nn.Module, env_steps: int, **checkpoint: Any) -> dict[str, Any]:
+        """Final evaluation, checkpoint, plot and JSON; returns the results.
+
+        Args:
+            model: the trained model (its weights are evaluated and saved).
+            env_steps: the env steps trained.
+            **checkpoint: more state for the checkpoint (optimiser, counters...).
+
+        Returns:
+            ``{"algo", "env", "eval_return_mean", "eval_return_std", "env_steps",
+            "wall_s", "run_dir"}``.
+        """
+        wall = time.monotonic() - self.start  # training time: the final evaluation is not counted
+        if (result := self.evaluator.wait()) is not None:
+            self._log_eval(result)
+        final = self.evaluator.evaluate(self.weights(model), env_steps)
+        self._log_eval(final)
+        save_checkpoint(self.logger.checkpoint_path, model=model, env_steps=env_steps, **checkpoint)
+        self.logger.close()
+        results: dict[str, Any] = {
+            "algo": self.algo,
+            "env": self.config.env,
+            "eval_return_mean": final.mean,
+            "eval_return_std": final.std,
+            "env_steps": env_steps,
+            "wall_s": round(wall, 3),
+            "run_dir": str(self.dir),
+        }
+        plot = self.logger.plot("eval_return_mean", x="step")
+        if self.config.json is not None:
+            Path(self.config.json).write_text(json.dumps(results, indent=2) + "\n")
+        print(
+            f"{self.algo} on {self.config.env}: final greedy return {final.mean:.1f} +- {final.std:.1f} "
+            f"over {len(final.returns)} episodes after {env_steps} env steps in {wall:.1f} s\n"
+            f"run directory: {self.dir} (progress.csv, TensorBoard: tensorboard --logdir {self.dir}, "
+            f"checkpoint {self.logger.checkpoint_path.name}, plot {plot.name})"
+        )
+        return results
+
+    def close(self) -> None:
+        """Stop the evaluator and close the logger. Safe to call twice."""
+        self.evaluator.close()
+        self.logger.close()
+
+
+def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> float:
+    """1 - Var[target - prediction] / Var[target] (nan when the target does not vary)."""
+    var = float(target.var())
+    return math.nan if var == 0 else 1.0 - float((target - prediction).var()) / var

@@ -1,0 +1,210 @@
+"""The algorithms' shared pieces: configs and command lines, the actor-critic, episode returns, runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlstruct import DictTensor, TemporalDictTensor
+from rlstruct.algos import ALGORITHMS, ppo
+from rlstruct.algos.config import TrainConfig, field_docs, parse_config
+from rlstruct.algos.evaluation import env_spaces
+from rlstruct.algos.policies import ActorCritic
+from rlstruct.algos.run import EpisodeReturns, check_config
+from rlstruct.cli import main as cli_main
+
+
+def message(text: str) -> str:
+    return re.escape(text)
+
+
+# ---------------------------------------------------------------------------- configs
+
+
+def test_every_config_field_has_a_docstring() -> None:
+    for name in ALGORITHMS:
+        module = __import__(f"rlstruct.algos.{name}", fromlist=["Config"])
+        docs = field_docs(module.Config)
+        missing = [f.name for f in dataclasses.fields(module.Config) if not docs.get(f.name)]
+        assert missing == [], f"{name}: fields without a docstring: {missing}"
+
+
+def test_parse_config_reads_flags_of_every_type() -> None:
+    config = parse_config(
+        ppo.Config,
+        ["--env", "Pendulum-v1", "--total-steps", "300", "--lr", "0.5", "--no-anneal", "--json", "out.json"],
+    )
+    assert (config.env, config.total_steps, config.lr, config.anneal, config.json) == (
+        "Pendulum-v1",
+        300,
+        0.5,
+        False,
+        "out.json",
+    )
+    assert config.n_epochs == ppo.Config.n_epochs  # untouched fields keep their default
+
+
+def test_parse_config_needs_env_and_rejects_bad_values(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_config(TrainConfig, [])
+    assert "--env" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_config(TrainConfig, ["--env", "CartPole-v1", "--seed", "one"])
+    assert "invalid int value: 'one'" in capsys.readouterr().err
+
+
+def test_help_shows_the_field_docstrings(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_config(ppo.Config, ["--help"], prog="rlstruct train ppo")
+    out = " ".join(capsys.readouterr().out.split())
+    assert "The clip range of the probability ratio. (default: 0.2)" in out
+
+
+@pytest.mark.parametrize(
+    ("changes", "text"),
+    [
+        ({"env": ""}, "config.env must name an environment, got ''"),
+        ({"total_steps": 0}, "config.total_steps must be a positive number, got 0"),
+        ({"n_processes": -1}, "config.n_processes must be a positive number, got -1"),
+    ],
+)
+def test_check_config_names_the_field(changes: dict[str, object], text: str) -> None:
+    config = dataclasses.replace(TrainConfig(env="CartPole-v1"), **changes)
+    with pytest.raises(ValueError, match=message(text)):
+        check_config(config)
+
+
+def test_ppo_rejects_a_layout_it_cannot_split() -> None:
+    with pytest.raises(
+        ValueError, match=message("config.n_envs (3) must be a multiple of config.n_processes (2)")
+    ):
+        ppo.train(ppo.Config(env="CartPole-v1", n_envs=3))
+    with pytest.raises(ValueError, match=message("config.total_steps (100) must allow one iteration")):
+        ppo.train(ppo.Config(env="CartPole-v1", total_steps=100))
+
+
+def test_cli_rejects_an_unknown_algorithm(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["train", "nope", "--env", "CartPole-v1"]) == 2
+    assert "unknown algorithm 'nope'; choose one of" in capsys.readouterr().err
+    assert cli_main(["--help"]) == 0
+
+
+# ---------------------------------------------------------------------------- the actor-critic
+
+
+def test_env_spaces_reads_discrete_and_continuous_envs() -> None:
+    cartpole = env_spaces("CartPole-v1")
+    assert (cartpole.obs_dim, cartpole.n_actions, cartpole.max_episode_steps) == (4, 2, 500)
+    pendulum = env_spaces("Pendulum-v1")
+    assert (pendulum.obs_dim, pendulum.n_actions, pendulum.action_low, pendulum.action_high) == (
+        3,
+        None,
+        [-2.0],
+        [2.0],
+    )
+    assert pendulum.max_episode_steps == 200
+
+
+def test_discrete_actor_critic_log_prob_and_entropy_match_torch_distributions() -> None:
+    agent = ActorCritic(obs_dim=3, n_actions=4)
+    agent.seed(0)
+    z = DictTensor({"greedy": torch.tensor([False, False, True])})
+    obs = DictTensor({"observation": torch.randn(3, 3, dtype=torch.float64)})  # cast to float32 inside
+    out, _ = agent(agent.initial_state(z, 3), obs, z)
+    dist = torch.distributions.Categorical(logits=out["logits"])
+    assert out["action"].dtype == torch.int64 and out["log_prob"].dtype == torch.float32
+    assert torch.allclose(out["log_prob"], dist.log_prob(out["action"]))
+    assert torch.allclose(agent.entropy(out["logits"]), dist.entropy())
+    assert out["action"][2] == out["logits"][2].argmax()  # the greedy row
+
+
+def test_continuous_actor_critic_clamps_actions_but_scores_the_raw_sample() -> None:
+    agent = ActorCritic(obs_dim=2, action_low=[-0.1], action_high=[0.1])
+    with torch.no_grad():
+        agent.log_std.fill_(1.0)
+    agent.seed(1)
+    z = DictTensor({"greedy": torch.tensor([False] * 63 + [True])})
+    obs = DictTensor({"observation": torch.zeros(64, 2)})
+    out, _ = agent(agent.initial_state(z, 64), obs, z)
+    assert bool((out["action"].abs() <= 0.1).all()) and bool((out["raw_action"].abs() > 0.1).any())
+    dist = torch.distributions.Normal(out["mean"], agent.log_std.exp())
+    assert torch.allclose(out["log_prob"], dist.log_prob(out["raw_action"]).sum(-1))
+    assert torch.allclose(agent.entropy(out["mean"]), dist.entropy().sum(-1))
+    assert torch.equal(out["raw_action"][63], out["mean"][63])
+
+
+def test_recurrent_actor_critic_carries_its_state() -> None:
+    agent = ActorCritic(obs_dim=4, n_actions=2, hidden=(8,), recurrent=True)
+    z = DictTensor(batch_size=2)
+    state = agent.initial_state(z, 2)
+    assert torch.equal(state["h"], torch.zeros(2, 8))
+    obs = DictTensor({"observation": torch.ones(2, 4)})
+    _, state = agent(state, obs, z)
+    first, second = agent(state, obs, z)[0], agent(agent.initial_state(z, 2), obs, z)[0]
+    assert not torch.equal(first["value"], second["value"])
+    with pytest.raises(ValueError, match=message("ActorCritic.features: a recurrent agent needs its state")):
+        agent.features(torch.ones(2, 4))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "text"),
+    [
+        ({"obs_dim": 0, "n_actions": 2}, "ActorCritic: obs_dim must be positive, got 0"),
+        ({"obs_dim": 2, "n_actions": 0}, "ActorCritic: n_actions must be positive, got 0"),
+        ({"obs_dim": 2, "action_low": [0.0]}, "continuous actions need action_low and action_high"),
+    ],
+)
+def test_actor_critic_rejects_bad_sizes(kwargs: dict[str, object], text: str) -> None:
+    with pytest.raises(ValueError, match=message(text)):
+        ActorCritic(**kwargs)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- runs
+
+
+def test_episode_returns_follow_episodes_across_batches_and_ignore_padding() -> None:
+    returns = EpisodeReturns(2)
+    reward = torch.tensor([[1.0, 2.0, 3.0], [1.0, 1.0, 5.0]])
+    done = torch.tensor([[False, True, False], [False, False, True]])
+    lengths = torch.tensor([3, 2])  # row 1's done at t=2 is padding
+    returns.add(TemporalDictTensor({"next/reward": reward, "next/done": done}, lengths))
+    assert returns.pop_mean() == 3.0  # only row 0's episode ended: 1 + 2
+    assert returns.pop_mean() is None
+    returns.add(
+        TemporalDictTensor({"next/reward": torch.ones(2, 1), "next/done": torch.ones(2, 1, dtype=torch.bool)})
+    )
+    assert returns.finished == [4.0, 3.0]  # 3 + 1 carried over; 1 + 1 + 1
+
+
+def test_ppo_smoke_run_writes_its_run_directory_and_json(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    config = ppo.Config(
+        env="CartPole-v1",
+        total_steps=512,
+        n_envs=4,
+        n_steps=32,
+        n_epochs=2,
+        minibatch_size=64,
+        eval_every=256,
+        eval_episodes=2,
+        run_dir=str(tmp_path / "runs"),
+        json=str(out),
+        progress=False,
+    )
+    results = ppo.train(config)
+    assert json.loads(out.read_text()) == results
+    assert results["env_steps"] == 512 and results["algo"] == "ppo"
+    assert math.isfinite(results["eval_return_mean"])
+    assert results["eval_return_mean"] >= 8  # CartPole's shortest episode
+    run_dir = Path(results["run_dir"])
+    names = {p.name for p in run_dir.iterdir()}
+    assert {"config.json", "progress.csv", "checkpoint.pt", "learning_curve.png"} <= names
+    assert any(n.startswith("events.out.tfevents") for n in names)
+    header = (run_dir / "progress.csv").read_text().splitlines()[0].split(",")
+    assert {"policy_loss", "value_loss", "entropy", "eval_return_mean", "sps"} <= set(header)
