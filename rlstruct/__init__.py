@@ -6,6 +6,7 @@ from rlstruct.dicttensor import DictTensor, masked_dicttensor
 from rlstruct.env import Environment
 from rlstruct.errors import WorkerError, WorkerTimeout
 from rlstruct.gym_env import GymEnv
+from rlstruct.replay import HindsightReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.specs import Specs, TensorSpec
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
@@ -15,8 +16,11 @@ __all__ = [
     "DictTensor",
     "Environment",
     "GymEnv",
+    "HindsightReplayBuffer",
     "LocalBatcher",
     "MultiprocessBatcher",
+    "PrioritizedReplayBuffer",
+    "ReplayBuffer",
     "Specs",
     "TemporalDictTensor",
     "TensorSpec",
