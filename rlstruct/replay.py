@@ -66,6 +66,8 @@ from rlstruct.temporal import TemporalDictTensor
 
 __all__ = ["HindsightReplayBuffer", "PrioritizedReplayBuffer", "ReplayBuffer"]
 
+_NO_LOCK = contextlib.nullcontext()
+
 RewardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """``reward_fn(achieved_goal, desired_goal) -> reward``, batched over rows."""
 
@@ -160,6 +162,7 @@ class ReplayBuffer:
         if self._shared:
             self._counters.share_memory_()
             self._lock = mp.get_context("spawn").Lock()
+        self._counts = self._counters.numpy()  # a view, read and written without torch's per-op cost
         self._storage: DictTensor | None = None
         if specs is not None:
             if not isinstance(specs, Specs):
@@ -190,7 +193,7 @@ class ReplayBuffer:
 
     def __len__(self) -> int:
         """The number of rows held: ``min(rows added, capacity)``."""
-        return int(self._counters[1])
+        return int(self._counts[1])
 
     def specs(self) -> Specs | None:
         """The per-row shapes and dtypes of the storage, or None before the first add."""
@@ -233,7 +236,7 @@ class ReplayBuffer:
         if kept == 0:
             return
         with self._locked(op):
-            position, size = self._counters.tolist()
+            position, size = int(self._counts[0]), int(self._counts[1])
             start = (position + n - kept) % self._capacity
             first = min(kept, self._capacity - start)
             storage = self._storage_or_raise(op)
@@ -242,8 +245,8 @@ class ReplayBuffer:
                 storage[key][start : start + first].copy_(value[:first])
                 if first < kept:
                     storage[key][: kept - first].copy_(value[first:])
-            self._counters[0] = (position + n) % self._capacity
-            self._counters[1] = min(size + n, self._capacity)
+            self._counts[0] = (position + n) % self._capacity
+            self._counts[1] = min(size + n, self._capacity)
             self._written(start, kept)
 
     def add_trajectories(self, trajectories: TemporalDictTensor, keys: Sequence[str] | None = None) -> None:
@@ -295,7 +298,7 @@ class ReplayBuffer:
             use, copied), loadable with ``torch.load(..., weights_only=True)``.
         """
         with self._locked(f"{type(self).__name__}.state_dict"):
-            position, size = self._counters.tolist()
+            position, size = int(self._counts[0]), int(self._counts[1])
             storage = None
             if self._storage is not None:
                 storage = {k: v[:size].to("cpu", copy=True) for k, v in self._storage.items()}
@@ -346,8 +349,8 @@ class ReplayBuffer:
                 for key, value in self._storage_or_raise(op).items():
                     value[:size].copy_(rows[key])
                     value[size:].zero_()
-            self._counters[0] = int(state["position"])
-            self._counters[1] = size
+            self._counts[0] = int(state["position"])
+            self._counts[1] = size
             self._generator.set_state(state["generator"])
             self._load_extra_state(state)
 
@@ -397,17 +400,17 @@ class ReplayBuffer:
         return self._storage
 
     def _size_or_raise(self, op: str) -> int:
-        size = int(self._counters[1])
+        size = int(self._counts[1])
         if size == 0:
             raise RuntimeError(f"{op}: cannot sample from an empty buffer; add transitions first")
         return size
 
-    @contextlib.contextmanager
-    def _locked(self, op: str) -> Iterator[None]:
+    def _locked(self, op: str) -> contextlib.AbstractContextManager[None]:
         """Hold the lock of a shared buffer (nothing to hold for a private one)."""
-        if self._lock is None:
-            yield
-            return
+        return _NO_LOCK if self._lock is None else self._hold_lock(op)
+
+    @contextlib.contextmanager
+    def _hold_lock(self, op: str) -> Iterator[None]:
         if not self._lock.acquire(timeout=self._timeout):
             raise TimeoutError(
                 f"{op}: could not take the shared buffer's lock within {self._timeout} s; another process "
@@ -439,6 +442,7 @@ class ReplayBuffer:
         state = self.__dict__.copy()
         # a generator pickled as such would go through torch's shared-memory reductions, which fail on
         # its state tensor: send its device and state as plain bytes instead
+        del state["_counts"]  # rebuilt from the (shared) tensor on the other side
         generator = state.pop("_generator")
         state["_generator_state"] = (str(generator.device), generator.get_state().numpy().tobytes())
         return state
@@ -449,6 +453,7 @@ class ReplayBuffer:
         generator.set_state(torch.frombuffer(bytearray(generator_state), dtype=torch.uint8))
         state["_generator"] = generator
         self.__dict__.update(state)
+        self._counts = self._counters.numpy()
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -612,20 +617,19 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if indices.numel() == 0:
             return
         p = priorities.detach().to(torch.float64)
-        if not bool(torch.isfinite(p).all()) or bool((p < 0).any()):
-            raise ValueError(
-                f"{op}: priorities must be finite and >= 0, got values from {p.min()} to {p.max()}"
-            )
+        p_low, p_high = (float(x) for x in p.aminmax())
+        if not (p_low >= 0 and p_high < math.inf):  # NaN fails too
+            raise ValueError(f"{op}: priorities must be finite and >= 0, got values from {p_low} to {p_high}")
         p = p + self._eps
         with self._locked(op):
-            size = int(self._counters[1])
-            low, high = int(indices.min()), int(indices.max())
+            size = int(self._counts[1])
+            low, high = (int(x) for x in indices.aminmax())
             if low < 0 or high >= size:
                 raise ValueError(
                     f"{op}: indices must lie in [0, {size}) (the rows held), got values from {low} to {high}"
                 )
             self._tree.update(indices, p.pow(self._alpha))
-            self._max_priority.clamp_(min=float(p.max()))
+            self._max_priority.clamp_(min=p_high + self._eps)
 
     def _written(self, start: int, n: int) -> None:
         slots = (start + torch.arange(n, device=self._device)) % self._capacity
