@@ -9,6 +9,7 @@ from rlstruct.errors import WorkerError, WorkerTimeout
 from rlstruct.gym_env import GymEnv
 from rlstruct.logger import Logger, make_run_dir, plot_csv
 from rlstruct.progress import Progress
+from rlstruct.replay import HindsightReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.returns import discounted_returns, gae, td_lambda, vtrace
 from rlstruct.specs import Specs, TensorSpec
 from rlstruct.temporal import TemporalDictTensor
@@ -19,10 +20,13 @@ __all__ = [
     "DictTensor",
     "Environment",
     "GymEnv",
+    "HindsightReplayBuffer",
     "LocalBatcher",
     "Logger",
     "MultiprocessBatcher",
+    "PrioritizedReplayBuffer",
     "Progress",
+    "ReplayBuffer",
     "Specs",
     "TemporalDictTensor",
     "TensorSpec",

@@ -13,11 +13,14 @@ None of them changes what ``CounterEnv`` and ``CountingAgent`` output: a
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
 from typing import Any
 
 import torch
 
-from rlstruct import Agent, DictTensor, TemporalDictTensor
+from rlstruct import Agent, DictTensor, ReplayBuffer, TemporalDictTensor
 from rlstruct.testing import CounterEnv, CountingAgent
 
 
@@ -148,3 +151,49 @@ class HistorySumAgent(Agent):
         n = observation.n_elems()
         seen = history["t"].sum(1) if history.n_timesteps() else torch.zeros(n, dtype=torch.int64)
         return DictTensor({"action": torch.zeros(n, dtype=torch.int64), "seen": seen}), state
+
+
+def shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm"))
+
+
+def left_in_shm(before: set[str]) -> set[str]:
+    """The entries of /dev/shm made since ``before`` and not in use by another live process.
+
+    Those are what this test left: on a shared machine, other jobs' semaphores come and go
+    meanwhile, but they are mapped by the processes that use them. Mappings are matched by
+    inode, since glibc maps a semaphore under a temporary name before it links it to its own.
+    """
+    inodes = {}
+    for name in shm_entries() - before:
+        with contextlib.suppress(OSError):
+            inodes[os.stat(f"/dev/shm/{name}").st_ino] = name
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if inodes and int(pid) != os.getpid():
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    fields = line.split()  # address, perms, offset, device, inode, path
+                    if len(fields) >= 6 and fields[5].startswith("/dev/shm/"):
+                        inodes.pop(int(fields[4]), None)
+    return set(inodes.values())
+
+
+def assert_nothing_left_in_shm(before: set[str], timeout: float = 5.0) -> None:
+    """Nothing new stays in /dev/shm: entries that another job's process leaves for its resource
+    tracker to unlink may linger a moment, so look again for a few seconds before failing."""
+    deadline = time.monotonic() + timeout
+    while (left := left_in_shm(before)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left == set()
+
+
+def replay_rows(ids: torch.Tensor) -> DictTensor:
+    """Rows whose every key is derived from ``ids``, so that a torn row shows: ``twice`` is 2 id, ``obs`` 3 copies."""
+    return DictTensor({"id": ids, "twice": 2 * ids, "obs": ids.double().unsqueeze(1).repeat(1, 3)})
+
+
+def add_replay_rows(buffer: ReplayBuffer, first_id: int, n_batches: int, rows: int) -> None:
+    """Add ``n_batches`` batches of ``rows`` consecutive ids from ``first_id`` (the body of a spawned writer)."""
+    for batch in range(n_batches):
+        start = first_id + batch * rows
+        buffer.add(replay_rows(torch.arange(start, start + rows)))

@@ -31,7 +31,14 @@ from typing import Any
 
 import pytest
 import torch
-from mp_helpers import ControlledEnv, FailingAgent, FailingEnv, LinearAgent
+from mp_helpers import (
+    ControlledEnv,
+    FailingAgent,
+    FailingEnv,
+    LinearAgent,
+    assert_nothing_left_in_shm,
+    shm_entries,
+)
 
 from rlstruct import (
     DictTensor,
@@ -100,40 +107,6 @@ def assert_same(got: Trajectories, expected: Trajectories) -> None:
 def without(batch: Trajectories, keys: tuple[str, ...]) -> Trajectories:
     """The batch without these trajectory keys."""
     return Trajectories(batch.info, batch.trajectories.get([k for k in batch.trajectories if k not in keys]))
-
-
-def shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm"))
-
-
-def left_in_shm(before: set[str]) -> set[str]:
-    """The entries of /dev/shm made since ``before`` and not in use by another live process.
-
-    Those are what this test left: on a shared machine, other jobs' semaphores come and go
-    meanwhile, but they are mapped by the processes that use them. Mappings are matched by
-    inode, since glibc maps a semaphore under a temporary name before it links it to its own.
-    """
-    inodes = {}
-    for name in shm_entries() - before:
-        with contextlib.suppress(OSError):
-            inodes[os.stat(f"/dev/shm/{name}").st_ino] = name
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        if inodes and int(pid) != os.getpid():
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
-                for line in maps:
-                    fields = line.split()  # address, perms, offset, device, inode, path
-                    if len(fields) >= 6 and fields[5].startswith("/dev/shm/"):
-                        inodes.pop(int(fields[4]), None)
-    return set(inodes.values())
-
-
-def assert_nothing_left_in_shm(before: set[str], timeout: float = 5.0) -> None:
-    """Nothing new stays in /dev/shm: entries that another job's process leaves for its resource
-    tracker to unlink may linger a moment, so look again for a few seconds before failing."""
-    deadline = time.monotonic() + timeout
-    while (left := left_in_shm(before)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert left == set()
 
 
 def gone(pid: int) -> bool:
