@@ -4,7 +4,7 @@ from rlstruct.agent import Agent, replay_agent
 from rlstruct.batchers import LocalBatcher, MultiprocessBatcher
 from rlstruct.dicttensor import DictTensor, masked_dicttensor
 from rlstruct.env import Environment
-from rlstruct.errors import WorkerError, WorkerTimeout
+from rlstruct.errors import ClusterError, WorkerError, WorkerTimeout
 from rlstruct.gym_env import GymEnv
 from rlstruct.specs import Specs, TensorSpec
 from rlstruct.temporal import TemporalDictTensor
@@ -12,6 +12,7 @@ from rlstruct.trajectories import Trajectories
 
 __all__ = [
     "Agent",
+    "ClusterError",
     "DictTensor",
     "Environment",
     "GymEnv",
