@@ -5,7 +5,7 @@ from rlstruct.batchers import LocalBatcher, MultiprocessBatcher
 from rlstruct.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlstruct.dicttensor import DictTensor, masked_dicttensor
 from rlstruct.env import Environment
-from rlstruct.errors import WorkerError, WorkerTimeout
+from rlstruct.errors import ClusterError, WorkerError, WorkerTimeout
 from rlstruct.gym_env import GymEnv
 from rlstruct.logger import Logger, make_run_dir, plot_csv
 from rlstruct.progress import Progress
@@ -17,6 +17,7 @@ from rlstruct.trajectories import Trajectories
 
 __all__ = [
     "Agent",
+    "ClusterError",
     "DictTensor",
     "Environment",
     "GymEnv",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["WorkerError", "WorkerTimeout"]
+__all__ = ["ClusterError", "WorkerError", "WorkerTimeout"]
 
 
 class WorkerError(RuntimeError):
@@ -25,3 +25,13 @@ class WorkerError(RuntimeError):
 
 class WorkerTimeout(WorkerError, TimeoutError):
     """A worker did not answer within the batcher's timeout (it hangs or is too slow)."""
+
+
+class ClusterError(RuntimeError):
+    """A collective operation of ``rlstruct.cluster`` failed across processes.
+
+    Raised when a process died, stopped answering within the group's timeout,
+    or made a different call than the others, and when ``fork`` could not
+    start or connect its processes. The group cannot be used after it: leave
+    it with ``rlstruct.cluster.disconnect()``.
+    """
