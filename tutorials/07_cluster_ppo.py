@@ -22,7 +22,16 @@ from dataclasses import dataclass
 import torch
 
 import rlstruct.cluster as cluster
-from rlstruct import Agent, DictTensor, GymEnv, LocalBatcher, TemporalDictTensor, Trajectories, replay_agent
+from rlstruct import (
+    Agent,
+    DictTensor,
+    GymEnv,
+    LocalBatcher,
+    TemporalDictTensor,
+    Trajectories,
+    gae,
+    replay_agent,
+)
 
 
 @dataclass
@@ -69,31 +78,6 @@ class ActorCritic(Agent):
         logits = self.policy(obs)
         action = torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator).squeeze(1)
         return DictTensor({"action": action, "logits": logits, "value": self.value(obs)}), state
-
-
-def gae(
-    reward: torch.Tensor,
-    value: torch.Tensor,
-    next_value: torch.Tensor,
-    terminated: torch.Tensor,
-    done: torch.Tensor,
-    gamma: float,
-    lam: float,
-) -> torch.Tensor:
-    """Generalised advantage estimates [B, T] (Schulman et al., 2016), from tensors [B, T].
-
-    ``next_value`` is the value of the observation each step led to: it is
-    bootstrapped unless the episode terminated there, and the sum stops where
-    an episode ended (terminated or truncated). At the last step of the
-    trajectory, the next value alone stands for the future.
-    """
-    advantage = torch.zeros_like(reward)
-    following = torch.zeros_like(reward[:, 0])
-    for t in reversed(range(reward.shape[1])):
-        delta = reward[:, t] + gamma * next_value[:, t] * (~terminated[:, t]) - value[:, t]
-        following = delta + gamma * lam * (~done[:, t]) * following
-        advantage[:, t] = following
-    return advantage
 
 
 def ppo_loss(
