@@ -175,12 +175,13 @@ class SumTree:
         """
         nodes = torch.zeros_like(prefix, dtype=torch.int64)
         u = prefix.unsqueeze(1)
+        zero = torch.zeros((), dtype=prefix.dtype, device=prefix.device)
         for level in range(1, self.depth + 1):
             children = self.sums[level].view(-1, BRANCHING)[nodes]  # [n, BRANCHING]
             running = children.cumsum(1)
             # keep u below the node's sum, which rounding may reach: then the first child whose running
             # sum exceeds u exists, and has a positive priority since the running sum grows there
-            u = torch.minimum(u, running[:, -1:].nextafter(torch.zeros(())))
+            u = torch.minimum(u, running[:, -1:].nextafter(zero))
             child = (running <= u).sum(1, keepdim=True)
             u = u - (running - children).gather(1, child)
             nodes = nodes * BRANCHING + child.squeeze(1)

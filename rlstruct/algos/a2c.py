@@ -44,14 +44,14 @@ class Config(TrainConfig):
     """Environments in all, split evenly across the worker processes."""
     n_steps: int = 8
     """Steps per environment per update (the trajectories' T)."""
-    lr: float = 1e-3
+    lr: float = 7e-4
     """RMSprop's learning rate at the start."""
     anneal: bool = True
     """Decay the learning rate linearly to 0 over the run."""
     gamma: float = 0.99
     """Discount factor."""
-    gae_lambda: float = 1.0
-    """GAE's lambda; 1 gives n-step returns bootstrapped at the end of the batch."""
+    gae_lambda: float = 0.95
+    """GAE's lambda; 1 gives the n-step returns of the paper, bootstrapped at the end of the batch."""
     ent_coef: float = 0.0
     """Weight of the entropy bonus."""
     vf_coef: float = 0.5
@@ -180,9 +180,9 @@ def train(config: Config) -> dict[str, Any]:
                 env_steps,
                 model,
                 lr=lr,
-                policy_loss=float(policy_loss),
-                value_loss=float(value_loss),
-                entropy=float(entropy_mean),
+                policy_loss=policy_loss.detach().item(),
+                value_loss=value_loss.detach().item(),
+                entropy=entropy_mean.detach().item(),
                 explained_variance=explained_variance(out["value"].detach()[mask], target[mask]),
             )
         return run.finish(model, env_steps, optimizer=optimizer, rng=rng_state(model.generator))

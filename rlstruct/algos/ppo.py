@@ -206,11 +206,10 @@ def update(
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
             if epoch == config.n_epochs - 1:
-                with torch.no_grad():
-                    totals["policy_loss"] += float(policy_loss)
-                    totals["value_loss"] += float(value_loss)
-                    totals["entropy"] += float(entropy)
-                    totals["clip_fraction"] += float(((ratio - 1).abs() > clip).float().mean())
+                totals["policy_loss"] += policy_loss.detach().item()
+                totals["value_loss"] += value_loss.detach().item()
+                totals["entropy"] += entropy.detach().item()
+                totals["clip_fraction"] += ((ratio.detach() - 1).abs() > clip).float().mean().item()
                 count += 1
     return {k: v / max(count, 1) for k, v in totals.items()}
 
