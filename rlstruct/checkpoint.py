@@ -213,7 +213,7 @@ def set_rng_state(state: dict[str, Any], *generators: torch.Generator) -> None:
     random.setstate(_as_tuples(state["python"]))
     numpy_state = state["numpy"]
     key = numpy_state["state"]["key"]
-    key = key.numpy() if isinstance(key, torch.Tensor) else np.asarray(key)
+    key = key.cpu().numpy() if isinstance(key, torch.Tensor) else np.asarray(key)
     np.random.set_state({**numpy_state, "state": {**numpy_state["state"], "key": key.astype(np.uint32)}})
     # The states are CPU byte tensors whatever the generator's device; a checkpoint loaded with
     # map_location="cuda" moves them, and set_state accepts only CPU tensors.
