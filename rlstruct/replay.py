@@ -140,6 +140,8 @@ class ReplayBuffer:
         name = type(self).__name__
         self._capacity = _check_positive_int(capacity, f"{name}: capacity")
         self._device = torch.device(device)
+        if self._device.type == "cuda" and self._device.index is None:
+            self._device = torch.device("cuda", torch.cuda.current_device())  # what tensors report
         if shared and self._device.type != "cpu":
             raise ValueError(f"{name}: shared storage must be on the CPU, got device {self._device}")
         if generator is None:

@@ -1,0 +1,165 @@
+"""Learning speed: rlstruct's algorithms against Stable-Baselines3 with matched hyperparameters, in one run.
+
+Rows:
+
+- PPO and DQN on CartPole-v1: training wall time (evaluation excluded) and env
+  steps until a greedy evaluation of 10 episodes, every ``--eval-every`` env
+  steps, first reaches the threshold (475 for PPO, 400 for DQN). Target: wall
+  time <= 0.7x Stable-Baselines3's.
+- SAC on Pendulum-v1: env steps/s with one gradient step per env step, over the
+  same number of steps. Target: >= 1.5x Stable-Baselines3's.
+
+Stable-Baselines3 rows appear when ``stable_baselines3`` is installed (it is not
+a dependency); without it the rows have no baseline. A threshold that is never
+reached gives the whole budget and "(not reached)" in the row's name.
+``--quick`` runs tiny budgets of rlstruct alone (for CI).
+
+    python benchmarks/learning.py --json learning.json
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import importlib.util
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from _common import Row, parse_args, report
+
+THRESHOLDS = {"ppo": 475.0, "dqn": 400.0}
+
+
+def first_crossing(run_dir: Path, threshold: float, total: int) -> tuple[int, float, bool]:
+    """(env steps, training wall s, reached) at the first evaluation at or above ``threshold``."""
+    rows = list(csv.DictReader((run_dir / "progress.csv").open()))
+    wall = {int(r["step"]): float(r["wall_s"]) for r in rows if r.get("wall_s")}
+    for r in rows:
+        if r.get("eval_return_mean") and float(r["eval_return_mean"]) >= threshold:
+            step = int(r["step"])
+            return step, wall[step], True
+    return total, max(wall.values()), False
+
+
+def rlstruct_to_threshold(algo: str, total: int, eval_every: int, root: Path) -> tuple[int, float, bool]:
+    module = importlib.import_module(f"rlstruct.algos.{algo}")
+    config = module.Config(
+        env="CartPole-v1", total_steps=total, eval_every=eval_every, run_dir=str(root), progress=False
+    )
+    results = module.train(config)
+    return first_crossing(Path(results["run_dir"]), THRESHOLDS[algo], total)
+
+
+def sb3_model(algo: str, seed: int) -> Any:
+    """Stable-Baselines3's model with RL Baselines3 Zoo's CartPole / Pendulum hyperparameters."""
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.env_util import make_vec_env
+
+    def linear(value: float) -> Any:
+        return lambda progress: progress * value
+
+    if algo == "ppo":
+        env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
+        return sb3.PPO(
+            "MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+            ent_coef=0.0, learning_rate=linear(0.001), clip_range=linear(0.2), seed=seed, device="cpu",
+        )  # fmt: skip
+    if algo == "dqn":
+        return sb3.DQN(
+            "MlpPolicy", "CartPole-v1", learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
+            learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+            exploration_fraction=0.16, exploration_final_eps=0.04, policy_kwargs={"net_arch": [256, 256]},
+            seed=seed, device="cpu",
+        )  # fmt: skip
+    return sb3.SAC(
+        "MlpPolicy", "Pendulum-v1", learning_rate=1e-3, learning_starts=100, train_freq=1, gradient_steps=1,
+        seed=seed, device="cpu",
+    )  # fmt: skip
+
+
+def sb3_to_threshold(algo: str, total: int, eval_every: int) -> tuple[int, float, bool]:
+    """Train until a greedy evaluation reaches the threshold; evaluation time is not counted."""
+    import gymnasium as gym
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    class Threshold(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.eval_time, self.next_eval, self.hit = 0.0, eval_every, None
+            self.eval_env = gym.make("CartPole-v1")
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps < self.next_eval:
+                return True
+            self.next_eval += eval_every
+            start = time.perf_counter()
+            mean, _ = evaluate_policy(self.model, self.eval_env, n_eval_episodes=10, deterministic=True)
+            self.eval_time += time.perf_counter() - start
+            if mean >= THRESHOLDS[algo]:
+                self.hit = self.num_timesteps
+                return False
+            return True
+
+    model = sb3_model(algo, seed=0)
+    callback = Threshold()
+    start = time.perf_counter()
+    model.learn(total_timesteps=total, callback=callback)
+    wall = time.perf_counter() - start - callback.eval_time
+    return (callback.hit or total), wall, callback.hit is not None
+
+
+def rlstruct_sac_rate(steps: int, root: Path) -> float:
+    from rlstruct.algos import sac  # type: ignore[attr-defined]
+
+    config = sac.Config(
+        env="Pendulum-v1", total_steps=steps, eval_every=10 * steps, run_dir=str(root), progress=False
+    )
+    results = sac.train(config)
+    return float(results["env_steps"] / results["wall_s"])
+
+
+def sb3_sac_rate(steps: int) -> float:
+    model = sb3_model("sac", seed=0)
+    start = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    return steps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    args, _ = parse_args(__doc__)
+    torch.set_num_threads(1)
+    np.seterr(all="ignore")
+    have_sb3 = importlib.util.find_spec("stable_baselines3") is not None and not args.quick
+    budgets = {"ppo": 50_000, "dqn": 100_000}
+    eval_every = 2_048 if args.quick else 5_000
+    sac_steps = 200 if args.quick else 3_000
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for algo in ("ppo", "dqn"):
+            if importlib.util.find_spec(f"rlstruct.algos.{algo}") is None:
+                continue
+            total = 4_096 if args.quick else budgets[algo]
+            steps, wall, reached = rlstruct_to_threshold(algo, total, eval_every, root)
+            base_steps = base_wall = None
+            if have_sb3:
+                base_steps, base_wall, _ = sb3_to_threshold(algo, total, eval_every)
+            label = f"{algo} CartPole-v1 to {THRESHOLDS[algo]:g}" + ("" if reached else " (not reached)")
+            rows.append(Row(f"{label}: wall s", wall, "s", base_wall, target=0.7))
+            rows.append(Row(f"{label}: env steps", float(steps), "steps", base_steps))
+        if importlib.util.find_spec("rlstruct.algos.sac") is not None:
+            rate = rlstruct_sac_rate(sac_steps, root)
+            base = sb3_sac_rate(sac_steps) if have_sb3 else None
+            rows.append(
+                Row("sac Pendulum-v1, 1 gradient step per env step", rate, "steps/s", base, 1.5, True)
+            )
+    report(args, rows, value_label="rlstruct", baseline_label="SB3")
+
+
+if __name__ == "__main__":
+    main()
