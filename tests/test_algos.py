@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlstruct import DictTensor, TemporalDictTensor
+from rlstruct import DictTensor, GymEnv, LocalBatcher, TemporalDictTensor, replay_agent
 from rlstruct.algos import ALGORITHMS, ppo
 from rlstruct.algos.config import TrainConfig, field_docs, parse_config
 from rlstruct.algos.evaluation import env_spaces
@@ -208,3 +208,30 @@ def test_ppo_smoke_run_writes_its_run_directory_and_json(tmp_path: Path) -> None
     assert any(n.startswith("events.out.tfevents") for n in names)
     header = (run_dir / "progress.csv").read_text().splitlines()[0].split(",")
     assert {"policy_loss", "value_loss", "entropy", "eval_return_mean", "sps"} <= set(header)
+
+
+def test_recurrent_actor_critic_replays_what_it_did_and_values_the_reached_observation() -> None:
+    """replay_agent gives back the collected outputs; value_of(next obs, h) is the next step's value."""
+    args = {"obs_dim": 4, "n_actions": 2, "hidden": (16,), "recurrent": True}
+    model = ActorCritic(**args)  # type: ignore[arg-type]
+    with LocalBatcher(
+        ActorCritic, args, GymEnv, {"env": "CartPole-v1"}, n_envs=3, n_timesteps=40, seed=2
+    ) as b:
+        b.update(model.state_dict())
+        b.reset()
+        b.execute()
+        b.get()
+        b.execute()  # the second piece starts from a carried, non-zero state
+        batch = b.get()
+    assert batch is not None
+    steps = batch.trajectories
+    assert bool(batch.info["agent_state/h"].abs().sum() > 0)
+    out = replay_agent(model, batch)
+    assert torch.allclose(out["logits"], steps["logits"], atol=1e-5)
+    assert torch.allclose(out["value"], steps["value"], atol=1e-5)
+    with torch.no_grad():
+        after = DictTensor({"h": out["h"].flatten(0, 1)})
+        next_value = model.value_of(steps["next/observation"].flatten(0, 1), after).view(3, 40)
+    same_episode = ~steps["next/done"][:, :-1]
+    assert bool(same_episode.any() and (~same_episode).any())  # episodes end inside the batch
+    assert torch.allclose(next_value[:, :-1][same_episode], steps["value"][:, 1:][same_episode], atol=1e-5)
