@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rlstruct import DictTensor, GymEnv, LocalBatcher, TemporalDictTensor, replay_agent
-from rlstruct.algos import ALGORITHMS, ppo
+from rlstruct.algos import ALGORITHMS, a2c, ppo
 from rlstruct.algos.config import TrainConfig, field_docs, parse_config
 from rlstruct.algos.evaluation import env_spaces
 from rlstruct.algos.policies import ActorCritic
@@ -235,3 +235,21 @@ def test_recurrent_actor_critic_replays_what_it_did_and_values_the_reached_obser
     same_episode = ~steps["next/done"][:, :-1]
     assert bool(same_episode.any() and (~same_episode).any())  # episodes end inside the batch
     assert torch.allclose(next_value[:, :-1][same_episode], steps["value"][:, 1:][same_episode], atol=1e-5)
+
+
+def test_recurrent_a2c_smoke_run(tmp_path: Path) -> None:
+    config = a2c.Config(
+        env="CartPole-v1",
+        total_steps=512,
+        n_envs=4,
+        n_steps=16,
+        recurrent=True,
+        eval_every=256,
+        eval_episodes=2,
+        run_dir=str(tmp_path),
+        progress=False,
+    )
+    results = a2c.train(config)
+    assert results["env_steps"] == 512 and results["algo"] == "a2c"
+    header = (Path(results["run_dir"]) / "progress.csv").read_text().splitlines()[0].split(",")
+    assert {"policy_loss", "value_loss", "explained_variance", "eval_return_mean"} <= set(header)
