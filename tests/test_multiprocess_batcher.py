@@ -570,8 +570,9 @@ def test_a_hung_worker_raises_worker_timeout_after_the_timeout() -> None:
         batcher.get()
     elapsed = time.monotonic() - start
     assert isinstance(caught.value, WorkerError) and isinstance(caught.value, TimeoutError)
-    # the timeout, plus closing the batcher: the hung worker is not waited for again
-    assert timeout <= elapsed < timeout + 4.0
+    # the timeout, plus closing the batcher: the hung worker is not waited for again (the margin
+    # allows for a loaded machine, where closing took up to 5 s at a load average of 11 on 2 cores)
+    assert timeout <= elapsed < timeout + 10.0
     assert_shut_down(batcher, shm_before)
 
 
