@@ -42,9 +42,9 @@ class Config(TrainConfig):
     """Environment steps of training (all environments counted)."""
     n_envs: int = 16
     """Environments in all, split evenly across the worker processes."""
-    n_steps: int = 8
+    n_steps: int = 16
     """Steps per environment per update (the trajectories' T)."""
-    lr: float = 7e-4
+    lr: float = 3e-4
     """RMSprop's learning rate at the start."""
     anneal: bool = True
     """Decay the learning rate linearly to 0 over the run."""
@@ -54,7 +54,7 @@ class Config(TrainConfig):
     """GAE's lambda; 1 gives the n-step returns of the paper, bootstrapped at the end of the batch."""
     ent_coef: float = 0.0
     """Weight of the entropy bonus."""
-    vf_coef: float = 0.5
+    vf_coef: float = 0.25
     """Weight of the value loss."""
     max_grad_norm: float = 0.5
     """Gradients are rescaled to this global norm."""
