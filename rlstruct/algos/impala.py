@@ -11,6 +11,12 @@ many updates the learner made since the batch's weights) is logged.
 Run it with ``rlstruct train impala --env CartPole-v1`` or
 ``python -m rlstruct.algos.impala --env CartPole-v1``; ``--help`` lists every
 field of ``Config``.
+
+Examples:
+    >>> from rlstruct.algos.impala import Config
+    >>> config = Config(env="CartPole-v1")
+    >>> config.batch_slots * config.n_envs // config.n_processes * config.n_steps  # env steps per update
+    512
 """
 
 from __future__ import annotations
