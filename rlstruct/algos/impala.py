@@ -1,0 +1,271 @@
+"""IMPALA: an asynchronous actor-learner with V-trace off-policy correction (Espeholt et al. 2018).
+
+The multiprocess batcher runs in "stream" mode: its workers (the actors)
+keep filling free slots with fixed-length trajectories of ``n_steps`` steps,
+each under the weights they last loaded, while the learner takes finished
+slots, computes V-trace targets from the learner's policy over the
+behaviour policy that acted, takes one gradient step and publishes the new
+weights. Collection and learning overlap; the policy lag of each batch (how
+many updates the learner made since the batch's weights) is logged.
+
+Run it with ``rlstruct train impala --env CartPole-v1`` or
+``python -m rlstruct.algos.impala --env CartPole-v1``; ``--help`` lists every
+field of ``Config``.
+
+Examples:
+    >>> from rlstruct.algos.impala import Config
+    >>> config = Config(env="CartPole-v1")
+    >>> config.batch_slots * config.n_envs // config.n_processes * config.n_steps  # env steps per update
+    512
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from rlstruct.algos.config import TrainConfig, parse_config
+from rlstruct.algos.evaluation import env_spaces
+from rlstruct.algos.policies import ActorCritic
+from rlstruct.algos.run import EpisodeReturns, Run, check_config, explained_variance
+from rlstruct.batchers import MultiprocessBatcher
+from rlstruct.checkpoint import rng_state
+from rlstruct.dicttensor import DictTensor
+from rlstruct.gym_env import GymEnv
+from rlstruct.returns import vtrace
+from rlstruct.temporal import TemporalDictTensor
+from rlstruct.trajectories import Trajectories
+
+__all__ = ["Config", "learner_step", "main", "train"]
+
+
+@dataclasses.dataclass
+class Config(TrainConfig):
+    """IMPALA's hyperparameters (defaults tuned for CartPole-v1)."""
+
+    total_steps: int = 300_000
+    """Environment steps of training (all environments counted)."""
+    n_envs: int = 16
+    """Environments in all, split evenly across the worker processes (the actors)."""
+    n_steps: int = 32
+    """Steps per environment of each trajectory (the trajectories' T)."""
+    n_slots: int = 4
+    """Trajectory slots of the streaming buffer (more than ``n_processes``): actors wait when all are full."""
+    batch_slots: int = 2
+    """Finished slots the learner takes per update (each holds ``n_envs / n_processes`` trajectories)."""
+    lr: float = 1e-3
+    """RMSprop's learning rate at the start."""
+    anneal: bool = True
+    """Decay the learning rate linearly to 0 over the run."""
+    gamma: float = 0.99
+    """Discount factor."""
+    reward_scale: float = 0.1
+    """The learner multiplies rewards by this (values are learnt in scaled units; logged returns are not scaled)."""
+    rho_bar: float = 1.0
+    """V-trace's clip of the importance ratios weighting the TD errors and the policy gradient."""
+    c_bar: float = 1.0
+    """V-trace's clip of the importance ratios of the traces."""
+    ent_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    max_grad_norm: float = 0.5
+    """Gradients are rescaled to this global norm."""
+    normalize_advantages: bool = True
+    """Normalise the policy-gradient advantages of each batch to zero mean and unit variance."""
+    hidden: int = 64
+    """Units of each of the two hidden layers of the policy and value networks."""
+    torch_threads: int = 1
+    """Threads of the learner's torch operations (small networks run fastest on one)."""
+
+
+def train(config: Config) -> dict[str, Any]:
+    """Train IMPALA as ``config`` says; returns the final evaluation (see ``Run.finish``).
+
+    Raises:
+        ValueError: for a non-positive size, ``n_envs`` not a multiple of
+            ``n_processes``, ``n_slots`` not above ``n_processes``, or a budget
+            below one update.
+    """
+    check_config(
+        config,
+        n_envs=config.n_envs,
+        n_steps=config.n_steps,
+        n_slots=config.n_slots,
+        batch_slots=config.batch_slots,
+        lr=config.lr,
+        reward_scale=config.reward_scale,
+        rho_bar=config.rho_bar,
+        c_bar=config.c_bar,
+        hidden=config.hidden,
+        torch_threads=config.torch_threads,
+    )
+    if config.n_envs % config.n_processes:
+        raise ValueError(
+            f"config.n_envs ({config.n_envs}) must be a multiple of config.n_processes ({config.n_processes})"
+        )
+    if config.n_slots <= config.n_processes:
+        raise ValueError(
+            f"config.n_slots ({config.n_slots}) must be more than config.n_processes ({config.n_processes})"
+        )
+    per_worker = config.n_envs // config.n_processes
+    per_update = config.batch_slots * per_worker * config.n_steps
+    if config.total_steps < per_update:
+        raise ValueError(
+            f"config.total_steps ({config.total_steps}) must allow one update of "
+            f"batch_slots x n_envs / n_processes x n_steps = {per_update} steps"
+        )
+    torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+    device = torch.device(config.device)
+    spaces = env_spaces(config.env)
+    agent_args = {
+        "obs_dim": spaces.obs_dim,
+        "n_actions": spaces.n_actions,
+        "action_low": spaces.action_low,
+        "action_high": spaces.action_high,
+        "hidden": (config.hidden, config.hidden),
+    }
+    model = ActorCritic(**agent_args).to(device)  # type: ignore[arg-type]
+    optimizer = torch.optim.RMSprop(model.parameters(), lr=config.lr, alpha=0.99, eps=1e-5)
+
+    run = Run("impala", config, ActorCritic, agent_args)
+    batcher = MultiprocessBatcher(
+        ActorCritic,
+        agent_args,
+        GymEnv,
+        {"env": config.env},
+        n_envs=per_worker,
+        n_timesteps=config.n_steps,
+        mode="stream",
+        n_slots=config.n_slots,
+        n_processes=config.n_processes,
+        seed=config.seed,
+        device=device,
+    )
+    # A slot holds the rows of one worker; the row index (in z, unused by the agent) tells which,
+    # so that training episodes are followed across the slots of each worker.
+    episodes = [EpisodeReturns(per_worker) for _ in range(config.n_processes)]
+    env_steps = 0
+    try:
+        batcher.update(run.weights(model))
+        batcher.reset(agent_info=DictTensor({"row": torch.arange(config.n_envs)}))
+        while env_steps + per_update <= config.total_steps:  # never more steps than the budget
+            pieces: list[Trajectories] = []
+            for _ in range(config.batch_slots):
+                piece = batcher.get()
+                assert piece is not None  # a blocking get returns a batch or raises
+                episodes[int(piece.info["agent_info/row"][0]) // per_worker].add(piece.trajectories)
+                pieces.append(piece)
+            batch = pieces[0] if len(pieces) == 1 else Trajectories.cat(pieces)
+            env_steps += per_update
+            finished = [r for e in episodes for r in e.finished]
+            for e in episodes:
+                e.finished = []
+            if finished:
+                run.episode_return = sum(finished) / len(finished)
+            lag = (batcher.policy_version() - batch.info["policy_version"]).float()
+
+            lr = (
+                config.lr * (1.0 - (env_steps - per_update) / config.total_steps)
+                if config.anneal
+                else config.lr
+            )
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            stats = learner_step(model, optimizer, batch.trajectories, config)
+            batcher.update(run.weights(model))
+            run.step(
+                env_steps,
+                model,
+                lr=lr,
+                policy_lag_mean=float(lag.mean()),
+                policy_lag_max=float(lag.max()),
+                **stats,
+            )
+        return run.finish(model, env_steps, optimizer=optimizer, rng=rng_state(model.generator))
+    finally:
+        batcher.close()
+        run.close()
+
+
+def learner_step(
+    model: ActorCritic, optimizer: torch.optim.Optimizer, steps: TemporalDictTensor, config: Config
+) -> dict[str, float]:
+    """One gradient step on the V-trace actor-critic loss over trajectories ``[B, T]``; returns its statistics.
+
+    The behaviour policy's ``log_prob`` (stored by the actors) and the
+    learner's log-probability of the same actions give the importance ratios;
+    the learner's current values of ``observation`` and ``next/observation``
+    give V-trace's values and bootstraps. Updates ``model`` in place.
+
+    Args:
+        model: the learner's actor-critic (on the device of ``steps``).
+        optimizer: the optimizer of ``model``'s parameters.
+        steps: the trajectories, with ``observation``, the action (``action``,
+            or ``raw_action`` for continuous actions), ``log_prob``,
+            ``next/observation``, ``next/reward``, ``next/terminated`` and
+            ``next/done`` (float32/bool ``[B, T]`` for the scalars).
+        config: ``gamma``, ``rho_bar``, ``c_bar``, ``ent_coef``, ``vf_coef``,
+            ``max_grad_norm`` and ``normalize_advantages`` are read.
+
+    Returns:
+        ``policy_loss``, ``value_loss``, ``entropy``, ``explained_variance``
+        (of the learner's values against the V-trace targets) and
+        ``rho_mean`` (the mean clipped ratio ``min(rho_bar, pi / mu)``).
+    """
+    b, t = steps.n_elems(), steps.n_timesteps()
+    mask = steps.mask()
+    action = steps["action" if model.discrete else "raw_action"]
+    params, value = model.heads(model.features(steps["observation"].flatten(0, 1))[0])
+    log_prob = model.log_prob(params, action.flatten(0, 1)).view(b, t)
+    value = value.view(b, t)
+    with torch.no_grad():
+        next_value = model.value_of(steps["next/observation"].flatten(0, 1)).view(b, t)
+        log_rho = log_prob - steps["log_prob"]
+        vs, advantage = vtrace(
+            log_rho,
+            steps["next/reward"] * config.reward_scale,
+            value,
+            next_value,
+            steps["next/terminated"],
+            steps["next/done"],
+            config.gamma,
+            config.rho_bar,
+            config.c_bar,
+            mask,
+        )
+        if config.normalize_advantages:
+            valid = advantage[mask]
+            advantage = (advantage - valid.mean()) / (valid.std() + 1e-8)
+    n_valid = mask.sum()
+    policy_loss = -(log_prob * advantage * mask).sum() / n_valid
+    value_loss = 0.5 * ((value - vs).pow(2) * mask).sum() / n_valid
+    entropy = (model.entropy(params).view(b, t) * mask).sum() / n_valid
+    loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+    optimizer.step()
+    with torch.no_grad():
+        rho = log_rho[mask].exp().clamp(max=config.rho_bar)
+        return {
+            "policy_loss": float(policy_loss),
+            "value_loss": float(value_loss),
+            "entropy": float(entropy),
+            "explained_variance": explained_variance(value.detach()[mask], vs[mask]),
+            "rho_mean": float(rho.mean()),
+        }
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """The command line: ``python -m rlstruct.algos.impala --env CartPole-v1 [--field value ...]``."""
+    return train(parse_config(Config, argv, prog="rlstruct train impala"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
