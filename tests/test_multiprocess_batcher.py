@@ -478,8 +478,10 @@ def test_stream_mode_fills_every_slot_then_waits_and_serves_each_worker_in_order
         batcher.update({})
         assert batcher.policy_version() == 2
         assert batcher.get().info["policy_version"].tolist() == [0, 0]  # type: ignore[union-attr]
+        assert batcher.discarded == 0
         fresh = batcher.get(max_staleness=1)  # skips the 2 other old slots, waits for a refilled one
         assert fresh is not None and fresh.info["policy_version"].tolist() == [2, 2]
+        assert batcher.discarded == 2
 
         # a reset while the workers stream: new episodes with the new z, nothing left from before
         z2 = DictTensor({"start": ints(100, 200, 300, 400)})

@@ -161,6 +161,9 @@ class MultiprocessBatcher:
         self._weights = {k: v.detach().clone().share_memory_() for k, v in agent.state_dict().items()}
         self._counter = torch.zeros(1, dtype=torch.int64).share_memory_()
         agent.close()
+        self.discarded = 0
+        """Trajectories (slots of ``n_envs x n_timesteps`` steps) that ``get(max_staleness=...)``
+        dropped as too old: a learner that counts its env steps can count these too."""
 
         ctx = mp.get_context(start_method)
         self._board = SlotBoard(self.n_slots, ctx) if mode == "stream" else None
@@ -412,6 +415,7 @@ class MultiprocessBatcher:
                 False, return None at once if it is not ready.
             max_staleness: "stream" mode only: discard finished slots produced
                 by a policy more than this many updates old, and keep waiting.
+                Each discarded slot adds one to ``discarded``.
 
         Raises:
             WorkerTimeout: if the batch is not ready within ``timeout`` seconds.
@@ -460,6 +464,7 @@ class MultiprocessBatcher:
                 and self.policy_version() - int(self._buffers[3][slot]) > max_staleness
             ):
                 board.release(slot)  # too old: let a worker fill it again with the current policy
+                self.discarded += 1
                 continue
             batch = self._copy_out(slice(slot * self.n_envs, (slot + 1) * self.n_envs))
             board.release(slot)
