@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rlstruct import DictTensor, GymEnv, LocalBatcher, TemporalDictTensor, replay_agent
-from rlstruct.algos import ALGORITHMS, a2c, impala, ppo
+from rlstruct.algos import ALGORITHMS, a2c, impala, ppo, sac
 from rlstruct.algos.config import TrainConfig, field_docs, parse_config
 from rlstruct.algos.evaluation import env_spaces
 from rlstruct.algos.policies import ActorCritic
@@ -358,3 +358,30 @@ def test_impala_smoke_run_logs_policy_lag(tmp_path: Path) -> None:
         assert 0 <= float(row["policy_lag_mean"]) <= float(row["policy_lag_max"])
         assert 0 < float(row["rho_mean"]) <= 1.0
     assert float(rows[0]["policy_lag_max"]) == 0  # the first update: nothing published yet
+
+
+def test_sac_smoke_run_learns_after_random_steps_and_reports(tmp_path: Path) -> None:
+    config = sac.Config(
+        env="Pendulum-v1",
+        total_steps=96,
+        n_envs=2,
+        n_processes=2,
+        n_steps=16,
+        learning_starts=64,
+        batch_size=16,
+        hidden=16,
+        eval_every=64,
+        eval_episodes=1,
+        run_dir=str(tmp_path / "runs"),
+        progress=False,
+    )
+    results = sac.train(config)
+    assert results["env_steps"] == 96 and results["algo"] == "sac"
+    assert -16.3 * 200 <= results["eval_return_mean"] <= 0  # Pendulum's reward is in [-16.3, 0]
+    run_dir = Path(results["run_dir"])
+    rows = (run_dir / "progress.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert {"critic_loss", "actor_loss", "alpha", "entropy", "q", "eval_return_mean"} <= set(header)
+    logged = [dict(zip(header, r.split(","), strict=False)) for r in rows[1:]]
+    losses = [r["critic_loss"] for r in logged if r.get("sps")]
+    assert losses[0] == "" and losses[-1] != ""  # no gradient step during the random steps
