@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rlstruct import DictTensor, TemporalDictTensor
-from rlstruct.algos import ALGORITHMS, ppo
+from rlstruct.algos import ALGORITHMS, dqn, ppo
 from rlstruct.algos.config import TrainConfig, field_docs, parse_config
 from rlstruct.algos.evaluation import env_spaces
 from rlstruct.algos.policies import ActorCritic
@@ -208,3 +208,35 @@ def test_ppo_smoke_run_writes_its_run_directory_and_json(tmp_path: Path) -> None
     assert any(n.startswith("events.out.tfevents") for n in names)
     header = (run_dir / "progress.csv").read_text().splitlines()[0].split(",")
     assert {"policy_loss", "value_loss", "entropy", "eval_return_mean", "sps"} <= set(header)
+
+
+@pytest.mark.parametrize(("dueling", "prioritized"), [(False, False), (True, True)])
+def test_dqn_smoke_run_writes_its_run_directory(tmp_path: Path, dueling: bool, prioritized: bool) -> None:
+    config = dqn.Config(
+        env="CartPole-v1",
+        total_steps=1024,
+        n_envs=4,
+        n_steps=32,
+        learning_starts=256,
+        batch_size=32,
+        hidden=16,
+        dueling=dueling,
+        prioritized=prioritized,
+        eval_every=512,
+        eval_episodes=2,
+        run_dir=str(tmp_path / "runs"),
+        progress=False,
+    )
+    results = dqn.train(config)
+    assert results["env_steps"] == 1024 and results["algo"] == "dqn"
+    assert results["eval_return_mean"] >= 8  # CartPole's shortest episode
+    run_dir = Path(results["run_dir"])
+    assert {"config.json", "progress.csv", "checkpoint.pt", "learning_curve.png"} <= {
+        p.name for p in run_dir.iterdir()
+    }
+    header = (run_dir / "progress.csv").read_text().splitlines()[0].split(",")
+    assert {"loss", "q_mean", "td_abs", "epsilon", "lr", "eval_return_mean"} <= set(header)
+    assert ("beta" in header) == prioritized
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    assert checkpoint["grad_steps"] == 7 * 32  # batches 2 to 8 (from 256 steps on), 0.25 x 128 steps each
+    assert set(checkpoint["target"]) == set(checkpoint["model"])
