@@ -200,7 +200,7 @@ class Config(TrainConfig):
     learning_starts: int = 1_000
     """Env steps collected before the first gradient step."""
     train_ratio: float = 0.25
-    """Gradient steps per env step collected."""
+    """Gradient steps per env step collected (at least one per batch)."""
     batch_size: int = 128
     """Transitions per gradient step."""
     lr: float = 1e-3
@@ -318,7 +318,7 @@ def train(config: Config) -> dict[str, Any]:
     )
     episodes = EpisodeReturns(config.n_envs)
     per_iteration = config.n_envs * config.n_steps
-    n_updates = round(config.train_ratio * per_iteration)
+    n_updates = max(1, round(config.train_ratio * per_iteration))
     env_steps, grad_steps = 0, 0
     try:
         model.epsilon.fill_(config.eps_start)
