@@ -136,10 +136,10 @@ def linear_schedule(start: float, end: float, fraction: float, progress: float) 
         progress: how far training is, in ``[0, 1]``.
 
     Examples:
-        >>> linear_schedule(1.0, 0.1, 0.5, 0.25), linear_schedule(1.0, 0.1, 0.5, 0.9)
-        (0.55, 0.1)
+        >>> linear_schedule(1.0, 0.5, 0.5, 0.25), linear_schedule(1.0, 0.5, 0.5, 0.9)
+        (0.75, 0.5)
     """
-    return start + (end - start) * min(progress / fraction, 1.0)
+    return end + (start - end) * max(1.0 - progress / fraction, 0.0)
 
 
 def q_targets(
