@@ -231,7 +231,7 @@ class Config(TrainConfig):
     """Importance-sampling exponent at the start, annealed linearly to 1 over the run."""
     max_grad_norm: float = 10.0
     """Gradients are rescaled to this global norm."""
-    hidden: int = 64
+    hidden: int = 256
     """Units of each of the two hidden layers."""
     torch_threads: int = 1
     """Threads of the learner's torch operations (small networks run fastest on one)."""
