@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rlstruct import DictTensor, GymEnv, LocalBatcher, TemporalDictTensor, replay_agent
-from rlstruct.algos import ALGORITHMS, a2c, impala, ppo, sac
+from rlstruct.algos import ALGORITHMS, a2c, dqn, impala, ppo, sac
 from rlstruct.algos.config import TrainConfig, field_docs, parse_config
 from rlstruct.algos.evaluation import env_spaces
 from rlstruct.algos.policies import ActorCritic
@@ -385,3 +385,35 @@ def test_sac_smoke_run_learns_after_random_steps_and_reports(tmp_path: Path) -> 
     logged = [dict(zip(header, r.split(","), strict=False)) for r in rows[1:]]
     losses = [r["critic_loss"] for r in logged if r.get("sps")]
     assert losses[0] == "" and losses[-1] != ""  # no gradient step during the random steps
+
+
+@pytest.mark.parametrize(("dueling", "prioritized"), [(False, False), (True, True)])
+def test_dqn_smoke_run_writes_its_run_directory(tmp_path: Path, dueling: bool, prioritized: bool) -> None:
+    config = dqn.Config(
+        env="CartPole-v1",
+        total_steps=512,
+        n_envs=4,
+        n_steps=32,
+        learning_starts=128,
+        batch_size=32,
+        hidden=16,
+        dueling=dueling,
+        prioritized=prioritized,
+        eval_every=256,
+        eval_episodes=2,
+        run_dir=str(tmp_path / "runs"),
+        progress=False,
+    )
+    results = dqn.train(config)
+    assert results["env_steps"] == 512 and results["algo"] == "dqn"
+    assert results["eval_return_mean"] >= 8  # CartPole's shortest episode
+    run_dir = Path(results["run_dir"])
+    assert {"config.json", "progress.csv", "checkpoint.pt", "learning_curve.png"} <= {
+        p.name for p in run_dir.iterdir()
+    }
+    header = (run_dir / "progress.csv").read_text().splitlines()[0].split(",")
+    assert {"loss", "q_mean", "td_abs", "epsilon", "lr", "eval_return_mean"} <= set(header)
+    assert ("beta" in header) == prioritized
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    assert checkpoint["grad_steps"] == 4 * 32  # every batch of 128 steps (from 128 on): 0.25 x 128 steps
+    assert set(checkpoint["target"]) == set(checkpoint["model"])

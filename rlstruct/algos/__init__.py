@@ -5,5 +5,5 @@ Each module has a ``Config`` dataclass (a docstring under every field), a
 reached through ``rlstruct train ALGO``.
 """
 
-ALGORITHMS = ("a2c", "impala", "ppo", "sac")
+ALGORITHMS = ("a2c", "dqn", "impala", "ppo", "sac")
 """The algorithms ``rlstruct train`` knows, each a module ``rlstruct.algos.<name>``."""
