@@ -140,10 +140,10 @@ class ReplayBuffer:
         name = type(self).__name__
         self._capacity = _check_positive_int(capacity, f"{name}: capacity")
         self._device = torch.device(device)
-        if self._device.type == "cuda" and self._device.index is None:
-            self._device = torch.device("cuda", torch.cuda.current_device())  # what tensors report
         if shared and self._device.type != "cpu":
             raise ValueError(f"{name}: shared storage must be on the CPU, got device {self._device}")
+        if self._device.type == "cuda" and self._device.index is None and torch.cuda.is_available():
+            self._device = torch.device("cuda", torch.cuda.current_device())  # what tensors report
         if generator is None:
             generator = torch.Generator(device=self._device)
             generator.manual_seed(int(torch.randint(0, 2**62, ())))
