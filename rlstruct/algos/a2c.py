@@ -125,6 +125,7 @@ def train(config: Config) -> dict[str, Any]:
     try:
         batcher.update(run.weights(model))
         batcher.reset()
+        run.begin()
         while env_steps + per_iteration <= config.total_steps:
             batcher.execute()
             batch = batcher.get()

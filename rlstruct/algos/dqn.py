@@ -324,6 +324,7 @@ def train(config: Config) -> dict[str, Any]:
         model.epsilon.fill_(config.eps_start)
         batcher.update(run.weights(model))
         batcher.reset()
+        run.begin()
         batcher.execute()
         while True:
             batch = batcher.get()

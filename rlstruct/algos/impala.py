@@ -154,6 +154,7 @@ def train(config: Config) -> dict[str, Any]:
     try:
         batcher.update(run.weights(model))
         batcher.reset(agent_info=DictTensor({"row": torch.arange(config.n_envs)}))
+        run.begin()
         while env_steps + per_update <= config.total_steps:  # never more steps than the budget
             pieces: list[Trajectories] = []
             for _ in range(config.batch_slots):

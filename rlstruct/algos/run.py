@@ -120,6 +120,17 @@ class Run:
         self._next_eval = config.eval_every
         self.last_eval: EvalResult | None = None
         self.episode_return: float | None = None
+        self.setup_s = 0.0
+
+    def begin(self) -> None:
+        """Mark the end of the set-up (worker processes started, first reset done).
+
+        ``wall_s`` and ``sps`` count from here; the set-up time is reported
+        apart, as ``setup_s``.
+        """
+        now = time.monotonic()
+        self.setup_s = now - self.start
+        self.start = now
 
     def weights(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The model's state dict on the CPU (what batchers and the evaluator load)."""
@@ -154,7 +165,9 @@ class Run:
 
         Returns:
             ``{"algo", "env", "eval_return_mean", "eval_return_std", "env_steps",
-            "wall_s", "run_dir"}``.
+            "wall_s", "setup_s", "run_dir"}``: ``wall_s`` is the training time
+            from ``begin()`` (the final evaluation not counted), ``setup_s`` the
+            time before it (starting the worker processes).
         """
         wall = time.monotonic() - self.start  # training time: the final evaluation is not counted
         if (result := self.evaluator.wait()) is not None:
@@ -170,6 +183,7 @@ class Run:
             "eval_return_std": final.std,
             "env_steps": env_steps,
             "wall_s": round(wall, 3),
+            "setup_s": round(self.setup_s, 3),
             "run_dir": str(self.dir),
         }
         plot = self.logger.plot("eval_return_mean", x="step")

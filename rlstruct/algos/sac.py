@@ -377,6 +377,7 @@ def train(config: Config) -> dict[str, Any]:
         actor.uniform.fill_(config.learning_starts > 0)
         batcher.update(run.weights(actor))
         batcher.reset()
+        run.begin()
         batcher.execute()
         while True:
             batch = batcher.get()
