@@ -126,7 +126,7 @@ def _fmt(x: float | None, spec: str) -> str:
 def print_table(rows: Sequence[Row], value_label: str = "value", baseline_label: str = "baseline") -> None:
     """Print name, value, baseline, ratio, target and ok/MISS, one line per row."""
     unit = rows[0].unit if rows and all(r.unit == rows[0].unit for r in rows) else ""
-    suffix = f" {unit}/call" if unit else ""
+    suffix = f" ({unit}{'/call' if unit in ('s', 'ms', 'us', 'ns') else ''})" if unit else ""
     header = ["name", value_label + suffix, baseline_label + suffix, "ratio", "target", "status"]
     lines = [
         [

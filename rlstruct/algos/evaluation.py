@@ -89,8 +89,9 @@ class Evaluator:
     """Runs ``n_episodes`` greedy episodes in one worker process, without blocking training.
 
     Args:
-        agent_factory, agent_args: as for the batchers; the agent must read
-            ``agent_info["greedy"]``.
+        agent_factory: makes the agent, as for the batchers; the agent must
+            read ``agent_info["greedy"]``.
+        agent_args: keyword arguments for ``agent_factory``.
         env: the environment id.
         n_episodes: episodes per evaluation (one environment instance each).
         max_steps: the longest episode (the batcher's T).

@@ -92,7 +92,8 @@ class Run:
     Args:
         algo: the algorithm's name, used in the directory name.
         config: the run's configuration (written to ``config.json``).
-        agent_factory, agent_args: the agent the evaluator runs (greedy).
+        agent_factory: makes the agent the evaluator runs (greedy).
+        agent_args: keyword arguments for ``agent_factory``.
     """
 
     def __init__(
