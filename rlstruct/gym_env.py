@@ -8,7 +8,11 @@ again when its row of env_info changes at a ``reset``, and kept otherwise.
 
 Instance i is seeded with ``seed + i`` at its first reset (the batchers pass
 ``seed`` = base seed + the global index of the first instance), after which
-its random stream simply continues.
+its random stream simply continues. The one reserved key of env_info is
+``seed`` (integers, one per row): when present, instance i is reset with
+``seed=env_info["seed"][i]`` at every ``reset`` (not at the automatic resets
+of "fixed" mode), so that repeated evaluations play the same episodes; it is
+not passed to the environment's constructor.
 
 Observations hold the environment's observation under ``observation`` (or,
 for a ``Dict`` space, one key per entry, nested entries joined by ``/``) with
@@ -77,9 +81,13 @@ def _numpy_dtype(space: gym.Space[Any]) -> np.dtype[Any]:
     return np.dtype(np.int64) if isinstance(space, gym.spaces.Discrete) else np.dtype(space.dtype)
 
 
+SEED_KEY = "seed"
+"""The key of env_info that reseeds each instance at every reset instead of making it."""
+
+
 def _row_kwargs(env_info: DictTensor, i: int) -> dict[str, Any]:
     # rows are copied: a view would follow later in-place edits of env_info, hiding them from _same_kwargs
-    return {k: (v[i].item() if v.dim() == 1 else v[i].clone()) for k, v in env_info.items()}
+    return {k: (v[i].item() if v.dim() == 1 else v[i].clone()) for k, v in env_info.items() if k != SEED_KEY}
 
 
 def _same_kwargs(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -179,14 +187,16 @@ class GymEnv(Environment):
                 f"instance 0 has {self.observation_space} / {self.action_space}; all instances must match"
             )
 
-    def _reset_instance(self, i: int) -> Any:
+    def _reset_instance(self, i: int, seed: int | None = None) -> Any:
         env = self._envs[i]
         assert env is not None
-        if self._seeded[i]:
+        if seed is None and not self._seeded[i]:
+            seed = self._seed + i
+        if seed is None:
             observation, _ = env.reset()
         else:
-            observation, _ = env.reset(seed=self._seed + i)
-            env.action_space.seed(self._seed + i)
+            observation, _ = env.reset(seed=seed)
+            env.action_space.seed(seed)
             self._seeded[i] = True
         return observation
 
@@ -272,7 +282,8 @@ class GymEnv(Environment):
         """Start a new episode in every instance; see ``Environment.reset``.
 
         Raises:
-            TypeError: if ``env_info`` is not a DictTensor.
+            TypeError: if ``env_info`` is not a DictTensor, or its ``seed``
+                key does not hold one integer per row.
             ValueError: if ``env_info`` does not have ``n_envs`` rows, or an
                 instance's first observation does not match its space.
             RuntimeError: after ``close``.
@@ -288,6 +299,7 @@ class GymEnv(Environment):
                 f"GymEnv({self.name!r}).reset: env_info must have {self.n_envs} rows (n_envs), "
                 f"got {env_info.n_elems()}"
             )
+        seeds = self._seeds(env_info)
         before = list(self._envs)
         for i in range(self.n_envs):
             self._instance(i, env_info)
@@ -296,7 +308,7 @@ class GymEnv(Environment):
             for i in range(1, self.n_envs):
                 self._check_spaces(i, self._envs[i])  # type: ignore[arg-type]
             self._checked = False
-        self._observations = [self._reset_instance(i) for i in range(self.n_envs)]
+        self._observations = [self._reset_instance(i, seeds[i]) for i in range(self.n_envs)]
         if not self._checked:
             for i, observation in enumerate(self._observations):
                 self._check_observation(i, observation, "at reset")
@@ -315,6 +327,23 @@ class GymEnv(Environment):
             np.ones(n, dtype=bool),
             self._last_action.copy(),
         )
+
+    def _seeds(self, env_info: DictTensor) -> list[int | None]:
+        """The seed of each instance's reset: env_info's reserved ``seed`` key, or None."""
+        if SEED_KEY not in env_info:
+            return [None] * self.n_envs
+        seeds = env_info[SEED_KEY]
+        if (
+            seeds.dim() != 1
+            or seeds.dtype.is_floating_point
+            or seeds.dtype.is_complex
+            or seeds.dtype == torch.bool
+        ):
+            raise TypeError(
+                f"GymEnv({self.name!r}).reset: env_info[{SEED_KEY!r}] must hold one integer per row, "
+                f"got dtype {seeds.dtype} and shape {list(seeds.shape)}"
+            )
+        return [int(v) for v in seeds.tolist()]
 
     def step(self, action: DictTensor) -> tuple[DictTensor, DictTensor]:
         """Step every running instance; see ``Environment.step`` for what comes back.

@@ -417,3 +417,15 @@ def test_dqn_smoke_run_writes_its_run_directory(tmp_path: Path, dueling: bool, p
     checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)
     assert checkpoint["grad_steps"] == 4 * 32  # every batch of 128 steps (from 128 on): 0.25 x 128 steps
     assert set(checkpoint["target"]) == set(checkpoint["model"])
+
+
+def test_every_evaluation_plays_the_same_episodes() -> None:
+    from rlstruct.algos.evaluation import Evaluator
+
+    args = {"obs_dim": 4, "n_actions": 2}
+    weights = ActorCritic(**args).state_dict()  # type: ignore[arg-type]
+    with Evaluator(ActorCritic, args, "CartPole-v1", n_episodes=3, max_steps=500, seed=5) as evaluator:
+        first = evaluator.evaluate(weights, env_steps=0)
+        second = evaluator.evaluate(weights, env_steps=10)
+    assert second.returns == first.returns and second.env_steps == 10
+    assert len(set(first.returns)) > 1  # three different episodes, each replayed

@@ -222,6 +222,31 @@ def test_cartpole_instances_get_seed_plus_index() -> None:
         e.close()
 
 
+def test_the_seed_key_of_env_info_reseeds_at_every_reset_but_not_at_automatic_ones() -> None:
+    env, reference = GymEnv("CartPole-v1", n_envs=2, seed=0), GymEnv("CartPole-v1", n_envs=2, seed=40)
+    seeds = DictTensor({"seed": torch.tensor([40, 41])})
+    first = env.reset(seeds)["observation"]
+    assert first.equal(reference.reset(no_info(2))["observation"])  # seed 40 + i, as GymEnv(seed=40)
+    assert env.reset(seeds)["observation"].equal(first)  # the same episodes again
+    assert not env.reset(no_info(2))["observation"].equal(first)  # without the key, the streams continue
+    # automatic resets within a run continue the stream: episodes do not repeat
+    env.reset(seeds, auto_reset=True)
+    starts = []
+    for _ in range(200):
+        _, following = env.step(act(1, 1))
+        starts += list(following["observation"][following["initial_state"]])
+    assert len(starts) >= 4 and len({tuple(r.tolist()) for r in starts}) == len(starts)
+    with pytest.raises(
+        TypeError,
+        match=message(
+            "env_info['seed'] must hold one integer per row, got dtype torch.float32 and shape [2]"
+        ),
+    ):
+        env.reset(DictTensor({"seed": torch.tensor([1.0, 2.0])}))
+    env.close()
+    reference.close()
+
+
 # ---------------------------------------------------------------------------- dtypes
 
 

@@ -4,7 +4,11 @@ The evaluator is a one-worker ``MultiprocessBatcher`` in "episodes" mode (the
 in-process batcher's layout, run in another process so that evaluation
 overlaps training). ``start`` hands it the current weights and returns at
 once; ``poll`` returns the result when the episodes are over; ``evaluate``
-waits. Every row runs with ``agent_info["greedy"] = True``.
+waits. Every row runs with ``agent_info["greedy"] = True``, and every
+evaluation plays the same episodes: environment i is reset with seed
+``seed + i`` each time (the ``seed`` key of env_info, see ``GymEnv``), so
+evaluations differ only by the weights, and the final one does not depend on
+how many came before.
 """
 
 from __future__ import annotations
@@ -95,7 +99,7 @@ class Evaluator:
         env: the environment id.
         n_episodes: episodes per evaluation (one environment instance each).
         max_steps: the longest episode (the batcher's T).
-        seed: the base seed of the evaluation environments.
+        seed: environment i of every evaluation is reset with ``seed + i``.
         timeout: seconds an evaluation may take before ``WorkerTimeout``.
     """
 
@@ -122,7 +126,10 @@ class Evaluator:
             n_processes=1,
             timeout=timeout,
         )
-        self._batcher.reset(agent_info=DictTensor({"greedy": torch.ones(n_episodes, dtype=torch.bool)}))
+        self._batcher.reset(
+            agent_info=DictTensor({"greedy": torch.ones(n_episodes, dtype=torch.bool)}),
+            env_info=DictTensor({"seed": seed + torch.arange(n_episodes)}),  # the same episodes every time
+        )
         self._pending: int | None = None
 
     @property
