@@ -429,3 +429,12 @@ def test_every_evaluation_plays_the_same_episodes() -> None:
         second = evaluator.evaluate(weights, env_steps=10)
     assert second.returns == first.returns and second.env_steps == 10
     assert len(set(first.returns)) > 1  # three different episodes, each replayed
+
+
+def test_orthogonal_initialisation_uses_the_stated_gains() -> None:
+    agent = ActorCritic(obs_dim=4, n_actions=2, orthogonal=True)
+    first, policy_out, value_out = agent.actor[0].weight, agent.actor[-1].weight, agent.critic[-1].weight
+    assert torch.allclose(first.T @ first, 2.0 * torch.eye(4), atol=1e-5)  # [64, 4]: orthogonal columns
+    assert torch.allclose(policy_out @ policy_out.T, 1e-4 * torch.eye(2), atol=1e-8)  # gain 0.01
+    assert torch.allclose(value_out @ value_out.T, torch.ones(1, 1), atol=1e-5)
+    assert all(not m.bias.detach().any() for m in agent.modules() if isinstance(m, torch.nn.Linear))

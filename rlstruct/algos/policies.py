@@ -57,6 +57,9 @@ class ActorCritic(Agent):
         recurrent: put a GRU cell of ``hidden[-1]`` units under both heads;
             its state ``h`` is the agent state, which batchers reset where an
             episode begins.
+        orthogonal: orthogonal initial weights and zero biases (gains sqrt(2)
+            in hidden layers, 0.01 for the policy output, 1 for the value);
+            otherwise torch's default, with the policy output scaled by 0.01.
 
     Output keys (per row): ``action`` (int64 for discrete; float32 clamped to
     the bounds for continuous: what the environment gets), ``log_prob`` (float32,
@@ -82,6 +85,7 @@ class ActorCritic(Agent):
         action_high: Sequence[float] | None = None,
         hidden: Sequence[int] = (64, 64),
         recurrent: bool = False,
+        orthogonal: bool = False,
     ) -> None:
         super().__init__()
         if obs_dim < 1:
@@ -111,9 +115,18 @@ class ActorCritic(Agent):
         self.critic = mlp([*sizes, 1])
         last = self.actor[-1]
         assert isinstance(last, torch.nn.Linear)
-        with torch.no_grad():  # a small last layer: an almost uniform first policy
-            last.weight.mul_(0.01)
-            last.bias.zero_()
+        if orthogonal:
+            # orthogonal weights, zero biases; gains sqrt(2) in the hidden layers, 1 for the value
+            # and 0.01 for the policy output (an almost uniform first policy)
+            for net, out_gain in ((self.actor, 0.01), (self.critic, 1.0)):
+                layers = [m for m in net if isinstance(m, torch.nn.Linear)]
+                for i, layer in enumerate(layers):
+                    torch.nn.init.orthogonal_(layer.weight, out_gain if i == len(layers) - 1 else 2**0.5)
+                    torch.nn.init.zeros_(layer.bias)
+        else:
+            with torch.no_grad():  # a small last layer: an almost uniform first policy
+                last.weight.mul_(0.01)
+                last.bias.zero_()
 
     def initial_state(self, agent_info: DictTensor, n: int) -> DictTensor:
         if self.cell is None:

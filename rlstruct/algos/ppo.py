@@ -63,6 +63,8 @@ class Config(TrainConfig):
     """Gradients are rescaled to this global norm."""
     hidden: int = 64
     """Units of each of the two hidden layers of the policy and value networks."""
+    orthogonal_init: bool = True
+    """Orthogonal initial weights (see ``ActorCritic``); else torch's default initialisation."""
     torch_threads: int = 1
     """Threads of the learner's torch operations (small networks run fastest on one)."""
 
@@ -102,6 +104,7 @@ def train(config: Config) -> dict[str, Any]:
         "action_low": spaces.action_low,
         "action_high": spaces.action_high,
         "hidden": (config.hidden, config.hidden),
+        "orthogonal": config.orthogonal_init,
     }
     model = ActorCritic(**agent_args).to(device)  # type: ignore[arg-type]
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, eps=1e-5)
