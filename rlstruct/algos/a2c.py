@@ -24,7 +24,7 @@ from rlstruct.agent import replay_agent
 from rlstruct.algos.config import TrainConfig, parse_config
 from rlstruct.algos.evaluation import env_spaces
 from rlstruct.algos.policies import ActorCritic
-from rlstruct.algos.run import EpisodeReturns, Run, check_config, explained_variance
+from rlstruct.algos.run import EpisodeReturns, Run, check_config, check_layout, explained_variance
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor
@@ -82,16 +82,8 @@ def train(config: Config) -> dict[str, Any]:
         hidden=config.hidden,
         torch_threads=config.torch_threads,
     )
-    if config.n_envs % config.n_processes:
-        raise ValueError(
-            f"config.n_envs ({config.n_envs}) must be a multiple of config.n_processes ({config.n_processes})"
-        )
+    check_layout(config, config.n_envs, config.n_steps)
     per_iteration = config.n_envs * config.n_steps
-    if config.total_steps < per_iteration:
-        raise ValueError(
-            f"config.total_steps ({config.total_steps}) must allow one iteration of "
-            f"n_envs x n_steps = {per_iteration} steps"
-        )
     torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     device = torch.device(config.device)

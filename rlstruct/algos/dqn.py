@@ -30,7 +30,7 @@ from rlstruct.agent import Agent
 from rlstruct.algos.config import TrainConfig, parse_config
 from rlstruct.algos.evaluation import env_spaces
 from rlstruct.algos.policies import mlp
-from rlstruct.algos.run import EpisodeReturns, Run, check_config
+from rlstruct.algos.run import EpisodeReturns, Run, check_config, check_layout
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor
@@ -261,15 +261,7 @@ def _check(config: Config) -> None:
         raise ValueError(f"config.alpha must be >= 0, got {config.alpha!r}")
     if config.learning_starts < 0:
         raise ValueError(f"config.learning_starts must be >= 0, got {config.learning_starts!r}")
-    if config.n_envs % config.n_processes:
-        raise ValueError(
-            f"config.n_envs ({config.n_envs}) must be a multiple of config.n_processes ({config.n_processes})"
-        )
-    if config.total_steps < config.n_envs * config.n_steps:
-        raise ValueError(
-            f"config.total_steps ({config.total_steps}) must allow one iteration of "
-            f"n_envs x n_steps = {config.n_envs * config.n_steps} steps"
-        )
+    check_layout(config, config.n_envs, config.n_steps)
 
 
 def train(config: Config) -> dict[str, Any]:

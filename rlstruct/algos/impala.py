@@ -31,7 +31,7 @@ import torch
 from rlstruct.algos.config import TrainConfig, parse_config
 from rlstruct.algos.evaluation import env_spaces
 from rlstruct.algos.policies import ActorCritic
-from rlstruct.algos.run import EpisodeReturns, Run, check_config, explained_variance
+from rlstruct.algos.run import EpisodeReturns, Run, check_config, check_layout, explained_variance
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor
@@ -104,10 +104,7 @@ def train(config: Config) -> dict[str, Any]:
         hidden=config.hidden,
         torch_threads=config.torch_threads,
     )
-    if config.n_envs % config.n_processes:
-        raise ValueError(
-            f"config.n_envs ({config.n_envs}) must be a multiple of config.n_processes ({config.n_processes})"
-        )
+    check_layout(config, config.n_envs, None)
     if config.n_slots <= config.n_processes:
         raise ValueError(
             f"config.n_slots ({config.n_slots}) must be more than config.n_processes ({config.n_processes})"

@@ -24,7 +24,7 @@ import torch
 from rlstruct.algos.config import TrainConfig, parse_config
 from rlstruct.algos.evaluation import env_spaces
 from rlstruct.algos.policies import ActorCritic
-from rlstruct.algos.run import EpisodeReturns, Run, check_config, explained_variance
+from rlstruct.algos.run import EpisodeReturns, Run, check_config, check_layout, explained_variance
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
 from rlstruct.gym_env import GymEnv
@@ -85,15 +85,7 @@ def train(config: Config) -> dict[str, Any]:
         hidden=config.hidden,
         torch_threads=config.torch_threads,
     )
-    if config.n_envs % config.n_processes:
-        raise ValueError(
-            f"config.n_envs ({config.n_envs}) must be a multiple of config.n_processes ({config.n_processes})"
-        )
-    if config.total_steps < config.n_envs * config.n_steps:
-        raise ValueError(
-            f"config.total_steps ({config.total_steps}) must allow one iteration of "
-            f"n_envs x n_steps = {config.n_envs * config.n_steps} steps"
-        )
+    check_layout(config, config.n_envs, config.n_steps)
     torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     device = torch.device(config.device)

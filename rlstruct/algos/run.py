@@ -31,7 +31,7 @@ from rlstruct.checkpoint import save_checkpoint
 from rlstruct.logger import Logger, make_run_dir
 from rlstruct.temporal import TemporalDictTensor
 
-__all__ = ["EpisodeReturns", "Run", "check_config"]
+__all__ = ["EpisodeReturns", "Run", "check_config", "check_layout"]
 
 EVAL_SEED_OFFSET = 1_000_000
 """Evaluation environments are seeded apart from the training ones."""
@@ -51,6 +51,20 @@ def check_config(config: TrainConfig, **positive: int | float) -> None:
     for name, value in fields.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"config.{name} must be a positive number, got {value!r}")
+
+
+def check_layout(config: TrainConfig, n_envs: int, n_steps: int | None) -> None:
+    """Raise ValueError unless ``n_envs`` splits evenly across the workers and, with ``n_steps``,
+    ``total_steps`` allows one iteration of ``n_envs x n_steps`` steps."""
+    if n_envs % config.n_processes:
+        raise ValueError(
+            f"config.n_envs ({n_envs}) must be a multiple of config.n_processes ({config.n_processes})"
+        )
+    if n_steps is not None and config.total_steps < n_envs * n_steps:
+        raise ValueError(
+            f"config.total_steps ({config.total_steps}) must allow one iteration of "
+            f"n_envs x n_steps = {n_envs * n_steps} steps"
+        )
 
 
 class EpisodeReturns:

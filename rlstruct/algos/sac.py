@@ -45,7 +45,7 @@ from rlstruct.agent import Agent
 from rlstruct.algos.config import TrainConfig, parse_config
 from rlstruct.algos.evaluation import env_spaces
 from rlstruct.algos.policies import mlp
-from rlstruct.algos.run import EpisodeReturns, Run, check_config
+from rlstruct.algos.run import EpisodeReturns, Run, check_config, check_layout
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor
@@ -324,16 +324,8 @@ def train(config: Config) -> dict[str, Any]:
             raise ValueError(f"config.{name} must be in (0, 1], got {getattr(config, name)!r}")
     if isinstance(config.learning_starts, bool) or config.learning_starts < 0:
         raise ValueError(f"config.learning_starts must be a non-negative int, got {config.learning_starts!r}")
-    if config.n_envs % config.n_processes:
-        raise ValueError(
-            f"config.n_envs ({config.n_envs}) must be a multiple of config.n_processes ({config.n_processes})"
-        )
+    check_layout(config, config.n_envs, config.n_steps)
     per_iteration = config.n_envs * config.n_steps
-    if config.total_steps < per_iteration:
-        raise ValueError(
-            f"config.total_steps ({config.total_steps}) must allow one iteration of "
-            f"n_envs x n_steps = {per_iteration} steps"
-        )
     spaces = env_spaces(config.env)
     if spaces.action_low is None or spaces.action_high is None:
         raise ValueError(f"SAC needs continuous (Box) actions; env {config.env!r} has {spaces.n_actions}")
