@@ -40,7 +40,7 @@ from rlstruct.returns import vtrace
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
 
-__all__ = ["Config", "learner_step", "main", "train"]
+__all__ = ["Config", "learner_step", "main", "train", "vtrace_loss"]
 
 
 @dataclasses.dataclass
@@ -194,27 +194,43 @@ def train(config: Config) -> dict[str, Any]:
 def learner_step(
     model: ActorCritic, optimizer: torch.optim.Optimizer, steps: TemporalDictTensor, config: Config
 ) -> dict[str, float]:
-    """One gradient step on the V-trace actor-critic loss over trajectories ``[B, T]``; returns its statistics.
+    """One gradient step of ``optimizer`` on ``vtrace_loss``; returns the loss's statistics.
+
+    Gradients are rescaled to ``config.max_grad_norm`` before the step.
+    Updates ``model`` in place.
+    """
+    loss, stats = vtrace_loss(model, steps, config)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+    optimizer.step()
+    return stats
+
+
+def vtrace_loss(
+    model: ActorCritic, steps: TemporalDictTensor, config: Config
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The V-trace actor-critic loss over trajectories ``[B, T]`` and its statistics.
 
     The behaviour policy's ``log_prob`` (stored by the actors) and the
     learner's log-probability of the same actions give the importance ratios;
     the learner's current values of ``observation`` and ``next/observation``
-    give V-trace's values and bootstraps. Updates ``model`` in place.
+    give V-trace's values and bootstraps.
 
     Args:
         model: the learner's actor-critic (on the device of ``steps``).
-        optimizer: the optimizer of ``model``'s parameters.
         steps: the trajectories, with ``observation``, the action (``action``,
             or ``raw_action`` for continuous actions), ``log_prob``,
             ``next/observation``, ``next/reward``, ``next/terminated`` and
             ``next/done`` (float32/bool ``[B, T]`` for the scalars).
-        config: ``gamma``, ``rho_bar``, ``c_bar``, ``ent_coef``, ``vf_coef``,
-            ``max_grad_norm`` and ``normalize_advantages`` are read.
+        config: ``gamma``, ``reward_scale``, ``rho_bar``, ``c_bar``,
+            ``ent_coef``, ``vf_coef`` and ``normalize_advantages`` are read.
 
     Returns:
-        ``policy_loss``, ``value_loss``, ``entropy``, ``explained_variance``
-        (of the learner's values against the V-trace targets) and
-        ``rho_mean`` (the mean clipped ratio ``min(rho_bar, pi / mu)``).
+        The scalar loss (with gradients), and ``policy_loss``, ``value_loss``,
+        ``entropy``, ``explained_variance`` (of the learner's values against
+        the V-trace targets) and ``rho_mean`` (the mean clipped ratio
+        ``min(rho_bar, pi / mu)``).
     """
     b, t = steps.n_elems(), steps.n_timesteps()
     mask = steps.mask()
@@ -245,19 +261,16 @@ def learner_step(
     value_loss = 0.5 * ((value - vs).pow(2) * mask).sum() / n_valid
     entropy = (model.entropy(params).view(b, t) * mask).sum() / n_valid
     loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-    optimizer.step()
     with torch.no_grad():
         rho = log_rho[mask].exp().clamp(max=config.rho_bar)
-        return {
-            "policy_loss": float(policy_loss),
-            "value_loss": float(value_loss),
-            "entropy": float(entropy),
+        stats = {
+            "policy_loss": policy_loss.detach().item(),
+            "value_loss": value_loss.detach().item(),
+            "entropy": entropy.detach().item(),
             "explained_variance": explained_variance(value.detach()[mask], vs[mask]),
-            "rho_mean": float(rho.mean()),
+            "rho_mean": rho.mean().item(),
         }
+    return loss, stats
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -27,10 +27,12 @@ from rlstruct.algos.policies import ActorCritic
 from rlstruct.algos.run import EpisodeReturns, Run, check_config, check_layout, explained_variance
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
+from rlstruct.dicttensor import DictTensor
 from rlstruct.gym_env import GymEnv
 from rlstruct.returns import gae
+from rlstruct.temporal import TemporalDictTensor
 
-__all__ = ["Config", "main", "train"]
+__all__ = ["Config", "add_advantages", "main", "ppo_loss", "train"]
 
 
 @dataclasses.dataclass
@@ -130,24 +132,7 @@ def train(config: Config) -> dict[str, Any]:
             episodes.add(steps)
             run.episode_return = episodes.pop_mean() or run.episode_return
 
-            # Advantages: V of the reached observation is the bootstrap (0 where terminated).
-            with torch.no_grad():
-                next_obs = steps["next/observation"]
-                next_value = model.value_of(next_obs.flatten(0, 1))
-                next_value = next_value.view(steps.n_elems(), steps.n_timesteps())
-            value = steps["value"]
-            advantage = gae(
-                steps["next/reward"],
-                value,
-                next_value,
-                steps["next/terminated"],
-                steps["next/done"],
-                config.gamma,
-                config.gae_lambda,
-                steps.mask(),
-            )
-            steps.set("advantage", advantage)
-            steps.set("target", advantage + value)
+            add_advantages(model, steps, config.gamma, config.gae_lambda)
             data = steps.masked_flatten()
 
             progress = 1.0 - (env_steps - per_iteration) / config.total_steps
@@ -187,27 +172,93 @@ def update(
         order = torch.randperm(n, generator=generator, device=generator.device)
         for start in range(0, n, config.minibatch_size):
             mb = data[order[start : start + config.minibatch_size]]
-            params, value = model.heads(model.features(mb["observation"])[0])
-            log_prob = model.log_prob(params, mb[action_key])
-            ratio = (log_prob - mb["log_prob"]).exp()
-            advantage = mb["advantage"]
-            if advantage.numel() > 1:
-                advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-            policy_loss = -torch.min(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage).mean()
-            value_loss = 0.5 * (value - mb["target"]).pow(2).mean()
-            entropy = model.entropy(params).mean()
-            loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+            loss, terms = ppo_loss(model, mb, clip, config.vf_coef, config.ent_coef, action_key)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
             if epoch == config.n_epochs - 1:
-                totals["policy_loss"] += policy_loss.detach().item()
-                totals["value_loss"] += value_loss.detach().item()
-                totals["entropy"] += entropy.detach().item()
-                totals["clip_fraction"] += ((ratio.detach() - 1).abs() > clip).float().mean().item()
+                for key, value in terms.items():
+                    totals[key] += value
                 count += 1
     return {k: v / max(count, 1) for k, v in totals.items()}
+
+
+def add_advantages(model: ActorCritic, steps: TemporalDictTensor, gamma: float, gae_lambda: float) -> None:
+    """Add GAE's ``advantage`` and the value ``target`` (advantage + value) to ``steps`` ``[B, T]``, in place.
+
+    The value of the reached observation (``next/observation``) is the
+    bootstrap: it counts where an episode was truncated or the row ends, and is
+    cut where it terminated (see ``rlstruct.gae``).
+
+    Args:
+        model: the actor-critic whose ``value_of`` gives the bootstraps (on the device of ``steps``).
+        steps: trajectories with ``value``, ``next/observation``, ``next/reward``,
+            ``next/terminated`` and ``next/done``; gains float32 ``advantage`` and ``target`` ``[B, T]``.
+        gamma: the discount factor.
+        gae_lambda: GAE's lambda.
+    """
+    with torch.no_grad():
+        next_value = model.value_of(steps["next/observation"].flatten(0, 1))
+        next_value = next_value.view(steps.n_elems(), steps.n_timesteps())
+    value = steps["value"]
+    adv = gae(
+        steps["next/reward"],
+        value,
+        next_value,
+        steps["next/terminated"],
+        steps["next/done"],
+        gamma,
+        gae_lambda,
+        steps.mask(),
+    )
+    steps.set("advantage", adv)
+    steps.set("target", adv + value)
+
+
+def ppo_loss(
+    model: ActorCritic,
+    minibatch: DictTensor,
+    clip: float,
+    vf_coef: float,
+    ent_coef: float,
+    action_key: str = "action",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's loss on a minibatch of steps: clipped surrogate + ``vf_coef`` x value loss - ``ent_coef`` x entropy.
+
+    Advantages are normalised within the minibatch (when it has more than one step).
+
+    Args:
+        model: the actor-critic being trained.
+        minibatch: N steps with ``observation``, the action under ``action_key``
+            (``raw_action`` for continuous actions), the behaviour ``log_prob``,
+            ``advantage`` and ``target`` (float32 ``[N]``).
+        clip: the clip range of the probability ratio.
+        vf_coef: the weight of the value loss.
+        ent_coef: the weight of the entropy bonus.
+        action_key: the key of the actions in ``minibatch``.
+
+    Returns:
+        The scalar loss (with gradients) and its terms as floats:
+        ``policy_loss``, ``value_loss``, ``entropy``, ``clip_fraction``.
+    """
+    params, value = model.heads(model.features(minibatch["observation"])[0])
+    log_prob = model.log_prob(params, minibatch[action_key])
+    ratio = (log_prob - minibatch["log_prob"]).exp()
+    advantage = minibatch["advantage"]
+    if advantage.numel() > 1:
+        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+    policy_loss = -torch.min(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage).mean()
+    value_loss = 0.5 * (value - minibatch["target"]).pow(2).mean()
+    entropy = model.entropy(params).mean()
+    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
+    terms = {
+        "policy_loss": policy_loss.detach().item(),
+        "value_loss": value_loss.detach().item(),
+        "entropy": entropy.detach().item(),
+        "clip_fraction": ((ratio.detach() - 1).abs() > clip).float().mean().item(),
+    }
+    return loss, terms
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
