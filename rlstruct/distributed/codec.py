@@ -62,7 +62,8 @@ _MODULES: dict[str, str] = {"lz4": "lz4.frame", "zstd": "zstandard"}
 _KINDS = ("tensor", "dict", "DictTensor", "TemporalDictTensor", "Trajectories")
 
 V = TypeVar("V")
-Buffer = npt.NDArray[np.uint8] | bytes
+Bytes = npt.NDArray[np.uint8]
+Buffer = Bytes | bytes
 
 
 def _module(codec: str) -> ModuleType:
@@ -219,7 +220,7 @@ def _entries(value: object) -> tuple[str, list[tuple[str, str, torch.Tensor]], i
     )
 
 
-def _as_bytes(label: str, tensor: torch.Tensor) -> npt.NDArray[np.uint8]:
+def _as_bytes(label: str, tensor: torch.Tensor) -> Bytes:
     """The bytes of a CPU tensor in C order, as a uint8 numpy array (no copy when contiguous)."""
     if tensor.device.type != "cpu":
         raise ValueError(
@@ -228,8 +229,14 @@ def _as_bytes(label: str, tensor: torch.Tensor) -> npt.NDArray[np.uint8]:
     if tensor.layout != torch.strided or tensor.is_quantized or tensor.is_nested:
         kind = "quantized" if tensor.is_quantized else "nested" if tensor.is_nested else str(tensor.layout)
         raise ValueError(f"pack: {label} must be a dense tensor, got a {kind} tensor")
-    flat = tensor.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
-    return cast(npt.NDArray[np.uint8], flat.view(torch.uint8).numpy())
+    if tensor.requires_grad:
+        tensor = tensor.detach()
+    if tensor.is_conj() or tensor.is_neg():
+        tensor = tensor.resolve_conj().resolve_neg()
+    if not tensor.is_contiguous():
+        tensor = tensor.contiguous()
+    data: Bytes = tensor.view(-1).view(torch.uint8).numpy()
+    return data
 
 
 @overload
@@ -364,8 +371,8 @@ def _decompressor(codec: str) -> Any:
 def _tensor(key: str, dtype: torch.dtype, shape: tuple[int, ...], data: Any) -> torch.Tensor:
     """A new CPU tensor of ``shape`` and ``dtype`` holding a copy of the bytes ``data``."""
     out = torch.empty(shape, dtype=dtype)
-    target = out.reshape(-1).view(torch.uint8).numpy()
-    source = np.frombuffer(data, dtype=np.uint8)
+    target = out.view(-1).view(torch.uint8).numpy()
+    source = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
     if source.nbytes != target.nbytes:
         raise ValueError(
             f"unpack: the buffer of key {key!r} holds {source.nbytes} bytes, expected {target.nbytes} "
