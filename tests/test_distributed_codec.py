@@ -176,6 +176,22 @@ def test_pickle_round_trip(codec: str) -> None:
     assert_same(unpack(again), value)
 
 
+@pytest.mark.parametrize("name", ["lz4", "zstd"])
+def test_small_tensors_share_frames_and_large_ones_have_their_own(name: str) -> None:
+    pytest.importorskip(MODULES[name])
+    gen = torch.Generator().manual_seed(0)
+    # 64 KiB frames: [a, b, c] (60 kB), [d, e] (40 kB) and the 80 kB tensor alone.
+    sizes = {"a": 5000, "b": 5000, "big": 20_000, "c": 5000, "d": 5000, "e": 5000}
+    value = {k: random_tensor((n,), torch.float32, gen) for k, n in sizes.items()}
+    value["empty"] = torch.zeros(0, 3)
+    packed = pack(value, name)
+    assert len(packed.buffers) == 3
+    assert_same(unpack(packed), value)
+    many = {f"key{i}": torch.full((100,), i) for i in range(50)}
+    assert len(pack(many, name).buffers) == 1
+    assert_same(unpack(pack(many, name)), many)
+
+
 def test_codec_none_shares_memory_and_goes_out_of_band() -> None:
     grads = {"w": torch.randn(64, 64), "b": torch.randn(64)}
     packed = pack(grads)
@@ -327,12 +343,20 @@ def test_unpack_rejects_a_corrupted_payload(codec: str) -> None:
     short = pack({"obs": torch.zeros(5)}, codec)
     with pytest.raises(ValueError, match=r"buffer of key 'obs' holds 20 bytes, expected 24"):
         unpack(dataclasses.replace(packed, buffers=short.buffers))
+    if codec != "none":
+        packed = pack({"obs": torch.zeros(2, 3), "done": torch.zeros(2, dtype=torch.bool)}, codec)
+        with pytest.raises(ValueError, match=r"buffer of keys 'obs', 'done' holds 20 bytes, expected 26"):
+            unpack(dataclasses.replace(packed, buffers=short.buffers))
 
 
 def test_packed_checks_its_fields() -> None:
     packed = pack({"obs": torch.zeros(2)})
-    with pytest.raises(ValueError, match="one entry per tensor, got 1, 1, 1 and 0"):
+    with pytest.raises(ValueError, match="1 tensors of these sizes packed with 'none' need 1 buffers, got 0"):
         dataclasses.replace(packed, buffers=())
+    with pytest.raises(
+        ValueError, match="keys, dtypes and shapes must have one entry per tensor, got 2, 1 and 1"
+    ):
+        dataclasses.replace(packed, keys=("obs", "action"))
     with pytest.raises(ValueError, match=r"codec must be one of .*got 'gzip'"):
         dataclasses.replace(packed, codec="gzip")
     with pytest.raises(ValueError, match=r"kind must be one of .*got 'list'"):

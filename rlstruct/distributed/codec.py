@@ -2,8 +2,8 @@
 
 ``pack`` turns a tensor, a mapping of tensors, a ``DictTensor``, a
 ``TemporalDictTensor`` or a ``Trajectories`` into a ``Packed``: the layout
-(kind, keys, dtypes, shapes, rows, time steps) plus one byte buffer per
-tensor; ``unpack`` rebuilds the same structure, bit for bit. This is what
+(kind, keys, dtypes, shapes, rows, time steps) plus the tensors' bytes;
+``unpack`` rebuilds the same structure, bit for bit. This is what
 crosses the network between workers: gradients sent to the update worker,
 rollouts sent to gradient workers.
 
@@ -13,10 +13,16 @@ Codecs:
   memory with the (contiguous) tensor, so Ray ships it out of band, without
   a copy into ``bytes``. Send the ``Packed`` (``ray.put``, ``pickle``)
   before writing to the packed tensors again.
-- ``"lz4"``: each buffer is an LZ4 frame (package ``lz4``); ``level`` 0
-  (the default, fast) to 16 (high compression, slow).
-- ``"zstd"``: each buffer is a Zstandard frame (package ``zstandard``);
-  ``level`` from -131072 (fastest) to 22 (smallest), default 3.
+- ``"lz4"``: LZ4 frames (package ``lz4``); ``level`` 0 (the default,
+  fast) to 16 (high compression, slow).
+- ``"zstd"``: Zstandard frames (package ``zstandard``); ``level`` from
+  -131072 (fastest) to 22 (smallest), default 3.
+
+The compressing codecs write one frame per tensor of 64 KiB or more, and
+one frame for the smaller ones together (a new one each time 64 KiB would
+be exceeded): a rollout of many small keys costs one call and one frame
+header, and redundancy across keys (``observation`` and
+``next/observation``) is found.
 
 Compression pays only on payloads that compress (images, masks, integer
 actions) over networks slower than the codec; ``docs/distributed.md``
@@ -37,6 +43,7 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import math
 from collections.abc import Mapping
@@ -56,10 +63,11 @@ __all__ = ["CODECS", "Packed", "check_codec", "pack", "unpack"]
 CODECS: tuple[str, ...] = ("none", "lz4", "zstd")
 """The codec names ``pack`` accepts."""
 
-# codec -> (package to import, lowest level, highest level, default level)
+# codec -> (lowest level, highest level, default level); zstd goes down to ZSTD_minCLevel()
 _LEVELS: dict[str, tuple[int, int, int]] = {"lz4": (0, 16, 0), "zstd": (-(1 << 17), 22, 3)}
 _MODULES: dict[str, str] = {"lz4": "lz4.frame", "zstd": "zstandard"}
 _KINDS = ("tensor", "dict", "DictTensor", "TemporalDictTensor", "Trajectories")
+_CHUNK = 1 << 16  # bytes: tensors smaller than this are compressed together, in frames up to this size
 
 V = TypeVar("V")
 Bytes = npt.NDArray[np.uint8]
@@ -125,7 +133,7 @@ def _check_level(codec: str, level: object) -> int:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Packed(Generic[V]):
-    """What crosses the network: the layout of a packed value and one byte buffer per tensor.
+    """What crosses the network: the layout of a packed value and the bytes of its tensors.
 
     Made by ``pack``, read by ``unpack``; picklable (Ray ships its numpy
     buffers out of band). The fields describe the entries in order: for a
@@ -140,8 +148,9 @@ class Packed(Generic[V]):
         keys: the key of each entry ("" for a bare tensor).
         dtypes: the dtype of each entry.
         shapes: the shape of each entry.
-        buffers: the bytes of each entry, in C order: ``uint8`` numpy arrays
-            for "none", compressed frames (``bytes``) otherwise.
+        buffers: for "none", the bytes of each entry in C order, as ``uint8``
+            numpy arrays; otherwise compressed frames (``bytes``), one per
+            group of entries (see the module's docstring).
         rows: B, the number of rows (0 for a tensor or a dict).
         n_timesteps: T, the padded number of time steps (temporal kinds only).
         n_info: the number of ``info`` entries (``Trajectories`` only).
@@ -165,12 +174,23 @@ class Packed(Generic[V]):
             raise ValueError(f"Packed: codec must be one of {CODECS}, got {self.codec!r}")
         if self.kind not in _KINDS:
             raise ValueError(f"Packed: kind must be one of {_KINDS}, got {self.kind!r}")
-        counts = {len(self.keys), len(self.dtypes), len(self.shapes), len(self.buffers)}
-        if len(counts) != 1:
+        if not len(self.keys) == len(self.dtypes) == len(self.shapes):
             raise ValueError(
-                f"Packed: keys, dtypes, shapes and buffers must have one entry per tensor, got "
-                f"{len(self.keys)}, {len(self.dtypes)}, {len(self.shapes)} and {len(self.buffers)}"
+                f"Packed: keys, dtypes and shapes must have one entry per tensor, got "
+                f"{len(self.keys)}, {len(self.dtypes)} and {len(self.shapes)}"
             )
+        expected = len(_groups(self.codec, self._sizes()))
+        if len(self.buffers) != expected:
+            raise ValueError(
+                f"Packed: {len(self.keys)} tensors of these sizes packed with {self.codec!r} need "
+                f"{expected} buffers, got {len(self.buffers)}"
+            )
+
+    def _sizes(self) -> list[int]:
+        """The bytes of each entry."""
+        return [
+            math.prod(shape) * dtype.itemsize for shape, dtype in zip(self.shapes, self.dtypes, strict=True)
+        ]
 
     @property
     def nbytes(self) -> int:
@@ -180,9 +200,27 @@ class Packed(Generic[V]):
     @property
     def raw_nbytes(self) -> int:
         """Bytes of the tensors before compression."""
-        return sum(
-            math.prod(shape) * dtype.itemsize for shape, dtype in zip(self.shapes, self.dtypes, strict=True)
-        )
+        return sum(self._sizes())
+
+
+def _groups(codec: str, sizes: list[int]) -> list[list[int]]:
+    """The entries (indices) of each buffer: one each for "none"; else one frame per tensor of
+    ``_CHUNK`` bytes or more, and the smaller ones in order, in frames of up to ``_CHUNK`` bytes."""
+    if codec == "none":
+        return [[i] for i in range(len(sizes))]
+    groups: list[list[int]] = []
+    small: list[int] = []
+    total = 0
+    for i, size in enumerate(sizes):
+        if size >= _CHUNK:
+            groups.append([i])
+            continue
+        if small and total + size > _CHUNK:
+            groups.append(small)
+            small, total = [], 0
+        small.append(i)
+        total += size
+    return [*groups, small] if small else groups
 
 
 def _entries(value: object) -> tuple[str, list[tuple[str, str, torch.Tensor]], int, int, int]:
@@ -293,12 +331,16 @@ def pack(value: object, codec: str = "none", level: int | None = None) -> Packed
     buffers: tuple[Buffer, ...]
     if codec == "none":
         buffers = tuple(raw)
-    elif codec == "lz4":
-        lz4_frame = _module("lz4")
-        buffers = tuple(lz4_frame.compress(b, compression_level=level, store_size=True) for b in raw)
     else:
-        compressor = _module("zstd").ZstdCompressor(level=level)
-        buffers = tuple(compressor.compress(b) for b in raw)
+        if codec == "lz4":
+            lz4_frame = _module("lz4")
+            compress = functools.partial(lz4_frame.compress, compression_level=level, store_size=True)
+        else:
+            compress = _module("zstd").ZstdCompressor(level=level).compress
+        groups = _groups(codec, [b.nbytes for b in raw])
+        buffers = tuple(
+            compress(raw[g[0]] if len(g) == 1 else np.concatenate([raw[i] for i in g])) for g in groups
+        )
     return Packed(
         codec=codec,
         kind=kind,
@@ -335,11 +377,22 @@ def unpack(packed: Packed[V]) -> V:
         raise TypeError(f"unpack: packed must be a Packed (made by pack), got {_describe(packed)}")
     decompress = _decompressor(packed.codec)
     tensors = [
-        _tensor(key, dtype, shape, decompress(buffer))
-        for key, dtype, shape, buffer in zip(
-            packed.keys, packed.dtypes, packed.shapes, packed.buffers, strict=True
-        )
+        torch.empty(shape, dtype=dtype) for shape, dtype in zip(packed.shapes, packed.dtypes, strict=True)
     ]
+    sizes = packed._sizes()
+    for group, buffer in zip(_groups(packed.codec, sizes), packed.buffers, strict=True):
+        data = decompress(buffer)
+        source = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
+        if source.nbytes != sum(sizes[i] for i in group):
+            names = ", ".join(repr(packed.keys[i]) for i in group)
+            raise ValueError(
+                f"unpack: the buffer of {'key' if len(group) == 1 else 'keys'} {names} holds {source.nbytes} bytes, expected "
+                f"{sum(sizes[i] for i in group)} (from the shapes and dtypes); the payload is corrupted"
+            )
+        start = 0
+        for i in group:  # one copy into memory the tensor owns
+            np.copyto(tensors[i].view(-1).view(torch.uint8).numpy(), source[start : start + sizes[i]])
+            start += sizes[i]
     keys = packed.keys
     if packed.kind == "tensor":
         return cast(V, tensors[0])
@@ -366,17 +419,3 @@ def _decompressor(codec: str) -> Any:
     if codec == "lz4":
         return _module("lz4").decompress
     return _module("zstd").ZstdDecompressor().decompress
-
-
-def _tensor(key: str, dtype: torch.dtype, shape: tuple[int, ...], data: Any) -> torch.Tensor:
-    """A new CPU tensor of ``shape`` and ``dtype`` holding a copy of the bytes ``data``."""
-    out = torch.empty(shape, dtype=dtype)
-    target = out.view(-1).view(torch.uint8).numpy()
-    source = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
-    if source.nbytes != target.nbytes:
-        raise ValueError(
-            f"unpack: the buffer of key {key!r} holds {source.nbytes} bytes, expected {target.nbytes} "
-            f"(shape {shape}, dtype {dtype}); the payload is corrupted"
-        )
-    np.copyto(target, source)
-    return out
