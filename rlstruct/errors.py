@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ClusterError", "WorkerError", "WorkerTimeout"]
+__all__ = ["ClusterError", "DistributedError", "RemoteWorkerError", "WorkerError", "WorkerTimeout"]
 
 
 class WorkerError(RuntimeError):
@@ -35,3 +35,35 @@ class ClusterError(RuntimeError):
     start or connect its processes. The group cannot be used after it: leave
     it with ``rlstruct.cluster.disconnect()``.
     """
+
+
+class DistributedError(RuntimeError):
+    """A scheme of ``rlstruct.distributed`` cannot go on.
+
+    Raised when nothing arrives from the remote workers within the scheme's
+    timeout, when its actors cannot be scheduled on the Ray cluster, and when
+    no worker of a role is left.
+    """
+
+
+class RemoteWorkerError(DistributedError):
+    """A remote collection or gradient worker of a scheme raised or died.
+
+    Attributes:
+        role: "collection" or "gradient".
+        index: the worker's index within its role.
+        died: True when the worker's actor died (killed, crashed, its node
+            lost); False when it raised an exception, whose traceback is in
+            the message.
+    """
+
+    def __init__(self, message: str, role: str, index: int, died: bool) -> None:
+        super().__init__(f"{role} worker {index}: {message}")
+        self.message = message
+        self.role = role
+        self.index = index
+        self.died = died
+
+    def __reduce__(self) -> tuple[type[RemoteWorkerError], tuple[str, str, int, bool]]:
+        # Raised in a gradient worker for one of its collection workers, it crosses to the learner.
+        return type(self), (self.message, self.role, self.index, self.died)

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from typing import Any
 
 import torch
 
-from rlstruct import Agent, DictTensor, ReplayBuffer, TemporalDictTensor
+from rlstruct import Agent, DictTensor, GymEnv, ReplayBuffer, TemporalDictTensor
 from rlstruct.testing import CounterEnv, CountingAgent
 
 
@@ -197,3 +198,35 @@ def add_replay_rows(buffer: ReplayBuffer, first_id: int, n_batches: int, rows: i
     for batch in range(n_batches):
         start = first_id + batch * rows
         buffer.add(replay_rows(torch.arange(start, start + rows)))
+
+
+class SlowGymEnv(GymEnv):
+    """A GymEnv whose steps take ``delay`` seconds more, and that can hang for good.
+
+    It stands for a slow or stuck simulator in the tests of remote workers.
+
+    Args:
+        n_envs, seed, env: as for GymEnv.
+        delay: extra seconds each step takes.
+        hang_after: from this step of the instance group on, every step blocks
+            forever (None: never).
+    """
+
+    def __init__(
+        self,
+        n_envs: int = 1,
+        seed: int = 0,
+        env: str = "CartPole-v1",
+        delay: float = 0.0,
+        hang_after: int | None = None,
+    ) -> None:
+        super().__init__(env, n_envs=n_envs, seed=seed)
+        self.delay, self.hang_after, self.n_steps = delay, hang_after, 0
+
+    def step(self, action: DictTensor) -> tuple[DictTensor, DictTensor]:
+        self.n_steps += 1
+        if self.hang_after is not None and self.n_steps > self.hang_after:
+            threading.Event().wait()  # stuck for good: only a timeout gets the learner out
+        if self.delay:
+            time.sleep(self.delay)  # a slow simulator, not a synchronisation
+        return super().step(action)

@@ -1,1 +1,36 @@
-"""Distributed training on Ray: collection and gradient workers, and the wire codec they share."""
+"""Scale-out on Ray: remote collection and gradient workers arranged in schemes, driven by a ``Learner``.
+
+Build a ``Scheme`` from factories (agent, environment, algorithm, buffer) and
+its options, then step a ``Learner`` to a target number of environment steps.
+With no remote workers everything runs in the calling process and Ray is not
+needed; remote workers need the ``ray`` extra (``pip install "rlstruct[ray]"``).
+See ``docs/distributed.md``.
+"""
+
+from __future__ import annotations
+
+from rlstruct.distributed.algorithms import IMPALA, PPO, Algorithm, Buffer, MinibatchBuffer, WholeBatchBuffer
+from rlstruct.distributed.collection import CollectionWorker, Collectors, Rollout
+from rlstruct.distributed.gradients import GradientResult, GradientWorker
+from rlstruct.distributed.learner import Learner
+from rlstruct.distributed.scheme import Scheme, StepInfo
+from rlstruct.errors import DistributedError, RemoteWorkerError
+
+__all__ = [
+    "IMPALA",
+    "PPO",
+    "Algorithm",
+    "Buffer",
+    "CollectionWorker",
+    "Collectors",
+    "DistributedError",
+    "GradientResult",
+    "GradientWorker",
+    "Learner",
+    "MinibatchBuffer",
+    "RemoteWorkerError",
+    "Rollout",
+    "Scheme",
+    "StepInfo",
+    "WholeBatchBuffer",
+]

@@ -1,0 +1,331 @@
+"""What a scheme's gradient workers compute: an algorithm (maths and optimiser) and a buffer (minibatches).
+
+A scheme separates three things that a single-process training loop does in
+one place:
+
+- the **algorithm** turns a collected batch into training data
+  (``prepare``: advantages, targets) and a minibatch into a loss
+  (``loss``); it owns the model and the optimiser. The gradient workers use
+  ``prepare`` and ``loss``; the update worker uses ``optimizer`` and
+  ``max_grad_norm``.
+- the **buffer** cuts the prepared data into the minibatches of one
+  collected batch: several shuffled passes for PPO, the whole batch once
+  for IMPALA.
+- the scheme (``rlstruct.distributed.Scheme``) decides where each runs.
+
+``PPO`` and ``IMPALA`` reuse the losses of ``rlstruct.algos.ppo`` and
+``rlstruct.algos.impala``. Any object with the same attributes works as an
+algorithm (see ``Algorithm``).
+
+Examples:
+    >>> import torch
+    >>> from rlstruct.algos.policies import ActorCritic
+    >>> from rlstruct.distributed import PPO, MinibatchBuffer
+    >>> algorithm = PPO(ActorCritic(obs_dim=4, n_actions=2), lr=3e-4)
+    >>> algorithm.set_parameter("clip", 0.1)
+    >>> algorithm.clip, algorithm.optimizer.param_groups[0]["lr"]
+    (0.1, 0.0003)
+    >>> buffer = MinibatchBuffer(n_epochs=2, minibatch_size=3)
+    >>> from rlstruct import DictTensor
+    >>> buffer.insert(DictTensor({"x": torch.arange(4)}))
+    >>> [mb.n_elems() for mb in buffer.minibatches()]
+    [3, 1, 3, 1]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from rlstruct.algos import impala as _impala
+from rlstruct.algos import ppo as _ppo
+from rlstruct.algos.policies import ActorCritic
+from rlstruct.dicttensor import DictTensor, _describe
+from rlstruct.temporal import TemporalDictTensor
+from rlstruct.trajectories import Trajectories
+
+__all__ = ["IMPALA", "PPO", "Algorithm", "Buffer", "MinibatchBuffer", "WholeBatchBuffer"]
+
+
+@runtime_checkable
+class Algorithm(Protocol):
+    """What a scheme needs of an algorithm.
+
+    Attributes:
+        model: the trained ``torch.nn.Module``; it is also the agent the
+            collection workers run (made by the scheme's agent factory), so
+            its ``state_dict()`` is what they load.
+        optimizer: the optimiser of ``model``'s parameters (used where the
+            update is applied).
+        max_grad_norm: gradients are rescaled to this global norm before each
+            update; None for no clipping.
+    """
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    max_grad_norm: float | None
+
+    def prepare(self, batch: Trajectories) -> Any:
+        """Training data from a collected batch (on the model's device)."""
+        ...
+
+    def loss(self, minibatch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        """The scalar loss of a minibatch (with gradients) and its terms as floats."""
+        ...
+
+    def set_parameter(self, name: str, value: float) -> None:
+        """Change a hyperparameter during training ("lr" sets the optimiser's)."""
+        ...
+
+
+@runtime_checkable
+class Buffer(Protocol):
+    """What a scheme needs of a buffer: insert a batch's prepared data, then iterate its minibatches."""
+
+    def insert(self, data: Any) -> None:
+        """Hold ``data`` (what ``Algorithm.prepare`` returned), replacing what was held."""
+        ...
+
+    def minibatches(self) -> Iterator[Any]:
+        """The minibatches of the data held, in training order; one gradient step each."""
+        ...
+
+
+class _Hyperparameters:
+    """``set_parameter`` for algorithms whose hyperparameters are plain attributes."""
+
+    names: tuple[str, ...]
+    optimizer: torch.optim.Optimizer
+
+    def set_parameter(self, name: str, value: float) -> None:
+        """Set hyperparameter ``name`` to ``value``; "lr" also sets the optimiser's learning rate.
+
+        Raises:
+            ValueError: if ``name`` is not one of the algorithm's hyperparameters.
+            TypeError: if ``value`` is not a number (a bool for a flag).
+        """
+        if name not in self.names:
+            raise ValueError(
+                f"{type(self).__name__}.set_parameter: name must be one of {', '.join(self.names)}; got {name!r}"
+            )
+        current = getattr(self, name)
+        if isinstance(current, bool) != isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(
+                f"{type(self).__name__}.set_parameter: {name} must be a {type(current).__name__}, "
+                f"got {_describe(value)}"
+            )
+        setattr(self, name, type(current)(value))
+        if name == "lr":
+            for group in self.optimizer.param_groups:
+                group["lr"] = float(value)
+
+
+class PPO(_Hyperparameters):
+    """PPO's maths for a scheme: GAE on each batch, the clipped loss on each minibatch.
+
+    The defaults are those of ``rlstruct.algos.ppo.Config``; the number of
+    passes and the minibatch size belong to the buffer (``MinibatchBuffer``).
+    The learning rate is constant unless changed with ``set_parameter``
+    (``Learner.update_algorithm_parameter``).
+
+    Args:
+        model: the actor-critic to train (its device is the learner's).
+        lr: Adam's learning rate.
+        gamma: the discount factor.
+        gae_lambda: GAE's lambda.
+        clip: the clip range of the probability ratio.
+        vf_coef: the weight of the value loss.
+        ent_coef: the weight of the entropy bonus.
+        max_grad_norm: gradients are rescaled to this global norm.
+    """
+
+    names = ("lr", "gamma", "gae_lambda", "clip", "vf_coef", "ent_coef", "max_grad_norm")
+
+    def __init__(
+        self,
+        model: ActorCritic,
+        *,
+        lr: float = _ppo.Config.lr,
+        gamma: float = _ppo.Config.gamma,
+        gae_lambda: float = _ppo.Config.gae_lambda,
+        clip: float = _ppo.Config.clip,
+        vf_coef: float = _ppo.Config.vf_coef,
+        ent_coef: float = _ppo.Config.ent_coef,
+        max_grad_norm: float = _ppo.Config.max_grad_norm,
+    ) -> None:
+        if not isinstance(model, ActorCritic):
+            raise TypeError(f"PPO: model must be an ActorCritic, got {_describe(model)}")
+        self.model = model
+        self.lr, self.gamma, self.gae_lambda, self.clip = (
+            float(lr),
+            float(gamma),
+            float(gae_lambda),
+            float(clip),
+        )
+        self.vf_coef, self.ent_coef, self.max_grad_norm = (
+            float(vf_coef),
+            float(ent_coef),
+            float(max_grad_norm),
+        )
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=self.lr, eps=1e-5)
+        self._action_key = "action" if model.discrete else "raw_action"
+
+    def prepare(self, batch: Trajectories) -> DictTensor:
+        """GAE advantages and value targets of ``batch`` ``[B, T]``, flattened to its valid steps ``[N]``."""
+        steps = batch.trajectories
+        _ppo.add_advantages(self.model, steps, self.gamma, self.gae_lambda)
+        return steps.masked_flatten()
+
+    def loss(self, minibatch: DictTensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """``rlstruct.algos.ppo.ppo_loss`` on a minibatch of steps."""
+        return _ppo.ppo_loss(self.model, minibatch, self.clip, self.vf_coef, self.ent_coef, self._action_key)
+
+
+class IMPALA(_Hyperparameters):
+    """IMPALA's maths for a scheme: the V-trace actor-critic loss on whole trajectories.
+
+    The defaults are those of ``rlstruct.algos.impala.Config``. Use it with
+    ``WholeBatchBuffer`` (one gradient step per collected batch) and
+    asynchronous collection.
+
+    Args:
+        model: the actor-critic to train.
+        lr: RMSprop's learning rate.
+        gamma: the discount factor.
+        reward_scale: rewards are multiplied by this in the loss.
+        rho_bar: V-trace's clip of the ratios weighting the TD errors.
+        c_bar: V-trace's clip of the ratios of the traces.
+        vf_coef: the weight of the value loss.
+        ent_coef: the weight of the entropy bonus.
+        max_grad_norm: gradients are rescaled to this global norm.
+        normalize_advantages: normalise the policy-gradient advantages of each batch.
+    """
+
+    names = (
+        "lr",
+        "gamma",
+        "reward_scale",
+        "rho_bar",
+        "c_bar",
+        "vf_coef",
+        "ent_coef",
+        "max_grad_norm",
+        "normalize_advantages",
+    )
+
+    def __init__(
+        self,
+        model: ActorCritic,
+        *,
+        lr: float = _impala.Config.lr,
+        gamma: float = _impala.Config.gamma,
+        reward_scale: float = _impala.Config.reward_scale,
+        rho_bar: float = _impala.Config.rho_bar,
+        c_bar: float = _impala.Config.c_bar,
+        vf_coef: float = _impala.Config.vf_coef,
+        ent_coef: float = _impala.Config.ent_coef,
+        max_grad_norm: float = _impala.Config.max_grad_norm,
+        normalize_advantages: bool = _impala.Config.normalize_advantages,
+    ) -> None:
+        if not isinstance(model, ActorCritic):
+            raise TypeError(f"IMPALA: model must be an ActorCritic, got {_describe(model)}")
+        self.model = model
+        self.lr, self.gamma, self.reward_scale = float(lr), float(gamma), float(reward_scale)
+        self.rho_bar, self.c_bar = float(rho_bar), float(c_bar)
+        self.vf_coef, self.ent_coef, self.max_grad_norm = (
+            float(vf_coef),
+            float(ent_coef),
+            float(max_grad_norm),
+        )
+        self.normalize_advantages = bool(normalize_advantages)
+        self.optimizer = torch.optim.RMSprop(model.parameters(), lr=self.lr, alpha=0.99, eps=1e-5)
+
+    def prepare(self, batch: Trajectories) -> TemporalDictTensor:
+        """The trajectories ``[B, T]`` as they are: V-trace is computed in the loss, with the current model."""
+        return batch.trajectories
+
+    def loss(self, minibatch: TemporalDictTensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """``rlstruct.algos.impala.vtrace_loss`` on trajectories ``[B, T]``."""
+        config = _impala.Config(
+            gamma=self.gamma,
+            reward_scale=self.reward_scale,
+            rho_bar=self.rho_bar,
+            c_bar=self.c_bar,
+            vf_coef=self.vf_coef,
+            ent_coef=self.ent_coef,
+            normalize_advantages=self.normalize_advantages,
+        )
+        return _impala.vtrace_loss(self.model, minibatch, config)
+
+
+class MinibatchBuffer:
+    """Flat steps ``[N]`` served as ``n_epochs`` shuffled passes of minibatches (PPO).
+
+    Args:
+        n_epochs: passes over each inserted batch.
+        minibatch_size: steps per minibatch (the last of a pass may be smaller).
+        seed: seeds the shuffling.
+
+    Raises:
+        ValueError: if ``n_epochs`` or ``minibatch_size`` is not a positive int.
+    """
+
+    def __init__(self, n_epochs: int = 4, minibatch_size: int = 256, seed: int = 0) -> None:
+        for name, value in (("n_epochs", n_epochs), ("minibatch_size", minibatch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"MinibatchBuffer: {name} must be a positive int, got {value!r}")
+        self.n_epochs, self.minibatch_size = n_epochs, minibatch_size
+        self._generator = torch.Generator().manual_seed(seed)
+        self._data: DictTensor | None = None
+
+    def insert(self, data: DictTensor) -> None:
+        """Hold ``data``, a ``DictTensor`` of N steps (any device)."""
+        if not isinstance(data, DictTensor):
+            raise TypeError(f"MinibatchBuffer.insert: data must be a DictTensor, got {_describe(data)}")
+        self._data = data
+
+    def minibatches(self) -> Iterator[DictTensor]:
+        """``n_epochs x ceil(N / minibatch_size)`` minibatches; each pass in a new random order."""
+        data = self._data
+        if data is None:
+            return
+        n = data.n_elems()
+        for _ in range(self.n_epochs):
+            order = torch.randperm(n, generator=self._generator).to(data.device or "cpu")
+            for start in range(0, n, self.minibatch_size):
+                yield data[order[start : start + self.minibatch_size]]
+
+    def __len__(self) -> int:
+        """The number of minibatches of the data held."""
+        n = 0 if self._data is None else self._data.n_elems()
+        return self.n_epochs * math.ceil(n / self.minibatch_size)
+
+
+class WholeBatchBuffer:
+    """The whole inserted batch as one minibatch, ``n_passes`` times (IMPALA: one step per batch).
+
+    Args:
+        n_passes: gradient steps per inserted batch.
+
+    Raises:
+        ValueError: if ``n_passes`` is not a positive int.
+    """
+
+    def __init__(self, n_passes: int = 1) -> None:
+        if isinstance(n_passes, bool) or not isinstance(n_passes, int) or n_passes <= 0:
+            raise ValueError(f"WholeBatchBuffer: n_passes must be a positive int, got {n_passes!r}")
+        self.n_passes = n_passes
+        self._data: Any = None
+
+    def insert(self, data: Any) -> None:
+        """Hold ``data`` (any prepared batch)."""
+        self._data = data
+
+    def minibatches(self) -> Iterator[Any]:
+        """The data held, ``n_passes`` times."""
+        if self._data is not None:
+            for _ in range(self.n_passes):
+                yield self._data

@@ -1,0 +1,251 @@
+"""Collection workers: each owns a batcher and returns fixed-length rollouts tagged with their policy version.
+
+A ``CollectionWorker`` runs in the calling process (the scheme's in-process
+option) or as a Ray actor (a remote collection worker). Its batcher is a
+``LocalBatcher`` with ``n_processes=0`` or a ``MultiprocessBatcher`` with
+that many worker processes, so a remote worker can itself use several
+processes. Rollouts are trajectories of ``n_steps`` steps whose episodes
+carry over from one rollout to the next.
+
+A ``Collectors`` object gathers rollouts from the local worker or from
+remote ones:
+
+- **synchronous**: every idle worker starts a rollout and the call returns
+  once ``fraction`` of the live workers have finished (all by default). The
+  rollouts of the others stay in flight and are taken by the next call, so
+  nothing is lost and no round waits on a rollout nobody will take.
+- **asynchronous**: workers keep collecting while finished rollouts wait in
+  a queue; a worker starts its next rollout only while fewer than
+  ``queue_size`` rollouts are waiting or being collected (back-pressure:
+  memory stays bounded however slow the learner), and each call takes the
+  oldest finished rollout.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rlstruct.agent import Agent
+from rlstruct.algos.run import EpisodeReturns
+from rlstruct.batchers import LocalBatcher, MultiprocessBatcher
+from rlstruct.distributed.codec import Packed, pack, unpack
+from rlstruct.env import Environment
+from rlstruct.trajectories import Trajectories
+
+__all__ = ["CollectionWorker", "Collectors", "Rollout"]
+
+
+@dataclass
+class Rollout:
+    """One collection worker's rollout and what the learner reports of it.
+
+    Attributes:
+        batch: the trajectories ``[n_envs, n_steps]`` (CPU), packed with the
+            scheme's codec when they cross the network.
+        worker: the collection worker's index.
+        version: the policy version of the weights that acted.
+        env_steps: environment steps in the rollout.
+        episode_returns: the returns of the episodes that ended in it.
+        seconds: the time the worker spent collecting it.
+    """
+
+    batch: Trajectories | Packed[Trajectories]
+    worker: int
+    version: int
+    env_steps: int
+    episode_returns: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def trajectories(self) -> Trajectories:
+        """The trajectories, unpacked if they were packed."""
+        return self.batch if isinstance(self.batch, Trajectories) else unpack(self.batch)
+
+
+class CollectionWorker:
+    """A batcher that collects fixed-length rollouts under the weights it was last sent.
+
+    Args:
+        index: the worker's index; its environments are seeded from
+            ``seed + index * n_envs * max(1, n_processes)``, so no two workers
+            share one.
+        agent_factory: makes the agent (picklable), as for the batchers.
+        agent_args: keyword arguments for ``agent_factory``.
+        env_factory: makes the environments (picklable), as for the batchers.
+        env_args: keyword arguments for ``env_factory``.
+        n_envs: environments per batcher process (all of them with ``n_processes=0``).
+        n_steps: steps per environment in a rollout.
+        n_processes: 0 for an in-process ``LocalBatcher``, else the worker
+            processes of a ``MultiprocessBatcher``.
+        seed: the scheme's base seed.
+        compression: the codec of the rollouts this worker returns ("none",
+            "lz4", "zstd"); None returns the trajectories unpacked (in-process use).
+        timeout: the batcher's timeout, in seconds.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        agent_factory: Callable[..., Agent],
+        agent_args: Mapping[str, Any],
+        env_factory: Callable[..., Environment],
+        env_args: Mapping[str, Any],
+        *,
+        n_envs: int,
+        n_steps: int,
+        n_processes: int = 0,
+        seed: int = 0,
+        compression: str | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        self.index = index
+        self.compression = compression
+        base = seed + index * n_envs * max(1, n_processes)
+        self.batcher: LocalBatcher | MultiprocessBatcher
+        if n_processes == 0:
+            self.batcher = LocalBatcher(
+                agent_factory,
+                agent_args,
+                env_factory,
+                env_args,
+                n_envs=n_envs,
+                n_timesteps=n_steps,
+                seed=base,
+            )
+        else:
+            self.batcher = MultiprocessBatcher(
+                agent_factory,
+                agent_args,
+                env_factory,
+                env_args,
+                n_envs=n_envs,
+                n_timesteps=n_steps,
+                n_processes=n_processes,
+                seed=base,
+                timeout=timeout,
+            )
+        self.n_rows = n_envs * max(1, n_processes)
+        self.returns = EpisodeReturns(self.n_rows)
+        self.version = -1
+        self._started = False
+        self._closed = False
+
+    def ready(self) -> int:
+        """The process id: answers once the worker is constructed (the scheme waits on it)."""
+        return os.getpid()
+
+    def set_weights(self, weights: Mapping[str, torch.Tensor] | list[Any], version: int) -> None:
+        """Load ``weights`` (a state dict, or ``[ref]`` to one in Ray's object store), the policy ``version``.
+
+        Weights that arrive after ``close()`` (sent before the scheme stopped) are dropped.
+        """
+        if self._closed:
+            return
+        if isinstance(weights, list):
+            import ray
+
+            weights = ray.get(weights[0])
+        assert isinstance(weights, Mapping)
+        self.batcher.update(weights)
+        self.version = version
+
+    def collect(self) -> Rollout:
+        """Run ``n_steps`` steps on every environment; the rollout, packed unless ``compression`` is None."""
+        start = time.monotonic()
+        if not self._started:
+            self.batcher.reset()
+            self._started = True
+        self.batcher.execute()
+        batch = self.batcher.get()
+        assert batch is not None  # a blocking get returns a batch or raises
+        self.returns.add(batch.trajectories)
+        finished, self.returns.finished = self.returns.finished, []
+        return Rollout(
+            batch if self.compression is None else pack(batch, self.compression),
+            self.index,
+            self.version,
+            int(batch.lengths.sum()),
+            finished,
+            time.monotonic() - start,
+        )
+
+    def close(self) -> None:
+        """Close the batcher (its worker processes). Safe to call twice."""
+        self._closed = True
+        self.batcher.close()
+
+
+class Collectors:
+    """The collection workers of one gradient worker: the in-process one, or remote ones.
+
+    Args:
+        local: the in-process worker, or None for remote workers.
+        pool: the remote workers (an ``rlstruct.distributed._pool.Pool``), or None.
+        communication: "synchronous" or "asynchronous".
+        fraction: synchronous only: the fraction of live workers whose
+            rollouts end a call.
+        queue_size: asynchronous only: the most rollouts finished and waiting
+            or being collected, at any time.
+    """
+
+    def __init__(
+        self,
+        local: CollectionWorker | None,
+        pool: Any = None,
+        communication: str = "synchronous",
+        fraction: float = 1.0,
+        queue_size: int = 1,
+    ) -> None:
+        self.local, self.pool = local, pool
+        self.communication, self.fraction, self.queue_size = communication, fraction, queue_size
+        self._queue: deque[Rollout] = deque()
+
+    def set_weights(self, weights: Mapping[str, torch.Tensor] | list[Any], version: int) -> None:
+        """Send new weights to every worker (remote ones get ``[ref]`` and fetch them once each)."""
+        if self.local is not None:
+            self.local.set_weights(weights, version)
+            return
+        if not isinstance(weights, list):  # store the weights once for every remote worker
+            import ray
+
+            weights = [ray.put(dict(weights))]
+        self.pool.call_all("set_weights", weights, version)
+
+    def collect(self) -> list[Rollout]:
+        """The next rollouts, as ``communication`` says (see the module's docstring)."""
+        if self.local is not None:
+            return [self.local.collect()]
+        if self.communication == "synchronous":
+            for i in self.pool.idle():
+                self.pool.submit(i, "collect")
+            return [r for _, r in self.pool.wait(self.pool.needed(self.fraction))]
+        self._refill()
+        if not self._queue:
+            self._queue.extend(r for _, r in self.pool.wait(1))
+        rollout = self._queue.popleft()
+        self._refill()
+        return [rollout]
+
+    def _refill(self) -> None:
+        # Back-pressure: idle workers start a rollout only while the rollouts waiting or in flight
+        # are fewer than queue_size.
+        for i in self.pool.idle():
+            if len(self._queue) + len(self.pool.pending) >= self.queue_size:
+                break
+            self.pool.submit(i, "collect")
+
+    @property
+    def lost(self) -> list[int]:
+        """The remote workers lost so far (with ``on_worker_failure="continue"``)."""
+        return [] if self.pool is None else list(self.pool.lost)
+
+    def close(self) -> None:
+        """Close the in-process worker (remote ones are stopped by the scheme)."""
+        if self.local is not None:
+            self.local.close()

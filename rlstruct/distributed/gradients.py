@@ -1,0 +1,265 @@
+"""Gradient workers: each owns a copy of the model, an algorithm, a buffer and its collection workers.
+
+A ``GradientWorker`` turns collected rollouts into gradients, one minibatch
+per call. When its buffer has no minibatch left it collects again: from its
+in-process collection worker or from its own remote ones (see
+``rlstruct.distributed.collection``). It runs in the calling process (the
+scheme's in-process option) or as a Ray actor.
+
+In a centralised scheme the worker returns the gradients
+(``compute_gradients``) and the update worker applies them. In a
+decentralised one the gradient workers average their gradients among
+themselves with ``torch.distributed`` (gloo on the CPU, nccl on CUDA) and
+each applies the same update to its own copy (``step``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from rlstruct.agent import Agent
+from rlstruct.distributed.algorithms import Algorithm, Buffer
+from rlstruct.distributed.codec import Packed, pack, unpack
+from rlstruct.distributed.collection import CollectionWorker, Collectors
+from rlstruct.trajectories import Trajectories
+
+__all__ = ["GradientResult", "GradientWorker", "flat_gradients", "set_flat_gradients"]
+
+
+@dataclass
+class GradientResult:
+    """What a gradient worker reports of one minibatch.
+
+    Attributes:
+        gradients: the flat gradients (float32 ``[n_params]``, CPU), packed
+            with the scheme's codec when they cross the network; None after a
+            decentralised step (applied in place).
+        worker: the gradient worker's index.
+        version: the policy version of the weights the gradients were computed with.
+        env_steps: environment steps collected for this minibatch (0 unless
+            it started a new batch).
+        episode_returns: returns of the episodes that ended in those steps.
+        policy_lag: for a new batch, how many versions its rollouts are behind
+            ``version`` (mean over rollouts); else None.
+        stats: the loss terms, as floats.
+        lost_collectors: the worker's remote collection workers lost so far.
+        sent_bytes: bytes of ``gradients`` as sent over the network (0 in
+            process); ``raw_bytes`` before compression.
+    """
+
+    gradients: torch.Tensor | Packed[torch.Tensor] | None
+    worker: int
+    version: int
+    env_steps: int = 0
+    episode_returns: list[float] = field(default_factory=list)
+    policy_lag: float | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+    lost_collectors: list[int] = field(default_factory=list)
+    sent_bytes: int = 0
+    raw_bytes: int = 0
+
+    def flat(self) -> torch.Tensor:
+        """The flat gradients, unpacked if they were packed."""
+        if self.gradients is None:
+            raise ValueError("GradientResult.flat: a decentralised step carries no gradients")
+        return self.gradients if isinstance(self.gradients, torch.Tensor) else unpack(self.gradients)
+
+
+def flat_gradients(model: torch.nn.Module) -> torch.Tensor:
+    """The gradients of ``model``'s parameters as one flat float32 CPU tensor (zeros where there is none)."""
+    parts = [
+        (p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).to("cpu", torch.float32)
+        for p in model.parameters()
+    ]
+    return torch.cat(parts)
+
+
+def set_flat_gradients(model: torch.nn.Module, flat: torch.Tensor) -> None:
+    """Set the gradients of ``model``'s parameters from ``flat`` (as ``flat_gradients`` made it).
+
+    Raises:
+        ValueError: if ``flat`` does not hold one value per parameter element.
+    """
+    params = list(model.parameters())
+    total = sum(p.numel() for p in params)
+    if flat.dim() != 1 or flat.numel() != total:
+        raise ValueError(f"set_flat_gradients: flat must have shape [{total}], got {list(flat.shape)}")
+    offset = 0
+    for p in params:
+        p.grad = flat[offset : offset + p.numel()].view_as(p).to(p.device, p.dtype)
+        offset += p.numel()
+
+
+class GradientWorker:
+    """Computes gradients of the algorithm's loss on rollouts of its own collection workers.
+
+    Args:
+        index: the worker's index (seeds its buffer with ``seed + index``).
+        agent_factory: makes the model (an agent that is a ``torch.nn.Module``).
+        agent_args: keyword arguments for ``agent_factory``.
+        algo_factory: makes the algorithm: ``algo_factory(model)``.
+        buffer_factory: makes the buffer: ``buffer_factory()``.
+        collectors: ``Collectors`` of this worker, or the keyword arguments
+            of its in-process ``CollectionWorker`` (then made here).
+        device: where the model and the training data live.
+        compression: the codec of the gradients this worker returns, or None
+            to return them unpacked (in-process use).
+        broadcast_interval: collection workers get new weights every this
+            many versions.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        agent_factory: Callable[..., Agent],
+        agent_args: Mapping[str, Any],
+        algo_factory: Callable[[Any], Algorithm],
+        buffer_factory: Callable[[], Buffer],
+        collectors: Collectors | Mapping[str, Any],
+        *,
+        device: str = "cpu",
+        compression: str | None = None,
+        broadcast_interval: int = 1,
+    ) -> None:
+        self.index = index
+        self.device = torch.device(device)
+        self.model = agent_factory(**agent_args)
+        if not isinstance(self.model, torch.nn.Module):
+            raise TypeError(
+                f"GradientWorker: agent_factory must make a torch.nn.Module, got {type(self.model).__name__}"
+            )
+        self.model.to(self.device)
+        self.algorithm = algo_factory(self.model)
+        self.buffer = buffer_factory()
+        if not isinstance(collectors, Collectors):
+            collectors = Collectors(CollectionWorker(**collectors))
+        self.collectors = collectors
+        self.compression = compression
+        self.broadcast_interval = broadcast_interval
+        self.version = -1
+        self._sent_version: int | None = None
+        self._minibatches: Iterator[Any] = iter(())
+
+    def ready(self) -> int:
+        """The process id: answers once the worker is constructed."""
+        return os.getpid()
+
+    def set_weights(self, weights: Mapping[str, torch.Tensor] | list[Any], version: int) -> None:
+        """Load ``weights`` (a state dict, or ``[ref]`` to one in Ray's object store) as policy ``version``.
+
+        The collection workers get them too when ``broadcast_interval``
+        versions have passed since they last did (remote ones get the same
+        reference, so the weights are stored once).
+        """
+        state = weights
+        if isinstance(weights, list):
+            import ray
+
+            state = ray.get(weights[0])
+        assert isinstance(state, Mapping)
+        self.model.load_state_dict(state)
+        self.version = version
+        self._maybe_broadcast(weights)
+
+    def _maybe_broadcast(self, weights: Mapping[str, torch.Tensor] | list[Any]) -> None:
+        if self._sent_version is None or self.version - self._sent_version >= self.broadcast_interval:
+            self.collectors.set_weights(weights, self.version)
+            self._sent_version = self.version
+
+    def set_parameter(self, name: str, value: float) -> None:
+        """``Algorithm.set_parameter`` on this worker's algorithm."""
+        self.algorithm.set_parameter(name, value)
+
+    def _backward(self) -> GradientResult:
+        """Compute the next minibatch's gradients into the model; collect first if the buffer is spent."""
+        result = GradientResult(None, self.index, self.version)
+        minibatch = next(self._minibatches, None)
+        if minibatch is None:
+            rollouts = self.collectors.collect()
+            batch = rollouts[0].trajectories() if len(rollouts) == 1 else self._cat(rollouts)
+            with torch.no_grad():
+                self.buffer.insert(self.algorithm.prepare(batch.to(self.device)))
+            self._minibatches = self.buffer.minibatches()
+            minibatch = next(self._minibatches, None)
+            if minibatch is None:
+                raise ValueError("GradientWorker: the buffer gave no minibatch for a collected batch")
+            result.env_steps = sum(r.env_steps for r in rollouts)
+            result.episode_returns = [x for r in rollouts for x in r.episode_returns]
+            result.policy_lag = sum(self.version - r.version for r in rollouts) / len(rollouts)
+            result.lost_collectors = self.collectors.lost
+        self.model.zero_grad(set_to_none=True)
+        loss, result.stats = self.algorithm.loss(minibatch)
+        loss.backward()
+        return result
+
+    @staticmethod
+    def _cat(rollouts: list[Any]) -> Trajectories:
+        return Trajectories.cat([r.trajectories() for r in rollouts])
+
+    def compute_gradients(self) -> GradientResult:
+        """The gradients of the next minibatch's loss (centralised schemes), packed unless ``compression`` is None."""
+        result = self._backward()
+        flat = flat_gradients(self.model)
+        if self.compression is None:  # in-process: nothing crosses the network
+            result.gradients = flat
+        else:
+            packed = pack(flat, self.compression)
+            result.gradients, result.sent_bytes, result.raw_bytes = packed, packed.nbytes, packed.raw_nbytes
+        return result
+
+    # Decentralised schemes.
+
+    def address(self) -> tuple[str, int]:
+        """An address and a free port of this worker's node, for the process group's rendezvous."""
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = int(s.getsockname()[1])
+        return ray.util.get_node_ip_address(), port
+
+    def join_group(self, address: str, port: int, rank: int, world_size: int, timeout: float) -> None:
+        """Join the gradient workers' ``torch.distributed`` group: nccl on CUDA, else gloo."""
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        torch.distributed.init_process_group(
+            backend,
+            init_method=f"tcp://{address}:{port}",
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=timeout),
+        )
+
+    def step(self) -> GradientResult:
+        """Decentralised: the next minibatch's gradients, averaged over the group, applied here.
+
+        Every member averages the same gradients and takes the same optimiser
+        step from the same weights, so the copies stay identical.
+        """
+        from rlstruct import cluster
+
+        result = self._backward()
+        cluster.average_gradients(self.model)
+        max_norm = self.algorithm.max_grad_norm
+        if max_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        self.algorithm.optimizer.step()
+        self.version += 1
+        self._maybe_broadcast(self.weights())
+        return result
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The model's state dict on the CPU."""
+        return {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
+
+    def close(self) -> None:
+        """Leave the process group and close the in-process collection worker. Safe to call twice."""
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        self.collectors.close()

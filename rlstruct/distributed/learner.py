@@ -1,0 +1,161 @@
+"""Learner: runs a scheme's updates up to a target number of environment steps, with metrics and progress.
+
+Examples:
+    >>> from functools import partial
+    >>> from rlstruct import GymEnv
+    >>> from rlstruct.algos.policies import ActorCritic
+    >>> from rlstruct.distributed import PPO, Learner, MinibatchBuffer, Scheme
+    >>> scheme = Scheme(ActorCritic, {"obs_dim": 4, "n_actions": 2}, GymEnv, {"env": "CartPole-v1"},
+    ...                 PPO, partial(MinibatchBuffer, n_epochs=2, minibatch_size=64), n_envs=2, n_steps=32)
+    >>> with Learner(scheme, target_steps=256, progress=False) as learner:
+    ...     while not learner.done():
+    ...         _ = learner.step()
+    ...     metrics = learner.metrics()
+    >>> metrics["env_steps"], metrics["updates"]
+    (256, 8)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, TextIO
+
+from rlstruct.checkpoint import save_checkpoint
+from rlstruct.distributed.scheme import Scheme, StepInfo
+from rlstruct.progress import Progress
+
+__all__ = ["Learner"]
+
+WINDOW = 100
+"""Episode returns, policy lags and gradient asynchronies are averaged over the last this many."""
+
+
+class Learner:
+    """Steps a ``Scheme`` until ``target_steps`` environment steps were collected.
+
+    Args:
+        scheme: the scheme to run; the learner closes it.
+        target_steps: environment steps (all collection workers counted) at
+            which ``done()`` turns True.
+        progress: show a progress line (``rlstruct.Progress``) with the
+            metrics on ``stream``.
+        stream: where the progress line goes (standard error by default).
+
+    Raises:
+        TypeError: if ``scheme`` is not a ``Scheme``.
+        ValueError: if ``target_steps`` is not a positive int.
+    """
+
+    def __init__(
+        self, scheme: Scheme, target_steps: int, *, progress: bool = True, stream: TextIO | None = None
+    ) -> None:
+        if not isinstance(scheme, Scheme):
+            raise TypeError(f"Learner: scheme must be a Scheme, got {type(scheme).__name__}")
+        if isinstance(target_steps, bool) or not isinstance(target_steps, int) or target_steps <= 0:
+            raise ValueError(f"Learner: target_steps must be a positive int, got {target_steps!r}")
+        self.scheme, self.target_steps = scheme, target_steps
+        self.env_steps = 0
+        self.updates = 0
+        self.start = time.monotonic()
+        self._returns: deque[float] = deque(maxlen=WINDOW)
+        self._lags: deque[float] = deque(maxlen=WINDOW)
+        self._asynchrony: deque[int] = deque(maxlen=WINDOW)
+        self._stats: dict[str, float] = {}
+        self._lost: list[tuple[str, int]] = []
+        self._sent_bytes = self._raw_bytes = 0
+        self._progress = Progress(target_steps, stream=stream) if progress else None
+
+    def step(self) -> StepInfo:
+        """One update of the scheme (see ``Scheme.step``); its metrics are recorded."""
+        info = self.scheme.step()
+        self.updates += 1
+        self.env_steps += info.env_steps
+        self._returns.extend(info.episode_returns)
+        self._lags.extend(info.policy_lag)
+        self._asynchrony.extend(info.gradient_asynchrony)
+        self._stats = info.stats or self._stats
+        self._sent_bytes += info.sent_bytes
+        self._raw_bytes += info.raw_bytes
+        for lost in info.lost_workers:
+            if lost not in self._lost:
+                self._lost.append(lost)
+        if self._progress is not None:
+            shown = {k: v for k, v in self.metrics().items() if k in ("episode_return", "policy_lag")}
+            self._progress.update(self.env_steps, **{k: v for k, v in shown.items() if not math.isnan(v)})
+        return info
+
+    def done(self) -> bool:
+        """True once ``target_steps`` environment steps were collected."""
+        return self.env_steps >= self.target_steps
+
+    def metrics(self) -> dict[str, Any]:
+        """What the run has done so far.
+
+        Returns:
+            ``env_steps``, ``updates``, ``wall_s``, ``sps`` (env steps per
+            second of wall time since the learner was made),
+            ``episode_return`` (mean of the last 100 finished episodes; nan
+            before any), ``policy_lag`` and ``gradient_asynchrony`` (means of
+            the last 100, in policy versions), ``lost_workers`` (list of
+            ``(role, index)``), ``sent_bytes`` and ``raw_bytes`` (gradients
+            sent to the update worker, compressed and not), and the last
+            loss terms.
+        """
+        wall = time.monotonic() - self.start
+
+        def mean(values: deque[Any]) -> float:
+            return sum(values) / len(values) if values else math.nan
+
+        return {
+            "env_steps": self.env_steps,
+            "updates": self.updates,
+            "wall_s": wall,
+            "sps": self.env_steps / max(wall, 1e-9),
+            "episode_return": mean(self._returns),
+            "policy_lag": mean(self._lags),
+            "gradient_asynchrony": mean(self._asynchrony),
+            "lost_workers": list(self._lost),
+            "sent_bytes": self._sent_bytes,
+            "raw_bytes": self._raw_bytes,
+            **self._stats,
+        }
+
+    def update_algorithm_parameter(self, name: str, value: float) -> None:
+        """Change a hyperparameter of the algorithm on every worker that uses it ("lr", "clip", ...).
+
+        Raises:
+            ValueError: if the algorithm has no such hyperparameter.
+            TypeError: if ``value`` has the wrong type.
+        """
+        self.scheme.set_parameter(name, value)
+
+    def save_model(self, path: str | Path) -> Path:
+        """Write the current weights to ``path`` atomically (``rlstruct.save_checkpoint``; key ``model``).
+
+        Also stored: ``env_steps``, ``updates`` and ``version``. Load with
+        ``rlstruct.load_checkpoint(path)["model"]``.
+        """
+        path = Path(path)
+        save_checkpoint(
+            path,
+            model=self.scheme.weights(),
+            env_steps=self.env_steps,
+            updates=self.updates,
+            version=self.scheme.version,
+        )
+        return path
+
+    def close(self) -> None:
+        """Close the progress line and the scheme. Safe to call twice."""
+        if self._progress is not None:
+            self._progress.close()
+        self.scheme.close()
+
+    def __enter__(self) -> Learner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

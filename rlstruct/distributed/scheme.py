@@ -1,0 +1,533 @@
+"""Scheme: where collection, gradients and updates run, and how they talk; built from factories.
+
+A scheme has three kinds of workers:
+
+- **collection workers** (``col_remote_workers`` Ray actors per gradient
+  worker, or one in-process worker when 0), each owning a batcher;
+- **gradient workers** (``grad_remote_workers`` Ray actors, or one
+  in-process worker when 0), each owning a model copy, the algorithm, the
+  buffer and its collection workers;
+- the **update worker**, in the calling process: it applies gradients
+  (centralised) and holds the reference weights.
+
+The schemes (``Scheme.step`` runs one update):
+
+============================  =================================================================
+``update_execution``,         one ``step()``
+``grad_communication``
+============================  =================================================================
+centralised, synchronous      every gradient worker computes the gradients of its next
+                              minibatch; the update worker averages them, applies them and
+                              broadcasts the weights to all (one object in Ray's store)
+centralised, asynchronous     the update worker applies the first gradients to arrive and
+                              sends the new weights to that worker only; the others go on
+                              with the weights they have (parameter-server style)
+decentralised (synchronous)   every gradient worker computes its gradients, the workers
+                              average them with ``torch.distributed`` (gloo on the CPU,
+                              nccl on CUDA) and each applies the same update
+============================  =================================================================
+
+Collection is synchronous (optionally preempted once ``col_fraction_workers``
+of the workers have finished) or asynchronous (a bounded queue with
+back-pressure); see ``rlstruct.distributed.collection``.
+
+Examples:
+    >>> from functools import partial
+    >>> from rlstruct import GymEnv
+    >>> from rlstruct.algos.policies import ActorCritic
+    >>> from rlstruct.distributed import PPO, MinibatchBuffer, Scheme
+    >>> scheme = Scheme(ActorCritic, {"obs_dim": 4, "n_actions": 2}, GymEnv, {"env": "CartPole-v1"},
+    ...                 PPO, partial(MinibatchBuffer, n_epochs=1, minibatch_size=64), n_envs=2, n_steps=32)
+    >>> info = scheme.step()  # all in this process: no Ray needed
+    >>> info.env_steps, info.version
+    (64, 1)
+    >>> scheme.close()
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rlstruct.agent import Agent
+from rlstruct.dicttensor import _describe
+from rlstruct.distributed.algorithms import Algorithm, Buffer
+from rlstruct.distributed.codec import check_codec
+from rlstruct.distributed.collection import Collectors
+from rlstruct.distributed.gradients import GradientResult, GradientWorker, set_flat_gradients
+from rlstruct.env import Environment
+
+__all__ = ["Scheme", "StepInfo"]
+
+COMMUNICATIONS = ("synchronous", "asynchronous")
+EXECUTIONS = ("centralised", "decentralised")
+FAILURES = ("raise", "continue")
+
+
+@dataclass
+class StepInfo:
+    """What one ``Scheme.step()`` did.
+
+    Attributes:
+        version: the policy version after the update.
+        env_steps: environment steps collected for it.
+        episode_returns: returns of the episodes that ended in those steps.
+        policy_lag: policy lags of the batches that entered a buffer (versions
+            between the weights that collected a batch and those that first
+            trained on it).
+        gradient_asynchrony: for each gradient applied, how many updates
+            were made since the weights it was computed with (0 when synchronous).
+        stats: the loss terms, averaged over the gradient workers.
+        lost_workers: ``(role, index)`` of the workers lost so far.
+        sent_bytes: bytes of gradients sent to the update worker; ``raw_bytes`` before compression.
+    """
+
+    version: int
+    env_steps: int = 0
+    episode_returns: list[float] = field(default_factory=list)
+    policy_lag: list[float] = field(default_factory=list)
+    gradient_asynchrony: list[int] = field(default_factory=list)
+    stats: dict[str, float] = field(default_factory=dict)
+    lost_workers: list[tuple[str, int]] = field(default_factory=list)
+    sent_bytes: int = 0
+    raw_bytes: int = 0
+
+
+def _int(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"Scheme: {name} must be an int, got {_describe(value)}")
+    if value < low:
+        raise ValueError(f"Scheme: {name} must be at least {low}, got {value}")
+    return value
+
+
+def _number(name: str, value: object, low: float, high: float = math.inf, low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"Scheme: {name} must be a number, got {_describe(value)}")
+    if not (low < value if low_open else low <= value) or not value <= high:
+        bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+        raise ValueError(f"Scheme: {name} must be in {bounds}, got {value!r}")
+    return float(value)
+
+
+def _choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"Scheme: {name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+    return str(value)
+
+
+class Scheme:
+    """Collection, gradient and update workers arranged as the options say.
+
+    With no remote workers everything runs in the calling process and Ray is
+    not needed. With remote workers, Ray must be installed
+    (``pip install "rlstruct[ray]"``); the scheme connects to the running
+    cluster (``ray.init()`` is called with no arguments if it was not:
+    ``RAY_ADDRESS`` or a local instance).
+
+    Args:
+        agent_factory: makes the agent the collection workers run and the
+            model the gradient workers train (so it must be a
+            ``torch.nn.Module``); picklable, as for the batchers.
+        agent_args: keyword arguments for ``agent_factory``.
+        env_factory: makes the environments (picklable), as for the batchers.
+        env_args: keyword arguments for ``env_factory``.
+        algo_factory: ``algo_factory(model)`` makes the algorithm
+            (``rlstruct.distributed.PPO``, ``IMPALA`` or any ``Algorithm``);
+            use ``functools.partial`` for its hyperparameters.
+        buffer_factory: ``buffer_factory()`` makes a gradient worker's buffer
+            (``MinibatchBuffer``, ``WholeBatchBuffer`` or any ``Buffer``).
+        n_envs: environments per batcher process of a collection worker.
+        n_steps: steps per environment of each rollout.
+        col_remote_workers: remote collection workers per gradient worker;
+            0 collects in the gradient worker's process.
+        col_processes: worker processes of each collection worker's batcher;
+            0 steps the environments in the collection worker's own process.
+        col_communication: "synchronous" or "asynchronous" collection.
+        col_fraction_workers: synchronous collection returns once this
+            fraction of the collection workers have finished; the other
+            rollouts are taken by the next collection.
+        col_queue_size: asynchronous collection: the most rollouts waiting
+            or being collected per gradient worker; default
+            ``col_remote_workers`` (each worker one ahead: more raises the
+            throughput and the policy lag).
+        grad_remote_workers: remote gradient workers; 0 computes gradients
+            in the calling process.
+        grad_communication: "synchronous" or "asynchronous" (centralised only).
+        update_execution: "centralised" (the update worker applies the
+            gradients) or "decentralised" (the gradient workers all-reduce them
+            and each applies the update; needs remote gradient workers and
+            synchronous communication).
+        broadcast_interval: collection workers get new weights every this many updates.
+        compression: codec of the gradients sent to the update worker and the
+            rollouts sent to gradient workers: "none", "lz4" or "zstd".
+        col_worker_cpus: CPUs each remote collection worker asks Ray for
+            (fractions allowed; count its batcher's processes).
+        grad_worker_cpus: CPUs each remote gradient worker asks Ray for.
+        col_worker_gpus: GPUs each remote collection worker asks for (0: none, ever).
+        grad_worker_gpus: GPUs each remote gradient worker asks for (0: none, ever).
+        device: where the update worker's model lives, and the gradient
+            workers' ("cuda" on remote gradient workers needs ``grad_worker_gpus``).
+        seed: the base seed of the model, the environments and the buffers.
+        timeout: seconds any wait for remote workers may last without
+            progress before ``DistributedError``.
+        start_timeout: seconds the actors have to start (scheduled, then
+            constructed: importing torch, making the environments).
+        on_worker_failure: "raise" stops with ``RemoteWorkerError`` when a
+            remote worker dies; "continue" goes on with the others (a
+            decentralised scheme always stops: its group is broken).
+
+    Raises:
+        ValueError, TypeError: for a bad option or combination of options,
+            naming it, before any worker starts.
+        DistributedError: if the actors cannot be scheduled on the cluster
+            (a request larger than any node, GPUs the cluster lacks), or are not
+            running within ``timeout``.
+    """
+
+    def __init__(
+        self,
+        agent_factory: Callable[..., Agent],
+        agent_args: Mapping[str, Any],
+        env_factory: Callable[..., Environment],
+        env_args: Mapping[str, Any],
+        algo_factory: Callable[[Any], Algorithm],
+        buffer_factory: Callable[[], Buffer],
+        *,
+        n_envs: int = 8,
+        n_steps: int = 32,
+        col_remote_workers: int = 0,
+        col_processes: int = 0,
+        col_communication: str = "synchronous",
+        col_fraction_workers: float = 1.0,
+        col_queue_size: int | None = None,
+        grad_remote_workers: int = 0,
+        grad_communication: str = "synchronous",
+        update_execution: str = "centralised",
+        broadcast_interval: int = 1,
+        compression: str = "none",
+        col_worker_cpus: float = 1.0,
+        grad_worker_cpus: float = 1.0,
+        col_worker_gpus: float = 0.0,
+        grad_worker_gpus: float = 0.0,
+        device: str = "cpu",
+        seed: int = 0,
+        timeout: float = 120.0,
+        start_timeout: float = 120.0,
+        on_worker_failure: str = "raise",
+    ) -> None:
+        factories: dict[str, object] = {
+            "agent_factory": agent_factory,
+            "env_factory": env_factory,
+            "algo_factory": algo_factory,
+            "buffer_factory": buffer_factory,
+        }
+        for name, f in factories.items():
+            if not callable(f):
+                raise TypeError(f"Scheme: {name} must be callable, got {_describe(f)}")
+        _int("n_envs", n_envs, 1)
+        _int("n_steps", n_steps, 1)
+        self.col_remote_workers = _int("col_remote_workers", col_remote_workers, 0)
+        _int("col_processes", col_processes, 0)
+        self.col_communication = _choice("col_communication", col_communication, COMMUNICATIONS)
+        fraction = _number("col_fraction_workers", col_fraction_workers, 0.0, 1.0, low_open=True)
+        queue_size = max(1, col_remote_workers) if col_queue_size is None else col_queue_size
+        _int("col_queue_size", queue_size, 1)
+        self.grad_remote_workers = _int("grad_remote_workers", grad_remote_workers, 0)
+        self.grad_communication = _choice("grad_communication", grad_communication, COMMUNICATIONS)
+        self.update_execution = _choice("update_execution", update_execution, EXECUTIONS)
+        self.broadcast_interval = _int("broadcast_interval", broadcast_interval, 1)
+        check_codec(compression)
+        cpus = {
+            "col_worker_cpus": _number("col_worker_cpus", col_worker_cpus, 0.0),
+            "grad_worker_cpus": _number("grad_worker_cpus", grad_worker_cpus, 0.0),
+        }
+        gpus = {
+            "col_worker_gpus": _number("col_worker_gpus", col_worker_gpus, 0.0),
+            "grad_worker_gpus": _number("grad_worker_gpus", grad_worker_gpus, 0.0),
+        }
+        self.timeout = _number("timeout", timeout, 0.0, low_open=True)
+        self.start_timeout = _number("start_timeout", start_timeout, 0.0, low_open=True)
+        self.on_worker_failure = _choice("on_worker_failure", on_worker_failure, FAILURES)
+        _int("seed", seed, 0)
+        self.device = torch.device(device)
+        if self.update_execution == "decentralised":
+            if grad_remote_workers == 0:
+                raise ValueError(
+                    "Scheme: update_execution='decentralised' needs grad_remote_workers >= 1 "
+                    "(the gradient workers apply the updates), got 0"
+                )
+            if grad_communication != "synchronous":
+                raise ValueError(
+                    "Scheme: update_execution='decentralised' needs grad_communication='synchronous' "
+                    f"(the workers all-reduce every update), got {grad_communication!r}"
+                )
+        if col_remote_workers == 0 and fraction < 1.0:
+            raise ValueError(
+                f"Scheme: col_fraction_workers < 1 needs remote collection workers, got {fraction} "
+                "with col_remote_workers=0"
+            )
+        if fraction < 1.0 and col_communication != "synchronous":
+            raise ValueError(
+                f"Scheme: col_fraction_workers applies to synchronous collection, got {fraction} "
+                f"with col_communication={col_communication!r}"
+            )
+        if self.device.type == "cuda" and grad_remote_workers > 0 and grad_worker_gpus == 0:
+            raise ValueError(
+                f"Scheme: device={device!r} on remote gradient workers needs grad_worker_gpus > 0, got 0"
+            )
+
+        torch.manual_seed(seed)
+        self.model = agent_factory(**agent_args)
+        if not isinstance(self.model, torch.nn.Module):
+            raise TypeError(f"Scheme: agent_factory must make a torch.nn.Module, got {_describe(self.model)}")
+        self.model.to(self.device)
+        self.algorithm = algo_factory(self.model)
+        self.version = 0
+        self._closed = False
+        self._actors: list[Any] = []
+        self.collection_actors: list[list[Any]] = []
+        """The remote collection workers' actors, per gradient worker (for inspection and tests)."""
+        self.gradient_actors: list[Any] = []
+        """The remote gradient workers' actors."""
+
+        collection_args: dict[str, Any] = {
+            "agent_factory": agent_factory,
+            "agent_args": dict(agent_args),
+            "env_factory": env_factory,
+            "env_args": dict(env_args),
+            "n_envs": n_envs,
+            "n_steps": n_steps,
+            "n_processes": col_processes,
+            "seed": seed,
+            "timeout": self.timeout,
+        }
+        collector_options: dict[str, Any] = {
+            "communication": col_communication,
+            "fraction": fraction,
+            "queue_size": queue_size,
+        }
+        gradient_args: dict[str, Any] = {
+            "agent_factory": agent_factory,
+            "agent_args": dict(agent_args),
+            "algo_factory": algo_factory,
+            "buffer_factory": buffer_factory,
+            "device": str(self.device),
+            "broadcast_interval": broadcast_interval,
+        }
+        try:
+            if col_remote_workers == 0 and grad_remote_workers == 0:
+                self.local: GradientWorker | None = GradientWorker(
+                    0, collectors={"index": 0, **collection_args}, **gradient_args
+                )
+                self.pool: Any = None
+            else:
+                self.local, self.pool = self._start_remote(
+                    collection_args, collector_options, gradient_args, compression, cpus, gpus
+                )
+            self._broadcast()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_remote(
+        self,
+        collection_args: dict[str, Any],
+        collector_options: dict[str, Any],
+        gradient_args: dict[str, Any],
+        compression: str,
+        cpus: dict[str, float],
+        gpus: dict[str, float],
+    ) -> tuple[GradientWorker | None, Any]:
+        """Start the actors (checked against the cluster first) and wire them; the local worker or the pool."""
+        from rlstruct.distributed import _pool, resources
+
+        n_grad = self.grad_remote_workers
+        n_col = self.col_remote_workers * max(1, n_grad)
+        col_request = resources.Request(
+            "collection", n_col, cpus["col_worker_cpus"], gpus["col_worker_gpus"], "col_worker"
+        )
+        grad_request = resources.Request(
+            "gradient", n_grad, cpus["grad_worker_cpus"], gpus["grad_worker_gpus"], "grad_worker"
+        )
+        resources.check([col_request, grad_request])
+        import ray
+
+        from rlstruct.distributed.collection import CollectionWorker
+
+        remote_collector = ray.remote(CollectionWorker).options(**col_request.options())
+        per_grad: list[Collectors | dict[str, Any]] = []
+        index = 0
+        for _ in range(max(1, n_grad)):
+            if self.col_remote_workers == 0:
+                per_grad.append({"index": index, **collection_args})
+                index += 1
+                continue
+            actors = []
+            for _ in range(self.col_remote_workers):
+                actors.append(remote_collector.remote(index, compression=compression, **collection_args))
+                index += 1
+            self._actors.extend(actors)
+            self.collection_actors.append(actors)
+        for actors in self.collection_actors:
+            _pool.wait_ready("collection", actors, self.start_timeout, col_request.describe())
+
+        def collectors(g: int) -> Collectors | dict[str, Any]:
+            if self.col_remote_workers == 0:
+                return per_grad[g]
+            pool = _pool.Pool("collection", self.collection_actors[g], self.on_worker_failure, self.timeout)
+            return Collectors(None, pool, **collector_options)
+
+        if n_grad == 0:
+            return GradientWorker(0, collectors=collectors(0), **gradient_args), None
+        remote_gradient = ray.remote(GradientWorker).options(**grad_request.options())
+        self.gradient_actors = [
+            remote_gradient.remote(g, collectors=collectors(g), compression=compression, **gradient_args)
+            for g in range(n_grad)
+        ]
+        self._actors.extend(self.gradient_actors)
+        _pool.wait_ready("gradient", self.gradient_actors, self.start_timeout, grad_request.describe())
+        if self.update_execution == "decentralised":
+            address, port = ray.get(self.gradient_actors[0].address.remote(), timeout=self.start_timeout)
+            ray.get(
+                [
+                    actor.join_group.remote(address, port, rank, n_grad, self.timeout)
+                    for rank, actor in enumerate(self.gradient_actors)
+                ],
+                timeout=self.start_timeout,
+            )
+        return None, _pool.Pool("gradient", self.gradient_actors, self.on_worker_failure, self.timeout)
+
+    def _broadcast(self, workers: list[int] | None = None) -> None:
+        """Send the update worker's weights (one object in Ray's store) to gradient ``workers`` (all if None)."""
+        weights = {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
+        if self.local is not None:
+            self.local.set_weights(weights, self.version)
+            return
+        import ray
+
+        ref = [ray.put(weights)]
+        for i in self.pool.alive if workers is None else workers:
+            if i in self.pool.alive:
+                self.pool.alive[i].set_weights.remote(ref, self.version)
+
+    def step(self) -> StepInfo:
+        """One update of the model, as the scheme says; what it collected and learnt.
+
+        Raises:
+            RemoteWorkerError: a remote worker raised, or died with
+                ``on_worker_failure="raise"``.
+            DistributedError: nothing arrived within ``timeout``, or every
+                worker of a role was lost.
+        """
+        if self._closed:
+            raise RuntimeError("Scheme.step: the scheme is closed")
+        if self.local is not None:
+            results = [self.local.compute_gradients()]
+            self._apply(results)
+        elif self.update_execution == "decentralised":
+            results = self._decentralised_step()
+        elif self.grad_communication == "synchronous":
+            for i in self.pool.idle():
+                self.pool.submit(i, "compute_gradients")
+            results = [r for _, r in self.pool.wait(len(self.pool.alive))]
+            self._apply(results)
+            self._broadcast()
+        else:
+            for i in self.pool.idle():
+                self.pool.submit(i, "compute_gradients")
+            results = [r for _, r in self.pool.wait(1)]
+            for result in results:  # usually one; each is applied on its own
+                self._apply([result])
+                self._broadcast([result.worker])
+        return self._info(results)
+
+    def _apply(self, results: list[GradientResult]) -> None:
+        """Average the gradients of ``results``, clip them, take an optimiser step; a new version."""
+        flat = torch.stack([r.flat() for r in results]).mean(0)
+        set_flat_gradients(self.model, flat)
+        if self.algorithm.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.algorithm.max_grad_norm)
+        self.algorithm.optimizer.step()
+        self.version += 1
+        if self.local is not None:
+            self.local.set_weights(
+                {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}, self.version
+            )
+
+    def _decentralised_step(self) -> list[GradientResult]:
+        self.pool.on_failure = "raise"  # a lost member breaks the group: stop cleanly
+        for i in self.pool.idle():
+            self.pool.submit(i, "step")
+        results: list[GradientResult] = [r for _, r in self.pool.wait(len(self.pool.alive))]
+        self.version += 1
+        return results
+
+    def _info(self, results: list[GradientResult]) -> StepInfo:
+        info = StepInfo(self.version)
+        stats: dict[str, list[float]] = {}
+        for r in results:
+            info.env_steps += r.env_steps
+            info.episode_returns.extend(r.episode_returns)
+            if r.policy_lag is not None:
+                info.policy_lag.append(r.policy_lag)
+            if self.update_execution == "centralised":
+                info.gradient_asynchrony.append(self.version - 1 - r.version)
+            for k, v in r.stats.items():
+                stats.setdefault(k, []).append(v)
+            info.sent_bytes += r.sent_bytes
+            info.raw_bytes += r.raw_bytes
+            info.lost_workers.extend(("collection", i) for i in r.lost_collectors)
+        if self.pool is not None:
+            info.lost_workers.extend(("gradient", i) for i in self.pool.lost)
+        info.stats = {k: sum(v) / len(v) for k, v in stats.items()}
+        return info
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The current weights (a CPU state dict); from gradient worker 0 when decentralised."""
+        if self.update_execution == "decentralised" and self.pool is not None:
+            import ray
+
+            first = next(iter(self.pool.alive.values()))
+            state: dict[str, torch.Tensor] = ray.get(first.weights.remote(), timeout=self.timeout)
+            self.model.load_state_dict(state)
+        return {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
+
+    def set_parameter(self, name: str, value: float) -> None:
+        """Set an algorithm hyperparameter everywhere it is used (update worker and gradient workers)."""
+        self.algorithm.set_parameter(name, value)  # raises for a bad name, before any worker sees it
+        if self.local is not None:
+            self.local.set_parameter(name, value)
+        elif self.pool is not None:
+            import ray
+
+            ray.get(
+                [a.set_parameter.remote(name, value) for a in self.pool.alive.values()], timeout=self.timeout
+            )
+
+    def close(self) -> None:
+        """Stop every worker: the in-process ones are closed, the actors killed. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        local = getattr(self, "local", None)
+        if local is not None:
+            local.close()
+        if self._actors:
+            import ray
+
+            closing = [actor.close.remote() for actor in self._actors]
+            ray.wait(closing, num_returns=len(closing), timeout=min(self.timeout, 10.0))
+            for actor in self._actors:  # dead, hung or closed: killed either way
+                ray.kill(actor)
+            self._actors.clear()
+
+    def __enter__(self) -> Scheme:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
