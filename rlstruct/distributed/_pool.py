@@ -117,8 +117,8 @@ class Pool:
 _LOST = object()
 
 
-def wait_ready(role: str, actors: list[Any], timeout: float, requested: str) -> None:
-    """Wait for ``actors`` to be constructed; raise a clear error if one fails or is not scheduled in time.
+def wait_ready(role: str, actors: list[Any], timeout: float, requested: str) -> list[tuple[str, int]]:
+    """Wait for ``actors`` to be constructed; where each runs: ``(node id, pid)``.
 
     Raises:
         RemoteWorkerError: an actor's constructor raised, or it died.
@@ -127,7 +127,7 @@ def wait_ready(role: str, actors: list[Any], timeout: float, requested: str) -> 
     """
     refs = [actor.ready.remote() for actor in actors]
     try:
-        ray.get(refs, timeout=timeout)
+        return list(ray.get(refs, timeout=timeout))
     except GetTimeoutError:
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         waiting = [i for i, ref in enumerate(refs) if ref not in ready]

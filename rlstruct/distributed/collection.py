@@ -136,9 +136,9 @@ class CollectionWorker:
         self._started = False
         self._closed = False
 
-    def ready(self) -> int:
-        """The process id: answers once the worker is constructed (the scheme waits on it)."""
-        return os.getpid()
+    def ready(self) -> tuple[str, int]:
+        """Where the worker runs, ``(Ray node id, process id)``: answers once it is constructed."""
+        return _where()
 
     def set_weights(self, weights: Mapping[str, torch.Tensor] | list[Any], version: int) -> None:
         """Load ``weights`` (a state dict, or ``[ref]`` to one in Ray's object store), the policy ``version``.
@@ -249,3 +249,16 @@ class Collectors:
         """Close the in-process worker (remote ones are stopped by the scheme)."""
         if self.local is not None:
             self.local.close()
+
+
+def _where() -> tuple[str, int]:
+    """``(Ray node id, process id)`` of the calling process (node id "" outside Ray)."""
+    node = ""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            node = ray.get_runtime_context().get_node_id()
+    except ImportError:
+        pass
+    return node, os.getpid()

@@ -15,7 +15,6 @@ each applies the same update to its own copy (``step``).
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.distributed.algorithms import Algorithm, Buffer
 from rlstruct.distributed.codec import Packed, pack, unpack
-from rlstruct.distributed.collection import CollectionWorker, Collectors
+from rlstruct.distributed.collection import CollectionWorker, Collectors, _where
 from rlstruct.trajectories import Trajectories
 
 __all__ = ["GradientResult", "GradientWorker", "flat_gradients", "set_flat_gradients"]
@@ -147,9 +146,9 @@ class GradientWorker:
         self._sent_version: int | None = None
         self._minibatches: Iterator[Any] = iter(())
 
-    def ready(self) -> int:
-        """The process id: answers once the worker is constructed."""
-        return os.getpid()
+    def ready(self) -> tuple[str, int]:
+        """Where the worker runs, ``(Ray node id, process id)``: answers once it is constructed."""
+        return _where()
 
     def set_weights(self, weights: Mapping[str, torch.Tensor] | list[Any], version: int) -> None:
         """Load ``weights`` (a state dict, or ``[ref]`` to one in Ray's object store) as policy ``version``.

@@ -294,6 +294,8 @@ class Scheme:
         """The remote collection workers' actors, per gradient worker (for inspection and tests)."""
         self.gradient_actors: list[Any] = []
         """The remote gradient workers' actors."""
+        self.locations: dict[str, list[tuple[str, int]]] = {"collection": [], "gradient": []}
+        """Where each remote worker runs, by role: ``(Ray node id, process id)``, by index."""
 
         collection_args: dict[str, Any] = {
             "agent_factory": agent_factory,
@@ -374,7 +376,9 @@ class Scheme:
             self._actors.extend(actors)
             self.collection_actors.append(actors)
         for actors in self.collection_actors:
-            _pool.wait_ready("collection", actors, self.start_timeout, col_request.describe())
+            self.locations["collection"] += _pool.wait_ready(
+                "collection", actors, self.start_timeout, col_request.describe()
+            )
 
         def collectors(g: int) -> Collectors | dict[str, Any]:
             if self.col_remote_workers == 0:
@@ -390,7 +394,9 @@ class Scheme:
             for g in range(n_grad)
         ]
         self._actors.extend(self.gradient_actors)
-        _pool.wait_ready("gradient", self.gradient_actors, self.start_timeout, grad_request.describe())
+        self.locations["gradient"] = _pool.wait_ready(
+            "gradient", self.gradient_actors, self.start_timeout, grad_request.describe()
+        )
         if self.update_execution == "decentralised":
             address, port = ray.get(self.gradient_actors[0].address.remote(), timeout=self.start_timeout)
             ray.get(
