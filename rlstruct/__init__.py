@@ -5,7 +5,7 @@ from rlstruct.batchers import LocalBatcher, MultiprocessBatcher
 from rlstruct.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlstruct.dicttensor import DictTensor, masked_dicttensor
 from rlstruct.env import Environment
-from rlstruct.errors import ClusterError, WorkerError, WorkerTimeout
+from rlstruct.errors import ClusterError, DistributedError, RemoteWorkerError, WorkerError, WorkerTimeout
 from rlstruct.gym_env import GymEnv
 from rlstruct.logger import Logger, make_run_dir, plot_csv
 from rlstruct.progress import Progress
@@ -19,6 +19,7 @@ __all__ = [
     "Agent",
     "ClusterError",
     "DictTensor",
+    "DistributedError",
     "Environment",
     "GymEnv",
     "HindsightReplayBuffer",
@@ -27,6 +28,7 @@ __all__ = [
     "MultiprocessBatcher",
     "PrioritizedReplayBuffer",
     "Progress",
+    "RemoteWorkerError",
     "ReplayBuffer",
     "Specs",
     "TemporalDictTensor",

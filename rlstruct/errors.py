@@ -18,9 +18,14 @@ class WorkerError(RuntimeError):
     def __init__(self, message: str, worker: int, envs: range, worker_traceback: str = "") -> None:
         detail = f"\n\nTraceback in worker {worker}:\n{worker_traceback}" if worker_traceback else ""
         super().__init__(f"worker {worker} (envs {envs.start}-{envs.stop - 1}): {message}{detail}")
+        self.message = message
         self.worker = worker
         self.envs = envs
         self.worker_traceback = worker_traceback
+
+    def __reduce__(self) -> tuple[type[WorkerError], tuple[str, int, range, str]]:
+        # Picklable with its fields, so that it can cross processes (a batcher inside a Ray actor).
+        return type(self), (self.message, self.worker, self.envs, self.worker_traceback)
 
 
 class WorkerTimeout(WorkerError, TimeoutError):

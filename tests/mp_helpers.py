@@ -210,6 +210,7 @@ class SlowGymEnv(GymEnv):
         delay: extra seconds each step takes.
         hang_after: from this step of the instance group on, every step blocks
             forever (None: never).
+        fail_after: from this step on, every step raises a RuntimeError (None: never).
     """
 
     def __init__(
@@ -219,14 +220,17 @@ class SlowGymEnv(GymEnv):
         env: str = "CartPole-v1",
         delay: float = 0.0,
         hang_after: int | None = None,
+        fail_after: int | None = None,
     ) -> None:
         super().__init__(env, n_envs=n_envs, seed=seed)
-        self.delay, self.hang_after, self.n_steps = delay, hang_after, 0
+        self.delay, self.hang_after, self.fail_after, self.n_steps = delay, hang_after, fail_after, 0
 
     def step(self, action: DictTensor) -> tuple[DictTensor, DictTensor]:
         self.n_steps += 1
         if self.hang_after is not None and self.n_steps > self.hang_after:
             threading.Event().wait()  # stuck for good: only a timeout gets the learner out
+        if self.fail_after is not None and self.n_steps > self.fail_after:
+            raise RuntimeError(f"the simulator crashed on request at step {self.n_steps}")
         if self.delay:
             time.sleep(self.delay)  # a slow simulator, not a synchronisation
         return super().step(action)

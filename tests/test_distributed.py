@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import math
 import re
 import time
 from collections.abc import Iterator
@@ -118,7 +119,19 @@ def wait_for_cpus(expected: float, timeout: float = 30.0) -> float:
         ),
         ({"compression": "gzip"}, ValueError, "compression"),
         ({"col_worker_cpus": -1}, ValueError, r"col_worker_cpus must be in \[0, inf\], got -1"),
-        ({"timeout": 0}, ValueError, r"timeout must be in \(0, inf\]"),
+        ({"timeout": 0}, ValueError, r"timeout must be in \(0, 1e\+06\], got 0"),
+        (
+            {"col_communication": "asynchronous"},
+            ValueError,
+            "needs remote collection workers, got col_remote",
+        ),
+        (
+            {"grad_communication": "asynchronous"},
+            ValueError,
+            "needs remote gradient workers, got grad_remote",
+        ),
+        ({"col_queue_size": 2}, ValueError, "col_queue_size applies to asynchronous collection"),
+        ({"timeout": math.inf}, ValueError, r"timeout must be in \(0, 1e\+06\]"),
         ({"on_worker_failure": "ignore"}, ValueError, "on_worker_failure must be one of 'raise', 'continue'"),
         ({"broadcast_interval": 0}, ValueError, "broadcast_interval must be at least 1, got 0"),
         (
@@ -196,6 +209,14 @@ def test_flat_gradients_round_trip() -> None:
         assert q.grad is not None and torch.equal(q.grad, expected)
     with pytest.raises(ValueError, match=r"flat must have shape \[\d+\], got \[3\]"):
         set_flat_gradients(copy, torch.zeros(3))
+    with pytest.raises(ValueError, match=r"flat must have dtype torch\.float32, got torch\.float64"):
+        set_flat_gradients(copy, flat.double())
+    double = torch.nn.Linear(4, 2).double()
+    double(torch.randn(5, 4, dtype=torch.float64)).sum().backward()
+    assert flat_gradients(double).dtype == torch.float64  # never cast behind the user's back
+    mixed = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).double())
+    with pytest.raises(ValueError, match="parameters must share one dtype"):
+        flat_gradients(mixed)
 
 
 def test_in_process_scheme_needs_no_ray_and_learns() -> None:
@@ -309,11 +330,13 @@ def test_killed_worker_raises_by_default(local_ray: None, role: str) -> None:
     scheme = make_scheme(col_remote_workers=2, grad_remote_workers=2)
     with Learner(scheme, target_steps=10**6, progress=False) as learner:
         learner.step()
+        # Collection worker 2 is the first of gradient worker 1's: indices count across the scheme.
         ray.kill(scheme.collection_actors[1][0] if role == "collection" else scheme.gradient_actors[1])
-        with pytest.raises(RemoteWorkerError, match=rf"{role} worker \d+: .*died") as caught:
+        index = 2 if role == "collection" else 1
+        with pytest.raises(RemoteWorkerError, match=rf"{role} worker {index}: .*died") as caught:
             for _ in range(200):
                 learner.step()
-    assert caught.value.role == role and caught.value.died
+    assert (caught.value.role, caught.value.index, caught.value.died) == (role, index, True)
     assert wait_for_cpus(2.0) == pytest.approx(2.0)
 
 
@@ -324,16 +347,54 @@ def test_killed_worker_is_dropped_when_told_to_continue(local_ray: None, role: s
     with Learner(scheme, target_steps=10**6, progress=False) as learner:
         learner.step()
         if role == "collection":
-            ray.kill(scheme.collection_actors[0][1])
-            expected = ("collection", 1)
-        else:
+            ray.kill(scheme.collection_actors[1][1])
+            expected = [("collection", 3)]
+        else:  # its two collection workers are stopped and counted with it
             ray.kill(scheme.gradient_actors[1])
-            expected = ("gradient", 1)
+            expected = [("collection", 2), ("collection", 3), ("gradient", 1)]
         before = learner.env_steps
         for _ in range(60):
             learner.step()
-        assert expected in learner.metrics()["lost_workers"]
+        assert sorted(learner.metrics()["lost_workers"]) == expected
         assert learner.env_steps > before  # the others go on collecting and learning
+    assert wait_for_cpus(2.0) == pytest.approx(2.0)
+
+
+@pytest.mark.slow
+def test_a_crashing_batcher_process_is_reported_with_its_collection_worker(local_ray: None) -> None:
+    scheme = make_scheme(
+        env_factory=SlowGymEnv,
+        env_args={"env": "CartPole-v1", "fail_after": 40},
+        col_remote_workers=2,
+        col_processes=1,
+    )
+    with (
+        Learner(scheme, target_steps=10**6, progress=False) as learner,
+        pytest.raises(
+            RemoteWorkerError, match=r"collection worker [01]: raised:(.|\n)*crashed on request"
+        ) as caught,
+    ):
+        train(learner)
+    assert caught.value.role == "collection" and not caught.value.died
+    assert wait_for_cpus(2.0) == pytest.approx(2.0)
+
+
+@pytest.mark.slow
+def test_asynchronous_collection_uses_every_worker_with_a_short_queue(local_ray: None) -> None:
+    from rlstruct.distributed import CollectionWorker, Collectors
+    from rlstruct.distributed._pool import Pool
+
+    remote = ray.remote(CollectionWorker).options(num_cpus=0.2)
+    actors = [
+        remote.remote(i, ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, n_envs=2, n_steps=8, compression="none")
+        for i in range(2)
+    ]
+    collectors = Collectors(None, Pool("collection", actors, "raise", 60.0), "asynchronous", queue_size=1)
+    collectors.set_weights(ActorCritic(**AGENT_ARGS).state_dict(), 0)
+    workers = [collectors.collect()[0].worker for _ in range(6)]
+    for actor in actors:
+        ray.kill(actor)
+    assert sorted(set(workers)) == [0, 1], workers
 
 
 @pytest.mark.slow

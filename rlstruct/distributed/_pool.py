@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 
 from rlstruct.errors import DistributedError, RemoteWorkerError
 
@@ -22,99 +23,113 @@ class Pool:
 
     Args:
         role: the workers' role, named in errors.
-        actors: the Ray actor handles; worker ``i`` is ``actors[i]``.
+        actors: the Ray actor handles by worker index (the index the scheme
+            reports; a list is indexed from 0).
         on_failure: "raise" turns a dead worker into ``RemoteWorkerError``;
             "continue" drops it (listed in ``lost``) and goes on with the rest.
-        timeout: seconds ``wait`` may last without the results it needs.
+        timeout: seconds ``wait`` may last without any result.
     """
 
-    def __init__(self, role: str, actors: list[Any], on_failure: str, timeout: float) -> None:
+    def __init__(
+        self, role: str, actors: Mapping[int, Any] | list[Any], on_failure: str, timeout: float
+    ) -> None:
         self.role, self.on_failure, self.timeout = role, on_failure, timeout
-        self.alive: dict[int, Any] = dict(enumerate(actors))
+        self.alive: dict[int, Any] = dict(actors) if isinstance(actors, Mapping) else dict(enumerate(actors))
         self.pending: dict[Any, int] = {}  # in-flight call -> worker
         self.lost: list[int] = []
+        self._unchecked: dict[Any, int] = {}  # calls whose result nobody waits for, checked for errors
+        self._submitted: dict[int, int] = dict.fromkeys(self.alive, 0)  # worker -> calls so far
 
     def idle(self) -> list[int]:
-        """The live workers with no call in flight."""
+        """The live workers with no call in flight, those that were given fewest calls first."""
         busy = set(self.pending.values())
-        return [i for i in self.alive if i not in busy]
+        return sorted((i for i in self.alive if i not in busy), key=lambda i: (self._submitted[i], i))
 
     def submit(self, index: int, method: str, *args: Any) -> None:
         """Start ``method(*args)`` on worker ``index``; its result comes back through ``wait``."""
         self.pending[getattr(self.alive[index], method).remote(*args)] = index
+        self._submitted[index] += 1
 
     def call_all(self, method: str, *args: Any) -> None:
-        """Start ``method(*args)`` on every live worker without waiting (actors run calls in order)."""
-        for actor in self.alive.values():
-            getattr(actor, method).remote(*args)
+        """Start ``method(*args)`` on every live worker without waiting (actors run calls in order).
+
+        An error of one of these calls is raised by a later ``wait``.
+        """
+        for index, actor in self.alive.items():
+            self._unchecked[getattr(actor, method).remote(*args)] = index
 
     def wait(self, n: int) -> list[tuple[int, Any]]:
         """Block until ``n`` in-flight calls have finished (fewer if workers are lost); their results.
 
-        Returns every result that is ready by then, so possibly more than ``n``.
+        Returns every result that is ready by then, so possibly more than
+        ``n``, and an empty list when every call in flight was lost but live
+        workers remain (the caller submits again).
 
         Raises:
             RemoteWorkerError: a worker raised, or died with ``on_failure="raise"``.
-            DistributedError: fewer than ``n`` results within ``timeout``, or
-                every worker lost.
+            DistributedError: no result for ``timeout`` seconds, or every
+                worker lost.
         """
         results: list[tuple[int, Any]] = []
         deadline = time.monotonic() + self.timeout
         while True:
-            need = min(n, len(results) + len(self.pending))
-            if len(results) >= need:
-                if not results:
-                    raise DistributedError(f"every {self.role} worker was lost (workers {self.lost})")
+            self._check_unchecked()
+            if not self.alive:
+                raise DistributedError(f"every {self.role} worker was lost (workers {self.lost})")
+            if len(results) >= min(n, len(results) + len(self.pending)):
                 return results
             left = deadline - time.monotonic()
             if left <= 0:
                 raise DistributedError(
-                    f"{self.role} workers {sorted(self.pending.values())} sent nothing for "
+                    f"{self.role} workers {sorted(set(self.pending.values()))} sent nothing for "
                     f"{self.timeout:g} s (the scheme's timeout): slow, hung or not scheduled"
                 )
-            ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=min(POLL_S, left))
+            ray.wait(list(self.pending), num_returns=1, timeout=min(POLL_S, left))
             # Take everything that is ready now, not only the first.
             ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=0)
             for ref in ready:
                 index = self.pending.pop(ref)
-                result = self._get(ref, index)
-                if result is not _LOST:
+                ok, result = self._get(ref, index)
+                if ok:
                     results.append((index, result))
+            if ready:
+                deadline = time.monotonic() + self.timeout  # progress: the timeout counts from here
 
-    def _get(self, ref: Any, index: int) -> Any:
+    def _check_unchecked(self) -> None:
+        if not self._unchecked:
+            return
+        ready, _ = ray.wait(list(self._unchecked), num_returns=len(self._unchecked), timeout=0)
+        for ref in ready:
+            self._get(ref, self._unchecked.pop(ref))
+
+    def _get(self, ref: Any, index: int) -> tuple[bool, Any]:
+        """``(True, result)``, or ``(False, None)`` for a worker dropped with ``on_failure="continue"``."""
         try:
-            return ray.get(ref)
+            return True, ray.get(ref)
         except RayTaskError as error:
             cause = getattr(error, "cause", None)
-            if isinstance(cause, RemoteWorkerError):  # a gradient worker's collection worker failed
+            if isinstance(cause, DistributedError):  # from a gradient worker's own collection workers
                 raise cause from error
             raise RemoteWorkerError(f"raised:\n{error}", self.role, index, died=False) from error
         except RayActorError as error:
             if self.on_failure == "raise":
                 raise RemoteWorkerError(f"died: {error}", self.role, index, died=True) from error
             self.lose(index)
-            return _LOST
+            return False, None
+        except RayError as error:  # its result was lost (its node died) or could not be read
+            raise RemoteWorkerError(f"failed: {error}", self.role, index, died=False) from error
 
     def lose(self, index: int) -> None:
-        """Drop worker ``index`` (and its in-flight call) and record it in ``lost``."""
+        """Drop worker ``index`` (and its calls in flight) and record it in ``lost``."""
         if self.alive.pop(index, None) is not None:
             self.lost.append(index)
-        for ref in [r for r, i in self.pending.items() if i == index]:
-            del self.pending[ref]
+        for calls in (self.pending, self._unchecked):
+            for ref in [r for r, i in calls.items() if i == index]:
+                del calls[ref]
 
     def needed(self, fraction: float) -> int:
         """How many of the live workers ``fraction`` stands for (at least one)."""
         return max(1, math.ceil(fraction * len(self.alive)))
-
-    def kill(self) -> None:
-        """Stop every worker's actor now (their calls in flight are dropped)."""
-        for actor in self.alive.values():
-            ray.kill(actor)
-        self.alive.clear()
-        self.pending.clear()
-
-
-_LOST = object()
 
 
 def wait_ready(role: str, actors: list[Any], timeout: float, requested: str) -> list[tuple[str, int]]:
@@ -135,8 +150,8 @@ def wait_ready(role: str, actors: list[Any], timeout: float, requested: str) -> 
             f"{role} workers {waiting} were not running {timeout:g} s after they were created; "
             f"each asked for {requested}, and the cluster has {ray.available_resources()} free"
         ) from None
-    except (RayTaskError, RayActorError) as error:
-        index = next(i for i, ref in enumerate(refs) if _failed(ref))
+    except RayError as error:
+        index = next((i for i, ref in enumerate(refs) if _failed(ref)), 0)
         raise RemoteWorkerError(f"could not start:\n{error}", role, index, died=True) from error
 
 

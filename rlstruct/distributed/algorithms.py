@@ -267,17 +267,21 @@ class MinibatchBuffer:
     Args:
         n_epochs: passes over each inserted batch.
         minibatch_size: steps per minibatch (the last of a pass may be smaller).
-        seed: seeds the shuffling.
+        seed: seeds the shuffling; by default drawn from torch's global
+            generator (which a gradient worker seeds with the scheme's seed
+            plus its index, so every worker shuffles differently).
 
     Raises:
         ValueError: if ``n_epochs`` or ``minibatch_size`` is not a positive int.
     """
 
-    def __init__(self, n_epochs: int = 4, minibatch_size: int = 256, seed: int = 0) -> None:
+    def __init__(self, n_epochs: int = 4, minibatch_size: int = 256, seed: int | None = None) -> None:
         for name, value in (("n_epochs", n_epochs), ("minibatch_size", minibatch_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"MinibatchBuffer: {name} must be a positive int, got {value!r}")
         self.n_epochs, self.minibatch_size = n_epochs, minibatch_size
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, ()).item())
         self._generator = torch.Generator().manual_seed(seed)
         self._data: DictTensor | None = None
 

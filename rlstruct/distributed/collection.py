@@ -205,9 +205,25 @@ class Collectors:
         self.local, self.pool = local, pool
         self.communication, self.fraction, self.queue_size = communication, fraction, queue_size
         self._queue: deque[Rollout] = deque()
+        self._weights: tuple[Mapping[str, torch.Tensor] | list[Any], int] | None = None
 
     def set_weights(self, weights: Mapping[str, torch.Tensor] | list[Any], version: int) -> None:
-        """Send new weights to every worker (remote ones get ``[ref]`` and fetch them once each)."""
+        """Give new weights to every worker (remote ones get ``[ref]`` and fetch them once each).
+
+        Asynchronous remote workers get them at once (they load them before
+        their next rollout); idle workers (in-process or synchronous) get the
+        latest weights just before they start collecting, so weights that
+        would be replaced before use never cross the network.
+        """
+        self._weights = (weights, version)
+        if self.local is None and self.communication == "asynchronous":
+            self._send_weights()
+
+    def _send_weights(self) -> None:
+        if self._weights is None:
+            return
+        weights, version = self._weights
+        self._weights = None
         if self.local is not None:
             self.local.set_weights(weights, version)
             return
@@ -219,22 +235,25 @@ class Collectors:
 
     def collect(self) -> list[Rollout]:
         """The next rollouts, as ``communication`` says (see the module's docstring)."""
+        self._send_weights()
         if self.local is not None:
             return [self.local.collect()]
         if self.communication == "synchronous":
-            for i in self.pool.idle():
-                self.pool.submit(i, "collect")
-            return [r for _, r in self.pool.wait(self.pool.needed(self.fraction))]
-        self._refill()
-        if not self._queue:
+            while True:  # again only if every rollout in flight was lost with its worker
+                for i in self.pool.idle():
+                    self.pool.submit(i, "collect")
+                if results := self.pool.wait(self.pool.needed(self.fraction)):
+                    return [r for _, r in results]
+        while not self._queue:
+            self._refill()
             self._queue.extend(r for _, r in self.pool.wait(1))
         rollout = self._queue.popleft()
         self._refill()
         return [rollout]
 
     def _refill(self) -> None:
-        # Back-pressure: idle workers start a rollout only while the rollouts waiting or in flight
-        # are fewer than queue_size.
+        # Back-pressure: idle workers (least used first) start a rollout only while the rollouts
+        # waiting or in flight are fewer than queue_size.
         for i in self.pool.idle():
             if len(self._queue) + len(self.pool.pending) >= self.queue_size:
                 break

@@ -37,7 +37,7 @@ class GradientResult:
     """What a gradient worker reports of one minibatch.
 
     Attributes:
-        gradients: the flat gradients (float32 ``[n_params]``, CPU), packed
+        gradients: the flat gradients (``[n_params]``, the parameters' dtype, CPU), packed
             with the scheme's codec when they cross the network; None after a
             decentralised step (applied in place).
         worker: the gradient worker's index.
@@ -72,10 +72,20 @@ class GradientResult:
 
 
 def flat_gradients(model: torch.nn.Module) -> torch.Tensor:
-    """The gradients of ``model``'s parameters as one flat float32 CPU tensor (zeros where there is none)."""
+    """The gradients of ``model``'s parameters as one flat CPU tensor of their dtype (zeros where there is none).
+
+    Raises:
+        ValueError: if the parameters do not share one dtype (they would be
+            cast to a common one).
+    """
+    params = list(model.parameters())
+    dtypes = {p.dtype for p in params}
+    if len(dtypes) > 1:
+        raise ValueError(
+            f"flat_gradients: the model's parameters must share one dtype, got {sorted(map(str, dtypes))}"
+        )
     parts = [
-        (p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).to("cpu", torch.float32)
-        for p in model.parameters()
+        (p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).to("cpu") for p in params
     ]
     return torch.cat(parts)
 
@@ -90,9 +100,11 @@ def set_flat_gradients(model: torch.nn.Module, flat: torch.Tensor) -> None:
     total = sum(p.numel() for p in params)
     if flat.dim() != 1 or flat.numel() != total:
         raise ValueError(f"set_flat_gradients: flat must have shape [{total}], got {list(flat.shape)}")
+    if params and flat.dtype != params[0].dtype:
+        raise ValueError(f"set_flat_gradients: flat must have dtype {params[0].dtype}, got {flat.dtype}")
     offset = 0
     for p in params:
-        p.grad = flat[offset : offset + p.numel()].view_as(p).to(p.device, p.dtype)
+        p.grad = flat[offset : offset + p.numel()].view_as(p).to(p.device)
         offset += p.numel()
 
 
@@ -100,7 +112,8 @@ class GradientWorker:
     """Computes gradients of the algorithm's loss on rollouts of its own collection workers.
 
     Args:
-        index: the worker's index (seeds its buffer with ``seed + index``).
+        index: the worker's index: torch's random generator is seeded with
+            ``seed + index`` before the model, algorithm and buffer are made.
         agent_factory: makes the model (an agent that is a ``torch.nn.Module``).
         agent_args: keyword arguments for ``agent_factory``.
         algo_factory: makes the algorithm: ``algo_factory(model)``.
@@ -112,6 +125,7 @@ class GradientWorker:
             to return them unpacked (in-process use).
         broadcast_interval: collection workers get new weights every this
             many versions.
+        seed: the scheme's base seed.
     """
 
     def __init__(
@@ -126,9 +140,11 @@ class GradientWorker:
         device: str = "cpu",
         compression: str | None = None,
         broadcast_interval: int = 1,
+        seed: int = 0,
     ) -> None:
         self.index = index
         self.device = torch.device(device)
+        torch.manual_seed(seed + index)
         self.model = agent_factory(**agent_args)
         if not isinstance(self.model, torch.nn.Module):
             raise TypeError(
@@ -145,6 +161,7 @@ class GradientWorker:
         self.version = -1
         self._sent_version: int | None = None
         self._minibatches: Iterator[Any] = iter(())
+        self._own_group = False
 
     def ready(self) -> tuple[str, int]:
         """Where the worker runs, ``(Ray node id, process id)``: answers once it is constructed."""
@@ -234,6 +251,7 @@ class GradientWorker:
             world_size=world_size,
             timeout=timedelta(seconds=timeout),
         )
+        self._own_group = True
 
     def step(self) -> GradientResult:
         """Decentralised: the next minibatch's gradients, averaged over the group, applied here.
@@ -258,7 +276,8 @@ class GradientWorker:
         return {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
 
     def close(self) -> None:
-        """Leave the process group and close the in-process collection worker. Safe to call twice."""
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
+        """Leave the process group it joined and close the in-process collection worker. Safe to call twice."""
+        if self._own_group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+            self._own_group = False
         self.collectors.close()

@@ -12,7 +12,7 @@ Examples:
     ...         _ = learner.step()
     ...     metrics = learner.metrics()
     >>> metrics["env_steps"], metrics["updates"]
-    (256, 8)
+    (256, 7)
 """
 
 from __future__ import annotations

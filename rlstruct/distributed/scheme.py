@@ -60,6 +60,7 @@ from rlstruct.distributed.codec import check_codec
 from rlstruct.distributed.collection import Collectors
 from rlstruct.distributed.gradients import GradientResult, GradientWorker, set_flat_gradients
 from rlstruct.env import Environment
+from rlstruct.errors import DistributedError
 
 __all__ = ["Scheme", "StepInfo"]
 
@@ -250,8 +251,8 @@ class Scheme:
             "col_worker_gpus": _number("col_worker_gpus", col_worker_gpus, 0.0),
             "grad_worker_gpus": _number("grad_worker_gpus", grad_worker_gpus, 0.0),
         }
-        self.timeout = _number("timeout", timeout, 0.0, low_open=True)
-        self.start_timeout = _number("start_timeout", start_timeout, 0.0, low_open=True)
+        self.timeout = _number("timeout", timeout, 0.0, 1e6, low_open=True)
+        self.start_timeout = _number("start_timeout", start_timeout, 0.0, 1e6, low_open=True)
         self.on_worker_failure = _choice("on_worker_failure", on_worker_failure, FAILURES)
         _int("seed", seed, 0)
         self.device = torch.device(device)
@@ -276,6 +277,21 @@ class Scheme:
                 f"Scheme: col_fraction_workers applies to synchronous collection, got {fraction} "
                 f"with col_communication={col_communication!r}"
             )
+        if col_remote_workers == 0 and col_communication != "synchronous":
+            raise ValueError(
+                f"Scheme: col_communication={col_communication!r} needs remote collection workers, "
+                "got col_remote_workers=0 (collection in process is synchronous)"
+            )
+        if grad_remote_workers == 0 and grad_communication != "synchronous":
+            raise ValueError(
+                f"Scheme: grad_communication={grad_communication!r} needs remote gradient workers, "
+                "got grad_remote_workers=0 (gradients in process are synchronous)"
+            )
+        if col_queue_size is not None and col_communication != "asynchronous":
+            raise ValueError(
+                f"Scheme: col_queue_size applies to asynchronous collection, got {col_queue_size} "
+                f"with col_communication={col_communication!r}"
+            )
         if self.device.type == "cuda" and grad_remote_workers > 0 and grad_worker_gpus == 0:
             raise ValueError(
                 f"Scheme: device={device!r} on remote gradient workers needs grad_worker_gpus > 0, got 0"
@@ -294,6 +310,8 @@ class Scheme:
         """The remote collection workers' actors, per gradient worker (for inspection and tests)."""
         self.gradient_actors: list[Any] = []
         """The remote gradient workers' actors."""
+        self._orphaned: set[int] = set()
+        self._lost_collectors: set[int] = set()
         self.locations: dict[str, list[tuple[str, int]]] = {"collection": [], "gradient": []}
         """Where each remote worker runs, by role: ``(Ray node id, process id)``, by index."""
 
@@ -320,6 +338,7 @@ class Scheme:
             "buffer_factory": buffer_factory,
             "device": str(self.device),
             "broadcast_interval": broadcast_interval,
+            "seed": seed,
         }
         try:
             if col_remote_workers == 0 and grad_remote_workers == 0:
@@ -383,14 +402,18 @@ class Scheme:
         def collectors(g: int) -> Collectors | dict[str, Any]:
             if self.col_remote_workers == 0:
                 return per_grad[g]
-            pool = _pool.Pool("collection", self.collection_actors[g], self.on_worker_failure, self.timeout)
+            first = g * self.col_remote_workers  # pools report the scheme-wide index of a worker
+            actors = dict(enumerate(self.collection_actors[g], first))
+            pool = _pool.Pool("collection", actors, self.on_worker_failure, self.timeout)
             return Collectors(None, pool, **collector_options)
 
         if n_grad == 0:
             return GradientWorker(0, collectors=collectors(0), **gradient_args), None
         remote_gradient = ray.remote(GradientWorker).options(**grad_request.options())
+        # An actor sees only the GPUs it was given, numbered from 0: "cuda:1" would not exist there.
+        remote_args = {**gradient_args, "device": self.device.type}
         self.gradient_actors = [
-            remote_gradient.remote(g, collectors=collectors(g), compression=compression, **gradient_args)
+            remote_gradient.remote(g, collectors=collectors(g), compression=compression, **remote_args)
             for g in range(n_grad)
         ]
         self._actors.extend(self.gradient_actors)
@@ -398,15 +421,29 @@ class Scheme:
             "gradient", self.gradient_actors, self.start_timeout, grad_request.describe()
         )
         if self.update_execution == "decentralised":
-            address, port = ray.get(self.gradient_actors[0].address.remote(), timeout=self.start_timeout)
-            ray.get(
-                [
-                    actor.join_group.remote(address, port, rank, n_grad, self.timeout)
-                    for rank, actor in enumerate(self.gradient_actors)
-                ],
-                timeout=self.start_timeout,
-            )
-        return None, _pool.Pool("gradient", self.gradient_actors, self.on_worker_failure, self.timeout)
+            address, port = self._get(
+                [self.gradient_actors[0].address.remote()], "start", self.start_timeout
+            )[0]
+            calls = [
+                actor.join_group.remote(address, port, rank, n_grad, self.timeout)
+                for rank, actor in enumerate(self.gradient_actors)
+            ]
+            self._get(calls, "join their torch.distributed group", self.start_timeout)
+        # A gradient worker's call includes its own wait for its collection workers: wait longer.
+        timeout = 2 * self.timeout if self.col_remote_workers else self.timeout
+        return None, _pool.Pool("gradient", self.gradient_actors, self.on_worker_failure, timeout)
+
+    def _get(self, refs: list[Any], what: str, timeout: float) -> list[Any]:
+        """``ray.get`` of calls to gradient workers, with the library's errors."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayError
+
+        try:
+            return list(ray.get(refs, timeout=timeout))
+        except GetTimeoutError:
+            raise DistributedError(f"the gradient workers did not {what} within {timeout:g} s") from None
+        except RayError as error:
+            raise DistributedError(f"the gradient workers could not {what}: {error}") from error
 
     def _broadcast(self, workers: list[int] | None = None) -> None:
         """Send the update worker's weights (one object in Ray's store) to gradient ``workers`` (all if None)."""
@@ -432,28 +469,53 @@ class Scheme:
         """
         if self._closed:
             raise RuntimeError("Scheme.step: the scheme is closed")
+        asynchrony: list[int] = []
         if self.local is not None:
             results = [self.local.compute_gradients()]
-            self._apply(results)
+            asynchrony += self._apply(results)
         elif self.update_execution == "decentralised":
             results = self._decentralised_step()
         elif self.grad_communication == "synchronous":
-            for i in self.pool.idle():
-                self.pool.submit(i, "compute_gradients")
-            results = [r for _, r in self.pool.wait(len(self.pool.alive))]
-            self._apply(results)
+            results = self._gather(len(self.pool.alive))
+            asynchrony += self._apply(results)
             self._broadcast()
         else:
-            for i in self.pool.idle():
-                self.pool.submit(i, "compute_gradients")
-            results = [r for _, r in self.pool.wait(1)]
+            results = self._gather(1)
             for result in results:  # usually one; each is applied on its own
-                self._apply([result])
+                asynchrony += self._apply([result])
                 self._broadcast([result.worker])
-        return self._info(results)
+        self._drop_orphans()
+        info = self._info(results)
+        info.gradient_asynchrony = asynchrony
+        return info
 
-    def _apply(self, results: list[GradientResult]) -> None:
-        """Average the gradients of ``results``, clip them, take an optimiser step; a new version."""
+    def _gather(self, n: int, method: str = "compute_gradients") -> list[GradientResult]:
+        """Start ``method`` on the idle gradient workers; the results of at least ``n`` of them."""
+        while True:  # again only if every call in flight was lost with its worker
+            for i in self.pool.idle():
+                self.pool.submit(i, method)
+            if results := self.pool.wait(n):
+                return [r for _, r in results]
+
+    def _drop_orphans(self) -> None:
+        """Stop the collection workers of lost gradient workers, and count them as lost."""
+        for g in self.pool.lost if self.pool is not None else []:
+            if g in self._orphaned or not self.collection_actors:
+                continue
+            import ray
+
+            self._orphaned.add(g)
+            for k, actor in enumerate(self.collection_actors[g]):
+                ray.kill(actor)
+                self._lost_collectors.add(g * self.col_remote_workers + k)
+
+    def _apply(self, results: list[GradientResult]) -> list[int]:
+        """Average the gradients of ``results``, clip them, take an optimiser step: a new version.
+
+        Returns the gradients' asynchrony: the updates made since the
+        weights each was computed with.
+        """
+        asynchrony = [self.version - r.version for r in results]
         flat = torch.stack([r.flat() for r in results]).mean(0)
         set_flat_gradients(self.model, flat)
         if self.algorithm.max_grad_norm is not None:
@@ -464,12 +526,11 @@ class Scheme:
             self.local.set_weights(
                 {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}, self.version
             )
+        return asynchrony
 
     def _decentralised_step(self) -> list[GradientResult]:
         self.pool.on_failure = "raise"  # a lost member breaks the group: stop cleanly
-        for i in self.pool.idle():
-            self.pool.submit(i, "step")
-        results: list[GradientResult] = [r for _, r in self.pool.wait(len(self.pool.alive))]
+        results = self._gather(len(self.pool.alive), "step")
         self.version += 1
         return results
 
@@ -481,13 +542,12 @@ class Scheme:
             info.episode_returns.extend(r.episode_returns)
             if r.policy_lag is not None:
                 info.policy_lag.append(r.policy_lag)
-            if self.update_execution == "centralised":
-                info.gradient_asynchrony.append(self.version - 1 - r.version)
             for k, v in r.stats.items():
                 stats.setdefault(k, []).append(v)
             info.sent_bytes += r.sent_bytes
             info.raw_bytes += r.raw_bytes
             info.lost_workers.extend(("collection", i) for i in r.lost_collectors)
+        info.lost_workers.extend(("collection", i) for i in sorted(self._lost_collectors))
         if self.pool is not None:
             info.lost_workers.extend(("gradient", i) for i in self.pool.lost)
         info.stats = {k: sum(v) / len(v) for k, v in stats.items()}
@@ -496,24 +556,23 @@ class Scheme:
     def weights(self) -> dict[str, torch.Tensor]:
         """The current weights (a CPU state dict); from gradient worker 0 when decentralised."""
         if self.update_execution == "decentralised" and self.pool is not None:
-            import ray
-
             first = next(iter(self.pool.alive.values()))
-            state: dict[str, torch.Tensor] = ray.get(first.weights.remote(), timeout=self.timeout)
-            self.model.load_state_dict(state)
+            self.model.load_state_dict(
+                self._get([first.weights.remote()], "send their weights", self.timeout)[0]
+            )
         return {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
 
     def set_parameter(self, name: str, value: float) -> None:
-        """Set an algorithm hyperparameter everywhere it is used (update worker and gradient workers)."""
+        """Set an algorithm hyperparameter everywhere it is used (update worker and gradient workers).
+
+        Remote gradient workers get it before their next call (actors run
+        calls in order); an error there is raised by the next ``step()``.
+        """
         self.algorithm.set_parameter(name, value)  # raises for a bad name, before any worker sees it
         if self.local is not None:
             self.local.set_parameter(name, value)
         elif self.pool is not None:
-            import ray
-
-            ray.get(
-                [a.set_parameter.remote(name, value) for a in self.pool.alive.values()], timeout=self.timeout
-            )
+            self.pool.call_all("set_parameter", name, value)
 
     def close(self) -> None:
         """Stop every worker: the in-process ones are closed, the actors killed. Safe to call twice."""
