@@ -91,3 +91,36 @@ def test_stream_mode_delivers_on_cuda() -> None:
             assert batch.trajectories["observation"].device.type == "cuda"
             assert batch.trajectories["observation"].dtype == torch.float32
             assert batch.info["policy_version"].device.type == "cuda"
+
+
+def test_in_process_scheme_learns_on_cuda_like_on_the_cpu() -> None:
+    # The same seeds on the CPU and on CUDA: the weights stay close (float32 kernels differ slightly),
+    # the model and its optimiser state live on CUDA, and the saved weights come back on the CPU.
+    import functools
+
+    from rlstruct.algos.policies import ActorCritic
+    from rlstruct.distributed import PPO, Learner, MinibatchBuffer, Scheme
+
+    weights = {}
+    for device in ("cpu", "cuda"):
+        scheme = Scheme(
+            ActorCritic,
+            {"obs_dim": 4, "n_actions": 2},
+            GymEnv,
+            ENV,
+            PPO,
+            functools.partial(MinibatchBuffer, n_epochs=2, minibatch_size=64),
+            n_envs=2,
+            n_steps=32,
+            device=device,
+        )
+        with Learner(scheme, target_steps=256, progress=False) as learner:
+            while not learner.done():
+                learner.step()
+            assert all(p.device.type == device for p in scheme.model.parameters())
+            state = scheme.algorithm.optimizer.state_dict()["state"]
+            assert all(s["exp_avg"].device.type == device for s in state.values())
+            weights[device] = scheme.weights()
+    for key, value in weights["cpu"].items():
+        assert weights["cuda"][key].device.type == "cpu" and weights["cuda"][key].dtype == value.dtype
+        assert torch.allclose(weights["cuda"][key], value, atol=1e-4), key
