@@ -107,29 +107,13 @@ class CollectionWorker:
         self.index = index
         self.compression = compression
         base = seed + index * n_envs * max(1, n_processes)
+        factories = (agent_factory, agent_args, env_factory, env_args)
+        layout: dict[str, Any] = {"n_envs": n_envs, "n_timesteps": n_steps, "seed": base}
         self.batcher: LocalBatcher | MultiprocessBatcher
         if n_processes == 0:
-            self.batcher = LocalBatcher(
-                agent_factory,
-                agent_args,
-                env_factory,
-                env_args,
-                n_envs=n_envs,
-                n_timesteps=n_steps,
-                seed=base,
-            )
+            self.batcher = LocalBatcher(*factories, **layout)
         else:
-            self.batcher = MultiprocessBatcher(
-                agent_factory,
-                agent_args,
-                env_factory,
-                env_args,
-                n_envs=n_envs,
-                n_timesteps=n_steps,
-                n_processes=n_processes,
-                seed=base,
-                timeout=timeout,
-            )
+            self.batcher = MultiprocessBatcher(*factories, **layout, n_processes=n_processes, timeout=timeout)
         self.n_rows = n_envs * max(1, n_processes)
         self.returns = EpisodeReturns(self.n_rows)
         self.version = -1
