@@ -317,6 +317,15 @@ def test_preempted_synchronous_collection_loses_nothing(local_ray: None) -> None
 
 
 @pytest.mark.slow
+def test_a_remote_collection_worker_runs_a_multiprocess_batcher(local_ray: None) -> None:
+    scheme = make_scheme(col_remote_workers=1, col_processes=2, n_envs=4)
+    with Learner(scheme, target_steps=512, progress=False) as learner:
+        infos = [learner.step() for _ in range(20)]  # two batches of 2 processes x 4 envs x 32 steps
+    assert [info.env_steps for info in infos if info.env_steps] == [256, 256]
+    assert all(lag == 0 for info in infos for lag in info.policy_lag)
+
+
+@pytest.mark.slow
 def test_broadcast_interval_spaces_the_collectors_weights(local_ray: None) -> None:
     scheme = make_scheme(col_remote_workers=1, broadcast_interval=4)
     with Learner(scheme, target_steps=2048, progress=False) as learner:
