@@ -129,8 +129,11 @@ def local(seconds: float) -> Sample:
 def remote(n_workers: int, cpus: float, seconds: float) -> dict[str, Sample]:
     """``n_workers`` remote collection workers driven by ``Collectors`` as a gradient worker drives them.
 
-    The same actors are measured with synchronous collection, then (with 2
-    workers or more) asynchronous collection; the samples by communication.
+    The same actors are measured in turn: synchronous collection, then
+    asynchronous collection (2 workers or more) or synchronous collection
+    without sending weights (1 worker). Returns the samples by variant
+    ("synchronous", "asynchronous", "no weights"); the start-up time is the
+    first variant's.
     """
     state = weights()
     start = time.perf_counter()
@@ -141,19 +144,26 @@ def remote(n_workers: int, cpus: float, seconds: float) -> dict[str, Sample]:
         )
         for i in range(n_workers)
     ]
+    variants = ["synchronous", "asynchronous" if n_workers > 1 else "no weights"]
     samples: dict[str, Sample] = {}
     version = 0
     try:
         wait_ready("collection", actors, TIMEOUT, f"{cpus:g} CPU")
-        for communication in ("synchronous", "asynchronous")[: 2 if n_workers > 1 else 1]:
+        for variant in variants:
             pool = Pool("collection", actors, "raise", TIMEOUT)
+            communication = "asynchronous" if variant == "asynchronous" else "synchronous"
             collectors = Collectors(None, pool, communication, queue_size=n_workers)
-            sample = samples[communication] = Sample(0.0, 0.0)
+            sample = samples[variant] = Sample(0.0, 0.0)
 
-            def one_round(collectors: Collectors = collectors, sample: Sample = sample) -> int:
+            def one_round(
+                collectors: Collectors = collectors,
+                sample: Sample = sample,
+                send: bool = variant != "no weights",
+            ) -> int:
                 nonlocal version
-                version += 1
-                collectors.set_weights(state, version)
+                if send:
+                    version += 1
+                    collectors.set_weights(state, version)
                 rollouts = collectors.collect()
                 unpack_start = time.perf_counter()
                 for rollout in rollouts:
@@ -163,7 +173,8 @@ def remote(n_workers: int, cpus: float, seconds: float) -> dict[str, Sample]:
                 return sum(r.env_steps for r in rollouts)
 
             one_round()
-            sample.start_s = time.perf_counter() - start
+            if variant == variants[0]:
+                sample.start_s = time.perf_counter() - start
             for _ in range(WARMUP_ROUNDS * (n_workers if communication == "asynchronous" else 1) - 1):
                 one_round()
             del sample.unpack_s[:], sample.actor_s[:]
@@ -281,15 +292,25 @@ def main() -> None:
     def ms(values: list[list[float]]) -> float:
         return median([median(v) for v in values]) * 1e3
 
-    one = samples["synchronous 1"]
-    round_ms, actor_ms = ms([s.round_s for s in one]), ms([s.actor_s for s in one])
-    unpack_ms = ms([s.unpack_s for s in one])
+    def overhead_ms(sample: list[Sample]) -> float:
+        """The median round less the worker's time and the unpacking, in ms."""
+        return (
+            ms([s.round_s for s in sample])
+            - ms([s.actor_s for s in sample])
+            - ms([s.unpack_s for s in sample])
+        )
+
+    one, bare = samples["synchronous 1"], samples["no weights 1"]
+    calls_ms = overhead_ms(bare)
     rows += [
-        Row("1 remote: round at the driver", round_ms, "ms"),
-        Row("1 remote: rollout in the worker (step + pack)", actor_ms, "ms"),
-        Row("1 remote: unpack at the driver", unpack_ms, "ms"),
-        Row("1 remote: weights + calls + transfer per rollout", round_ms - actor_ms - unpack_ms, "ms"),
-    ]
+        Row("synchronous, 1 remote, no weights sent vs local", median([s.rate for s in bare]), "steps/s", base, None, True),
+        Row("1 remote: round at the driver", ms([s.round_s for s in one]), "ms"),
+        Row("1 remote: rollout in the worker (step + pack)", ms([s.actor_s for s in one]), "ms"),
+        Row("1 remote: unpack at the driver", ms([s.unpack_s for s in one]), "ms"),
+        Row("1 remote: the rest (weights, calls, transfer)", overhead_ms(one), "ms"),
+        Row("1 remote, no weights: the rest (calls, transfer)", calls_ms, "ms"),
+        Row("1 remote: weights broadcast per round", overhead_ms(one) - calls_ms, "ms"),
+    ]  # fmt: skip
     local_start = median([s.start_s for s in samples["local"]])
     rows.append(Row("start: local 2 x 8 to first batch", local_start, "s"))
     for n in (1, 2, 4):
