@@ -339,6 +339,11 @@ def main() -> None:
         f"({seconds:g} s of rounds each); training: {train_steps} env steps\n"
     )
     report(args, rows, "value", "baseline")
+    print("\nsteps/s of each repeat, in the order run:")
+    per_repeat = {k: [s.rate for s in v] for k, v in samples.items()}
+    per_repeat.update({k: [t.sps for t in v] for k, v in training.items()})
+    for key, values in per_repeat.items():
+        print(f"  {key}: {' / '.join(f'{v:,.0f}' for v in values)}")
 
 
 if __name__ == "__main__":
