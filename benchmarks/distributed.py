@@ -15,13 +15,16 @@ started here with one CPU per core.
   ``set_weights`` (one ``ray.put``, one call per worker), ``collect()``
   (one call per worker, all waited for) and unpacking every rollout
   (codec "none"): 256 steps per worker.
-- **asynchronous, 2 / 4 remote workers**: the same, with a queue of one
-  rollout in flight per worker; a round is ``set_weights`` and one
-  ``collect()`` (the oldest finished rollout, 256 steps).
+- **asynchronous, 2 / 4 remote workers**: the same actors as the
+  synchronous row, with a queue of one rollout in flight per worker; a
+  round is ``set_weights`` and one ``collect()`` (the oldest finished
+  rollout, 256 steps).
 - **overhead per rollout** (synchronous, 1 worker): the median round at the
   driver less the worker's own time for the rollout (stepping and packing,
   ``Rollout.seconds``) and the driver's unpacking: what the weights
-  broadcast, the Ray calls and the object transfer cost.
+  broadcast, the Ray calls and the object transfer cost. The same actor is
+  measured again without ``set_weights``; the difference is the weights
+  broadcast, the rest the calls and the transfer.
 - **start**: seconds from creating the batcher or the actors to the first
   round's data in hand (worker processes, imports, environments), kept apart
   from the steady-state rates, which start after two warm-up rounds.
@@ -33,7 +36,7 @@ started here with one CPU per core.
   constant learning rate; start-up is not counted on either side.
 
 The configurations take turns within each repeat (order reversed every other
-repeat), each with fresh actors. Actors ask Ray for ``cores / 4`` CPUs each,
+repeat), each worker count with fresh actors. Actors ask Ray for ``cores / 4`` CPUs each,
 so that 4 of them fit; Ray does not pin them, so 4 workers on 2 cores share
 them with the driver.
 
@@ -85,6 +88,7 @@ class Sample:
 
 
 def weights() -> dict[str, torch.Tensor]:
+    """The agent's state dict: what every round sends."""
     torch.manual_seed(0)
     return {k: v.detach().clone() for k, v in ActorCritic(**AGENT_ARGS).state_dict().items()}
 
