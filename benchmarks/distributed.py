@@ -220,11 +220,10 @@ def scheme_training(total: int, cpus: float) -> Training:
         start_timeout=TIMEOUT,
     )
     start_s = time.perf_counter() - start
-    # Stop once every collected batch is trained on as ppo.train does (20 passes of 2 minibatches),
-    # not at done(), which turns True when the last batch is collected, before its gradient steps.
-    updates = total // (2 * N_ENVS * N_STEPS) * N_EPOCHS * math.ceil(2 * N_ENVS * N_STEPS / MINIBATCH)
+    # done() turns True once every collected batch is trained on, as ppo.train does
+    # (20 passes of 2 minibatches over each batch).
     with Learner(scheme, total, progress=False) as learner:
-        while learner.updates < updates:
+        while not learner.done():
             learner.step()
         metrics = learner.metrics()
     return Training(start_s, metrics["sps"], metrics["wall_s"] / metrics["updates"])

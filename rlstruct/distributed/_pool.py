@@ -50,6 +50,10 @@ class Pool:
         self.pending[getattr(self.alive[index], method).remote(*args)] = index
         self._submitted[index] += 1
 
+    def call(self, index: int, method: str, *args: Any) -> None:
+        """Start ``method(*args)`` on worker ``index`` without waiting; an error is raised by a later ``wait``."""
+        self._unchecked[getattr(self.alive[index], method).remote(*args)] = index
+
     def call_all(self, method: str, *args: Any) -> None:
         """Start ``method(*args)`` on every live worker without waiting (actors run calls in order).
 
@@ -84,9 +88,9 @@ class Pool:
                     f"{self.role} workers {sorted(set(self.pending.values()))} sent nothing for "
                     f"{self.timeout:g} s (the scheme's timeout): slow, hung or not scheduled"
                 )
-            ray.wait(list(self.pending), num_returns=1, timeout=min(POLL_S, left))
-            # Take everything that is ready now, not only the first.
-            ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=0)
+            ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=min(POLL_S, left))
+            if ready:  # take everything that is ready now, not only the first
+                ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=0)
             for ref in ready:
                 index = self.pending.pop(ref)
                 ok, result = self._get(ref, index)

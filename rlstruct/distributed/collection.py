@@ -131,12 +131,7 @@ class CollectionWorker:
         """
         if self._closed:
             return
-        if isinstance(weights, list):
-            import ray
-
-            weights = ray.get(weights[0])
-        assert isinstance(weights, Mapping)
-        self.batcher.update(weights)
+        self.batcher.update(resolve_weights(weights))
         self.version = version
 
     def collect(self) -> Rollout:
@@ -190,41 +185,48 @@ class Collectors:
         self.communication, self.fraction, self.queue_size = communication, fraction, queue_size
         self._queue: deque[Rollout] = deque()
         self._weights: tuple[Mapping[str, torch.Tensor] | list[Any], int] | None = None
+        self._ref: list[Any] | None = None  # the latest weights in Ray's object store, once put
+        self._sent: dict[int, int] = {}  # remote worker -> version of the weights it was sent
 
     def set_weights(self, weights: Mapping[str, torch.Tensor] | list[Any], version: int) -> None:
-        """Give new weights to every worker (remote ones get ``[ref]`` and fetch them once each).
+        """Make ``weights`` (a state dict, or ``[ref]`` to packed ones in Ray's object store) the latest.
 
-        Asynchronous remote workers get them at once (they load them before
-        their next rollout); idle workers (in-process or synchronous) get the
-        latest weights just before they start collecting, so weights that
-        would be replaced before use never cross the network.
+        A worker gets the latest weights just before it starts a rollout, and
+        only if it does not have them yet: weights replaced before any
+        rollout starts never cross the network, and remote workers all fetch
+        the same stored object.
         """
         self._weights = (weights, version)
-        if self.local is None and self.communication == "asynchronous":
-            self._send_weights()
+        self._ref = weights if isinstance(weights, list) else None
 
-    def _send_weights(self) -> None:
+    def _give_weights(self, workers: list[int]) -> None:
+        """Send the latest weights to those of ``workers`` (remote indices) that lack them."""
         if self._weights is None:
             return
         weights, version = self._weights
-        self._weights = None
         if self.local is not None:
-            self.local.set_weights(weights, version)
+            if self.local.version != version:
+                self.local.set_weights(weights, version)
             return
-        if not isinstance(weights, list):  # store the weights once for every remote worker
+        stale = [i for i in workers if self._sent.get(i) != version]
+        if stale and self._ref is None:
             import ray
 
-            weights = [ray.put(dict(weights))]
-        self.pool.call_all("set_weights", weights, version)
+            self._ref = [ray.put(pack(dict(weights)))]
+        for i in stale:
+            self.pool.call(i, "set_weights", self._ref, version)
+            self._sent[i] = version
 
     def collect(self) -> list[Rollout]:
         """The next rollouts, as ``communication`` says (see the module's docstring)."""
-        self._send_weights()
         if self.local is not None:
+            self._give_weights([])
             return [self.local.collect()]
         if self.communication == "synchronous":
             while True:  # again only if every rollout in flight was lost with its worker
-                for i in self.pool.idle():
+                idle = self.pool.idle()
+                self._give_weights(idle)
+                for i in idle:
                     self.pool.submit(i, "collect")
                 if results := self.pool.wait(self.pool.needed(self.fraction)):
                     return [r for _, r in results]
@@ -241,6 +243,7 @@ class Collectors:
         for i in self.pool.idle():
             if len(self._queue) + len(self.pool.pending) >= self.queue_size:
                 break
+            self._give_weights([i])
             self.pool.submit(i, "collect")
 
     @property
@@ -265,3 +268,22 @@ def _where() -> tuple[str, int]:
     except ImportError:
         pass
     return node, os.getpid()
+
+
+def resolve_weights(weights: Mapping[str, torch.Tensor] | list[Any]) -> Mapping[str, torch.Tensor]:
+    """A state dict from what a worker was sent: a state dict, or ``[ref]`` to one packed in Ray's store.
+
+    Raises:
+        TypeError: for anything else.
+    """
+    if isinstance(weights, list):
+        import ray
+
+        weights = ray.get(weights[0])
+    if isinstance(weights, Packed):
+        weights = unpack(weights)
+    if not isinstance(weights, Mapping):
+        raise TypeError(
+            f"set_weights: weights must be a state dict or [ref] to one, got {type(weights).__name__}"
+        )
+    return weights

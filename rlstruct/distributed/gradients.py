@@ -26,7 +26,7 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.distributed.algorithms import Algorithm, Buffer
 from rlstruct.distributed.codec import Packed, pack, unpack
-from rlstruct.distributed.collection import CollectionWorker, Collectors, _where
+from rlstruct.distributed.collection import CollectionWorker, Collectors, _where, resolve_weights
 from rlstruct.trajectories import Trajectories
 
 __all__ = ["GradientResult", "GradientWorker", "flat_gradients", "set_flat_gradients"]
@@ -51,6 +51,7 @@ class GradientResult:
         lost_collectors: the worker's remote collection workers lost so far.
         sent_bytes: bytes of ``gradients`` as sent over the network (0 in
             process); ``raw_bytes`` before compression.
+        batch_end: True when this minibatch was the last of its batch.
     """
 
     gradients: torch.Tensor | Packed[torch.Tensor] | None
@@ -63,6 +64,7 @@ class GradientResult:
     lost_collectors: list[int] = field(default_factory=list)
     sent_bytes: int = 0
     raw_bytes: int = 0
+    batch_end: bool = True
 
     def flat(self) -> torch.Tensor:
         """The flat gradients, unpacked if they were packed."""
@@ -161,6 +163,7 @@ class GradientWorker:
         self.version = -1
         self._sent_version: int | None = None
         self._minibatches: Iterator[Any] = iter(())
+        self._next: Any = None
         self._own_group = False
 
     def ready(self) -> tuple[str, int]:
@@ -174,13 +177,7 @@ class GradientWorker:
         versions have passed since they last did (remote ones get the same
         reference, so the weights are stored once).
         """
-        state = weights
-        if isinstance(weights, list):
-            import ray
-
-            state = ray.get(weights[0])
-        assert isinstance(state, Mapping)
-        self.model.load_state_dict(state)
+        self.model.load_state_dict(resolve_weights(weights))
         self.version = version
         self._maybe_broadcast(weights)
 
@@ -196,7 +193,7 @@ class GradientWorker:
     def _backward(self) -> GradientResult:
         """Compute the next minibatch's gradients into the model; collect first if the buffer is spent."""
         result = GradientResult(None, self.index, self.version)
-        minibatch = next(self._minibatches, None)
+        minibatch = self._next
         if minibatch is None:
             rollouts = self.collectors.collect()
             batch = rollouts[0].trajectories() if len(rollouts) == 1 else self._cat(rollouts)
@@ -210,6 +207,8 @@ class GradientWorker:
             result.episode_returns = [x for r in rollouts for x in r.episode_returns]
             result.policy_lag = sum(self.version - r.version for r in rollouts) / len(rollouts)
             result.lost_collectors = self.collectors.lost
+        self._next = next(self._minibatches, None)  # looked up now, to tell whether this one ends the batch
+        result.batch_end = self._next is None
         self.model.zero_grad(set_to_none=True)
         loss, result.stats = self.algorithm.loss(minibatch)
         loss.backward()

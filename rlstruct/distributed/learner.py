@@ -12,7 +12,7 @@ Examples:
     ...         _ = learner.step()
     ...     metrics = learner.metrics()
     >>> metrics["env_steps"], metrics["updates"]
-    (256, 7)
+    (256, 8)
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ class Learner:
 
     Args:
         scheme: the scheme to run; the learner closes it.
-        target_steps: environment steps (all collection workers counted) at
-            which ``done()`` turns True.
+        target_steps: environment steps (all collection workers counted)
+            after which ``done()`` turns True, once the last batch is trained on.
         progress: show a progress line (``rlstruct.Progress``) with the
             metrics on ``stream``.
         stream: where the progress line goes (standard error by default).
@@ -66,6 +66,7 @@ class Learner:
         self._stats: dict[str, float] = {}
         self._lost: list[tuple[str, int]] = []
         self._sent_bytes = self._raw_bytes = 0
+        self._batch_end = True
         self._progress = Progress(target_steps, stream=stream) if progress else None
 
     def step(self) -> StepInfo:
@@ -79,6 +80,7 @@ class Learner:
         self._stats = info.stats or self._stats
         self._sent_bytes += info.sent_bytes
         self._raw_bytes += info.raw_bytes
+        self._batch_end = info.batch_end
         for lost in info.lost_workers:
             if lost not in self._lost:
                 self._lost.append(lost)
@@ -88,8 +90,12 @@ class Learner:
         return info
 
     def done(self) -> bool:
-        """True once ``target_steps`` environment steps were collected."""
-        return self.env_steps >= self.target_steps
+        """True once ``target_steps`` environment steps were collected and trained on.
+
+        A batch collected before the target is reached is trained on to its
+        last minibatch (the last step's gradient workers all ended a batch).
+        """
+        return self.env_steps >= self.target_steps and self._batch_end
 
     def metrics(self) -> dict[str, Any]:
         """What the run has done so far.

@@ -56,7 +56,7 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.dicttensor import _describe
 from rlstruct.distributed.algorithms import Algorithm, Buffer
-from rlstruct.distributed.codec import check_codec
+from rlstruct.distributed.codec import check_codec, pack
 from rlstruct.distributed.collection import Collectors
 from rlstruct.distributed.gradients import GradientResult, GradientWorker, set_flat_gradients
 from rlstruct.env import Environment
@@ -85,6 +85,8 @@ class StepInfo:
         stats: the loss terms, averaged over the gradient workers.
         lost_workers: ``(role, index)`` of the workers lost so far.
         sent_bytes: bytes of gradients sent to the update worker; ``raw_bytes`` before compression.
+        batch_end: True when every gradient of the step came from the last
+            minibatch of its batch (no gradient worker is mid-batch).
     """
 
     version: int
@@ -96,6 +98,7 @@ class StepInfo:
     lost_workers: list[tuple[str, int]] = field(default_factory=list)
     sent_bytes: int = 0
     raw_bytes: int = 0
+    batch_end: bool = True
 
 
 def _int(name: str, value: object, low: int) -> int:
@@ -453,7 +456,7 @@ class Scheme:
             return
         import ray
 
-        ref = [ray.put(weights)]
+        ref = [ray.put(pack(weights))]  # numpy buffers: stored once, read without copies
         for i in self.pool.alive if workers is None else workers:
             if i in self.pool.alive:
                 self.pool.alive[i].set_weights.remote(ref, self.version)
@@ -546,6 +549,7 @@ class Scheme:
                 stats.setdefault(k, []).append(v)
             info.sent_bytes += r.sent_bytes
             info.raw_bytes += r.raw_bytes
+            info.batch_end = info.batch_end and r.batch_end
             info.lost_workers.extend(("collection", i) for i in r.lost_collectors)
         info.lost_workers.extend(("collection", i) for i in sorted(self._lost_collectors))
         if self.pool is not None:
