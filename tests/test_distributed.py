@@ -135,6 +135,16 @@ def wait_for_cpus(expected: float, timeout: float = 30.0) -> float:
         ({"on_worker_failure": "ignore"}, ValueError, "on_worker_failure must be one of 'raise', 'continue'"),
         ({"broadcast_interval": 0}, ValueError, "broadcast_interval must be at least 1, got 0"),
         (
+            {
+                "device": "cuda",
+                "grad_remote_workers": 2,
+                "update_execution": "decentralised",
+                "grad_worker_gpus": 0.5,
+            },
+            ValueError,
+            "need a whole GPU per gradient worker, got grad_worker_gpus=0.5",
+        ),
+        (
             {"device": "cuda", "grad_remote_workers": 1},
             ValueError,
             "device='cuda' on remote gradient workers needs grad_worker_gpus > 0",

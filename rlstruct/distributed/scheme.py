@@ -295,6 +295,11 @@ class Scheme:
                 f"Scheme: col_queue_size applies to asynchronous collection, got {col_queue_size} "
                 f"with col_communication={col_communication!r}"
             )
+        if self.device.type == "cuda" and update_execution == "decentralised" and 0 < grad_worker_gpus < 1:
+            raise ValueError(
+                f"Scheme: decentralised updates on CUDA (nccl) need a whole GPU per gradient worker, "
+                f"got grad_worker_gpus={grad_worker_gpus} (nccl refuses two ranks on one GPU)"
+            )
         if self.device.type == "cuda" and grad_remote_workers > 0 and grad_worker_gpus == 0:
             raise ValueError(
                 f"Scheme: device={device!r} on remote gradient workers needs grad_worker_gpus > 0, got 0"
