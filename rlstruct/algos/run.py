@@ -31,7 +31,7 @@ from rlstruct.checkpoint import save_checkpoint
 from rlstruct.logger import Logger, make_run_dir
 from rlstruct.temporal import TemporalDictTensor
 
-__all__ = ["EpisodeReturns", "Run", "check_config", "check_layout"]
+__all__ = ["EpisodeReturns", "Run", "check_config", "check_layout", "cpu_weights"]
 
 EVAL_SEED_OFFSET = 1_000_000
 """Evaluation environments are seeded apart from the training ones."""
@@ -149,7 +149,7 @@ class Run:
 
     def weights(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The model's state dict on the CPU (what batchers and the evaluator load)."""
-        return {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+        return cpu_weights(model)
 
     def step(self, env_steps: int, model: torch.nn.Module, **scalars: float) -> None:
         """Log ``scalars`` at ``env_steps``, collect a finished evaluation, start the next one when due."""
@@ -216,6 +216,11 @@ class Run:
         """Stop the evaluator and close the logger. Safe to call twice."""
         self.evaluator.close()
         self.logger.close()
+
+
+def cpu_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``model``'s state dict with every tensor detached and on the CPU (what batchers and workers load)."""
+    return {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
 
 
 def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> float:

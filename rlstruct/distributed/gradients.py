@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from rlstruct.agent import Agent
+from rlstruct.algos.run import cpu_weights
 from rlstruct.distributed.algorithms import Algorithm, Buffer
 from rlstruct.distributed.codec import Packed, pack, unpack
 from rlstruct.distributed.collection import CollectionWorker, Collectors, _where, resolve_weights
@@ -272,7 +273,7 @@ class GradientWorker:
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The model's state dict on the CPU."""
-        return {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
+        return cpu_weights(self.model)
 
     def close(self) -> None:
         """Leave the process group it joined and close the in-process collection worker. Safe to call twice."""

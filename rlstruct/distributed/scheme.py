@@ -54,6 +54,7 @@ from typing import Any
 import torch
 
 from rlstruct.agent import Agent
+from rlstruct.algos.run import cpu_weights
 from rlstruct.dicttensor import _describe
 from rlstruct.distributed.algorithms import Algorithm, Buffer
 from rlstruct.distributed.codec import check_codec, pack
@@ -455,7 +456,7 @@ class Scheme:
 
     def _broadcast(self, workers: list[int] | None = None) -> None:
         """Send the update worker's weights (one object in Ray's store) to gradient ``workers`` (all if None)."""
-        weights = {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
+        weights = cpu_weights(self.model)
         if self.local is not None:
             self.local.set_weights(weights, self.version)
             return
@@ -531,9 +532,7 @@ class Scheme:
         self.algorithm.optimizer.step()
         self.version += 1
         if self.local is not None:
-            self.local.set_weights(
-                {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}, self.version
-            )
+            self.local.set_weights(cpu_weights(self.model), self.version)
         return asynchrony
 
     def _decentralised_step(self) -> list[GradientResult]:
@@ -569,7 +568,7 @@ class Scheme:
             self.model.load_state_dict(
                 self._get([first.weights.remote()], "send their weights", self.timeout)[0]
             )
-        return {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
+        return cpu_weights(self.model)
 
     def set_parameter(self, name: str, value: float) -> None:
         """Set an algorithm hyperparameter everywhere it is used (update worker and gradient workers).
