@@ -100,6 +100,39 @@ class Agent(torch.nn.Module, ABC):
             dtypes and shapes of ``initial_state``.
         """
 
+    def forward_sequence(
+        self,
+        state: DictTensor,
+        observation: TemporalDictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> TemporalDictTensor | None:
+        """Optionally, the agent's outputs over a whole ``[B, T]`` batch in one call.
+
+        ``replay_agent`` calls it first and steps through time with
+        ``forward`` only when it returns None (the default). Override it to
+        replay faster than T calls of ``forward``: a recurrent cell over the
+        whole sequence, restarted where an episode begins; a causal window for
+        attention over the history.
+
+        Args:
+            state: the state before step 0 (B rows, the keys of ``initial_state``).
+            observation: the observations of every step, ``[B, T, ...]``, with
+                the keys ``forward`` saw (the environment's keys, not the
+                agent's stored outputs) and the batch's lengths. Its bool key
+                ``initial_state`` marks where an episode begins: the state
+                must restart from ``initial_state`` there, as in collection.
+            agent_info: z of every row (B rows).
+            history: for agents with history, the window before step 0 (see
+                ``require_history``); None otherwise.
+
+        Returns:
+            None to let ``replay_agent`` step through time, or the outputs
+            ``[B, T, ...]`` with ``observation``'s lengths: at least the keys
+            the agent's losses need (it may skip sampling, and so ``action``).
+        """
+        return None
+
     def require_history(self) -> bool | int:
         """Whether ``forward`` wants the history of the trajectory.
 
@@ -169,19 +202,27 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
     """Re-run ``agent`` over stored trajectories, with gradients.
 
     The agent sees what it saw when the trajectories were collected: at step
-    t, the stored observation and outputs of step t (the keys of
-    ``batch.trajectories`` without the ``next/`` prefix), z from
-    ``batch.info["agent_info/..."]``, and a state that starts from
+    t, the stored observation of step t (the environment's keys: those that
+    also have a ``next/`` version; not the agent's own stored outputs), z
+    from ``batch.info["agent_info/..."]``, and a state that starts from
     ``batch.info["agent_state/..."]``, is carried from step to step, and is
     reset with ``initial_state`` where an episode begins.
+
+    Three ways, the first that applies:
+
+    1. ``stateless=True``: one ``forward`` call on all ``B x T`` steps
+       flattened into one batch (for agents without state or history).
+    2. ``agent.forward_sequence(...)``, if it returns outputs (one call over
+       the whole ``[B, T]`` batch, as the agent defines it).
+    3. ``stateless=None`` (the default) and an agent without state and
+       history: the flattened call of 1; otherwise ``forward`` step by step.
 
     Args:
         agent: the agent, usually the learner's copy with the current weights.
         batch: trajectories from a batcher (see the layout in the batchers'
             documentation).
-        stateless: call the agent once on all ``B x T`` steps flattened into
-            one batch, instead of step by step. None (the default) does so when
-            the stored initial state has no keys and the agent wants no history.
+        stateless: True forces the flattened call, False forbids it; None
+            (the default) chooses as above.
 
     Returns:
         The agent's outputs, ``[B, T, ...]`` per key, with the lengths of
@@ -189,33 +230,49 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
         there; mask them (``mask()``) in losses.
 
     Raises:
-        ValueError: if ``stateless`` is True for an agent with state or history.
+        ValueError: if ``stateless`` is True for an agent with state or
+            history, or the batch has no time steps.
+        TypeError: if ``forward_sequence`` returns something else than None
+            or a TemporalDictTensor of the batch's rows and steps.
     """
     info, steps = batch.info, batch.trajectories
     agent_info = info.truncate_key("agent_info/")
     state = info.truncate_key("agent_state/").clone()  # a copy: agents may update their state in place
-    observed = steps.get([k for k in steps if not k.startswith("next/")])
+    observation = steps.get([k for k in steps if not k.startswith("next/") and f"next/{k}" in steps])
     length = history_length(agent)
     b, n_timesteps = steps.n_elems(), steps.n_timesteps()
-    if stateless is None:
-        stateless = state.empty() and length is None
-    if stateless:
-        if not state.empty() or length is not None:
-            raise ValueError(
-                "replay_agent: stateless=True needs an agent without state and history, got state keys "
-                f"{list(state.keys())} and require_history() = {agent.require_history()!r}"
-            )
-        flat = DictTensor({k: v.reshape(b * n_timesteps, *v.shape[2:]) for k, v in observed.items()})
+    if n_timesteps == 0:
+        raise ValueError("replay_agent: the trajectories have no time steps")
+    if stateless and (not state.empty() or length is not None):
+        raise ValueError(
+            "replay_agent: stateless=True needs an agent without state and history, got state keys "
+            f"{list(state.keys())} and require_history() = {agent.require_history()!r}"
+        )
+    if not stateless:
+        replayed = agent.forward_sequence(state, observation, agent_info, None)
+        if replayed is not None:
+            if (
+                not isinstance(replayed, TemporalDictTensor)
+                or replayed.n_elems() != b
+                or (replayed.n_timesteps() != n_timesteps)
+            ):
+                raise TypeError(
+                    f"{type(agent).__name__}.forward_sequence must return None or a TemporalDictTensor "
+                    f"[{b}, {n_timesteps}, ...], got {replayed!r}"
+                )
+            return replayed
+    if stateless or (stateless is None and state.empty() and length is None):
+        flat = DictTensor({k: v.flatten(0, 1) for k, v in observation.items()})
         z = agent_info.index(torch.arange(b).repeat_interleave(n_timesteps))
         output, _ = agent(DictTensor(batch_size=b * n_timesteps), flat, z)
-        data = {k: v.reshape(b, n_timesteps, *v.shape[1:]) for k, v in output.items()}
+        data = {k: v.unflatten(0, (b, n_timesteps)) for k, v in output.items()}
         return TemporalDictTensor(data, steps.lengths)
+    observed = steps.get([k for k in steps if not k.startswith("next/")])  # what a history holds
+    columns = {k: v.unbind(1) for k, v in observation.items()}
     outputs = []
     for t in range(n_timesteps):
-        observation = observed.temporal_index(t)
-        state = reset_finished_states(agent, state, observation, agent_info)
-        output, state = agent(state, observation, agent_info, history_window(observed, t, length))
+        at_t = DictTensor({k: v[t] for k, v in columns.items()})
+        state = reset_finished_states(agent, state, at_t, agent_info)
+        output, state = agent(state, at_t, agent_info, history_window(observed, t, length))
         outputs.append(output)
-    if not outputs:
-        raise ValueError("replay_agent: the trajectories have no time steps")
     return TemporalDictTensor(DictTensor.stack(outputs, dim=1), steps.lengths)

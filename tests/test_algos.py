@@ -16,7 +16,7 @@ from rlstruct import DictTensor, GymEnv, LocalBatcher, TemporalDictTensor, repla
 from rlstruct.algos import ALGORITHMS, a2c, dqn, impala, ppo, sac
 from rlstruct.algos.config import TrainConfig, field_docs, parse_config
 from rlstruct.algos.evaluation import env_spaces
-from rlstruct.algos.policies import ActorCritic
+from rlstruct.algos.policies import ActorCritic, run_memory
 from rlstruct.algos.run import EpisodeReturns, check_config
 from rlstruct.cli import main as cli_main
 
@@ -140,17 +140,69 @@ def test_continuous_actor_critic_clamps_actions_but_scores_the_raw_sample() -> N
     assert torch.equal(out["raw_action"][63], out["mean"][63])
 
 
-def test_recurrent_actor_critic_carries_its_state() -> None:
-    agent = ActorCritic(obs_dim=4, n_actions=2, hidden=(8,), recurrent=True)
+@pytest.mark.parametrize(
+    ("memory", "keys"), [("gru", ["h_pi", "h_v"]), ("lstm", ["c_pi", "c_v", "h_pi", "h_v"])]
+)
+def test_recurrent_actor_critic_carries_a_memory_per_head(memory: str, keys: list[str]) -> None:
+    agent = ActorCritic(obs_dim=4, n_actions=2, hidden=(8,), recurrent=True, memory=memory)
     z = DictTensor(batch_size=2)
     state = agent.initial_state(z, 2)
-    assert torch.equal(state["h"], torch.zeros(2, 8))
+    assert sorted(state.keys()) == keys
+    assert all(torch.equal(v, torch.zeros(2, 8)) for v in state.values())
     obs = DictTensor({"observation": torch.ones(2, 4)})
-    _, state = agent(state, obs, z)
+    out, state = agent(state, obs, z)
+    assert sorted(k for k in out if k.endswith("_v")) == [k for k in keys if k.endswith("_v")]
+    assert torch.equal(out["h_v"], state["h_v"])  # the value memory after the step is an output too
     first, second = agent(state, obs, z)[0], agent(agent.initial_state(z, 2), obs, z)[0]
     assert not torch.equal(first["value"], second["value"])
-    with pytest.raises(ValueError, match=message("ActorCritic.features: a recurrent agent needs its state")):
+    with pytest.raises(
+        ValueError, match=message("ActorCritic.features: a recurrent agent has a memory per head")
+    ):
         agent.features(torch.ones(2, 4))
+    with pytest.raises(
+        ValueError, match=message("ActorCritic.value_of: a recurrent agent needs its value memory")
+    ):
+        agent.value_of(torch.ones(2, 4))
+
+
+def test_actor_critic_rejects_an_unknown_memory() -> None:
+    with pytest.raises(
+        ValueError, match=message("ActorCritic: memory must be one of ['gru', 'lstm'], got 'rnn'")
+    ):
+        ActorCritic(obs_dim=4, n_actions=2, recurrent=True, memory="rnn")
+
+
+@pytest.mark.parametrize("memory", ["gru", "lstm"])
+def test_run_memory_restarts_at_episode_starts_like_a_step_loop(memory: str) -> None:
+    """One call over episode pieces equals stepping the cell and zeroing the state at each start."""
+    torch.manual_seed(0)
+    rnn = torch.nn.GRU(3, 5, batch_first=True) if memory == "gru" else torch.nn.LSTM(3, 5, batch_first=True)
+    x = torch.randn(4, 7, 3)
+    state = [torch.randn(4, 5) for _ in range(1 if memory == "gru" else 2)]
+    starts = torch.zeros(4, 7, dtype=torch.bool)
+    starts[0, 0] = True  # row 0 starts an episode at its first step: the carried state is dropped
+    starts[1, 3] = starts[1, 5] = True  # row 1: two episode starts inside
+    starts[2, 6] = True  # row 2: a start at the last step
+    out = run_memory(rnn, x, state, starts)
+    expected = []
+    hidden = [s.clone() for s in state]
+    for t in range(7):
+        keep = (~starts[:, t]).float().unsqueeze(-1)
+        hidden = [h * keep for h in hidden]
+        hx = hidden[0].unsqueeze(0) if memory == "gru" else (hidden[0].unsqueeze(0), hidden[1].unsqueeze(0))
+        step, new = rnn(x[:, t : t + 1], hx)
+        hidden = [new.squeeze(0)] if memory == "gru" else [new[0].squeeze(0), new[1].squeeze(0)]
+        expected.append(step.squeeze(1))
+    assert torch.allclose(out, torch.stack(expected, 1), atol=1e-6)
+
+
+def test_normalized_actor_critic_reads_its_statistics_from_the_weights() -> None:
+    agent = ActorCritic(obs_dim=2, n_actions=2, normalize=True)
+    assert agent.obs_norm is not None
+    agent.obs_norm.update(torch.tensor([[1.0, 10.0], [3.0, 30.0]]))
+    copy = ActorCritic(obs_dim=2, n_actions=2, normalize=True)
+    copy.load_state_dict(agent.state_dict())  # what batcher.update and the evaluator do
+    assert torch.equal(copy.normalized(torch.tensor([[3.0, 20.0]])), torch.tensor([[1.0, 0.0]]))
 
 
 @pytest.mark.parametrize(
@@ -211,9 +263,11 @@ def test_ppo_smoke_run_writes_its_run_directory_and_json(tmp_path: Path) -> None
     assert {"policy_loss", "value_loss", "entropy", "eval_return_mean", "sps"} <= set(header)
 
 
-def test_recurrent_actor_critic_replays_what_it_did_and_values_the_reached_observation() -> None:
-    """replay_agent gives back the collected outputs; value_of(next obs, h) is the next step's value."""
-    args = {"obs_dim": 4, "n_actions": 2, "hidden": (16,), "recurrent": True}
+@pytest.mark.parametrize("memory", ["gru", "lstm"])
+def test_recurrent_actor_critic_replays_what_it_did_and_values_the_reached_observation(memory: str) -> None:
+    """replay_agent (one call per episode piece) gives back the collected outputs; value_of(next obs,
+    stored value memory) is the next step's value."""
+    args = {"obs_dim": 4, "n_actions": 2, "hidden": (16,), "recurrent": True, "memory": memory}
     model = ActorCritic(**args)  # type: ignore[arg-type]
     with LocalBatcher(
         ActorCritic, args, GymEnv, {"env": "CartPole-v1"}, n_envs=3, n_timesteps=40, seed=2
@@ -226,12 +280,13 @@ def test_recurrent_actor_critic_replays_what_it_did_and_values_the_reached_obser
         batch = b.get()
     assert batch is not None
     steps = batch.trajectories
-    assert bool(batch.info["agent_state/h"].abs().sum() > 0)
+    assert bool(batch.info["agent_state/h_pi"].abs().sum() > 0)
     out = replay_agent(model, batch)
+    assert sorted(out.keys()) == ["logits", "value"]  # no sampling in the one-call replay
     assert torch.allclose(out["logits"], steps["logits"], atol=1e-5)
     assert torch.allclose(out["value"], steps["value"], atol=1e-5)
     with torch.no_grad():
-        after = DictTensor({"h": out["h"].flatten(0, 1)})
+        after = DictTensor({k: steps[k].flatten(0, 1) for k in model.value_memory})
         next_value = model.value_of(steps["next/observation"].flatten(0, 1), after).view(3, 40)
     same_episode = ~steps["next/done"][:, :-1]
     assert bool(same_episode.any() and (~same_episode).any())  # episodes end inside the batch

@@ -29,6 +29,7 @@ from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor
 from rlstruct.gym_env import GymEnv
+from rlstruct.normalize import RewardScaler
 from rlstruct.returns import gae
 
 __all__ = ["Config", "main", "train"]
@@ -63,7 +64,13 @@ class Config(TrainConfig):
     hidden: int = 64
     """Units of each of the two hidden layers (the GRU's size too, with ``recurrent``)."""
     recurrent: bool = False
-    """Use a GRU agent whose hidden state the batcher carries from step to step."""
+    """Give the policy and the value each a recurrent memory that the batcher carries from step to step."""
+    memory: str = "gru"
+    """The recurrent cell with ``recurrent``: "gru" or "lstm"."""
+    normalize: bool = False
+    """Normalise observations with running statistics (kept in the model: workers, checkpoint, evaluation)."""
+    scale_rewards: bool = False
+    """Divide rewards by the running standard deviation of the discounted return."""
     torch_threads: int = 1
     """Threads of the learner's torch operations (small networks run fastest on one)."""
 
@@ -95,6 +102,8 @@ def train(config: Config) -> dict[str, Any]:
         "action_high": spaces.action_high,
         "hidden": (config.hidden, config.hidden),
         "recurrent": config.recurrent,
+        "memory": config.memory,
+        "normalize": config.normalize,
     }
     model = ActorCritic(**agent_args).to(device)  # type: ignore[arg-type]
     optimizer = torch.optim.RMSprop(model.parameters(), lr=config.lr, alpha=0.99, eps=1e-5)
@@ -113,6 +122,7 @@ def train(config: Config) -> dict[str, Any]:
         device=device,
     )
     episodes = EpisodeReturns(config.n_envs)
+    scaler = RewardScaler(config.n_envs, config.gamma).to(device) if config.scale_rewards else None
     env_steps = 0
     try:
         batcher.update(run.weights(model))
@@ -132,10 +142,17 @@ def train(config: Config) -> dict[str, Any]:
             mask = steps.mask()
             with torch.no_grad():
                 b, t = steps.n_elems(), steps.n_timesteps()
-                after = DictTensor({"h": out["h"].detach().flatten(0, 1)}) if config.recurrent else None
+                # a recurrent agent values the reached observation from its value memory after the step
+                memory = {k: steps[k].flatten(0, 1) for k in model.value_memory}
+                after = DictTensor(memory) if memory else None
                 next_value = model.value_of(steps["next/observation"].flatten(0, 1), after).view(b, t)
+                reward = (
+                    steps["next/reward"]
+                    if scaler is None
+                    else scaler(steps["next/reward"], steps["next/done"], mask)
+                )
                 advantage = gae(
-                    steps["next/reward"],
+                    reward,
                     out["value"].detach(),
                     next_value,
                     steps["next/terminated"],
@@ -168,6 +185,8 @@ def train(config: Config) -> dict[str, Any]:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
+            if model.obs_norm is not None:  # after the step: it trained on the statistics it collected with
+                model.obs_norm.update(steps["observation"][mask].flatten(1).float())
             batcher.update(run.weights(model))
             run.step(
                 env_steps,
@@ -178,7 +197,8 @@ def train(config: Config) -> dict[str, Any]:
                 entropy=entropy_mean.detach().item(),
                 explained_variance=explained_variance(out["value"].detach()[mask], target[mask]),
             )
-        return run.finish(model, env_steps, optimizer=optimizer, rng=rng_state(model.generator))
+        extra = {} if scaler is None else {"reward_scaler": scaler.state_dict()}
+        return run.finish(model, env_steps, optimizer=optimizer, rng=rng_state(model.generator), **extra)
     finally:
         batcher.close()
         run.close()

@@ -1,4 +1,4 @@
-"""The agents the algorithms train: an actor-critic (A2C, PPO, IMPALA) with an optional GRU.
+"""The agents the algorithms train: an actor-critic (A2C, PPO, IMPALA), optionally with memory.
 
 Every agent here reads ``observation`` (cast to float32: the networks are
 float32 whatever the environment's dtype), takes z from ``agent_info``
@@ -20,15 +20,16 @@ Examples:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
 from rlstruct.agent import Agent
 from rlstruct.dicttensor import DictTensor
+from rlstruct.normalize import ObservationNormalizer
 from rlstruct.temporal import TemporalDictTensor
 
-__all__ = ["ActorCritic", "mlp"]
+__all__ = ["ActorCritic", "mlp", "run_memory"]
 
 
 def mlp(sizes: Sequence[int], activation: type[torch.nn.Module] = torch.nn.Tanh) -> torch.nn.Sequential:
@@ -54,9 +55,16 @@ class ActorCritic(Agent):
         action_low: the lower bounds of continuous actions (one per dimension).
         action_high: the upper bounds of continuous actions.
         hidden: the hidden layer sizes of the policy and of the value network.
-        recurrent: put a GRU cell of ``hidden[-1]`` units under both heads;
-            its state ``h`` is the agent state, which batchers reset where an
-            episode begins.
+        recurrent: give the policy and the value each their own recurrent
+            memory of ``hidden[0]`` units (separate memories: the value's
+            errors do not disturb the policy's), under heads of the remaining
+            ``hidden`` sizes. Its state (``h_pi``, ``h_v``, plus ``c_pi``,
+            ``c_v`` for an LSTM) is the agent state, which batchers reset
+            where an episode begins.
+        memory: the recurrent cell, "gru" (the default) or "lstm".
+        normalize: normalise observations with running statistics
+            (``self.obs_norm``, an ``ObservationNormalizer`` whose buffers
+            travel with the weights); the learner updates them.
         orthogonal: orthogonal initial weights and zero biases (gains sqrt(2)
             in hidden layers, 0.01 for the policy output, 1 for the value);
             otherwise torch's default, with the policy output scaled by 0.01.
@@ -67,11 +75,17 @@ class ActorCritic(Agent):
     parameters: ``logits`` [n_actions] or ``mean`` [action_dim] (the Gaussian's
     log standard deviation is the parameter ``log_std``, the same for every state).
     Continuous actions also output ``raw_action`` (before clamping); a
-    recurrent agent also outputs ``h``, its state after the step.
+    recurrent agent also outputs its value memory after the step (``h_v``,
+    and ``c_v`` for an LSTM), from which ``value_of`` values the observation
+    reached.
+
+    A recurrent agent replays whole ``[B, T]`` batches in one call of its
+    cells per episode piece (``forward_sequence``), which ``replay_agent``
+    uses.
 
     Raises:
-        ValueError: for a non-positive ``obs_dim``/``n_actions`` or missing or
-            mismatched continuous bounds.
+        ValueError: for a non-positive ``obs_dim``/``n_actions``, missing or
+            mismatched continuous bounds, or an unknown ``memory``.
     """
 
     low: torch.Tensor
@@ -85,11 +99,18 @@ class ActorCritic(Agent):
         action_high: Sequence[float] | None = None,
         hidden: Sequence[int] = (64, 64),
         recurrent: bool = False,
+        memory: str = "gru",
+        normalize: bool = False,
         orthogonal: bool = False,
     ) -> None:
         super().__init__()
         if obs_dim < 1:
             raise ValueError(f"ActorCritic: obs_dim must be positive, got {obs_dim}")
+        if memory not in MEMORIES:
+            raise ValueError(f"ActorCritic: memory must be one of {sorted(MEMORIES)}, got {memory!r}")
+        hidden = tuple(hidden)
+        if not hidden or any(h < 1 for h in hidden):
+            raise ValueError(f"ActorCritic: hidden must be positive sizes, got {hidden!r}")
         if n_actions is None:
             if action_low is None or action_high is None or len(action_low) != len(action_high):
                 raise ValueError(
@@ -107,10 +128,16 @@ class ActorCritic(Agent):
         self.discrete = n_actions is not None
         self._device_generator: torch.Generator | None = None
         self.recurrent = recurrent
+        self.memory = memory
+        self.obs_norm = ObservationNormalizer((obs_dim,)) if normalize else None
         sizes = [obs_dim, *hidden]
-        self.cell = torch.nn.GRUCell(obs_dim, hidden[-1]) if recurrent else None
+        self.actor_memory: torch.nn.GRU | torch.nn.LSTM | None = None
+        self.critic_memory: torch.nn.GRU | torch.nn.LSTM | None = None
         if recurrent:
-            sizes = [hidden[-1], *hidden]
+            cell = MEMORIES[memory]
+            self.actor_memory = cell(obs_dim, hidden[0], batch_first=True)
+            self.critic_memory = cell(obs_dim, hidden[0], batch_first=True)
+            sizes = list(hidden)
         self.actor = mlp([*sizes, n_out])
         self.critic = mlp([*sizes, 1])
         last = self.actor[-1]
@@ -128,25 +155,57 @@ class ActorCritic(Agent):
                 last.weight.mul_(0.01)
                 last.bias.zero_()
 
+    # ------------------------------------------------------------------ memory
+
+    def _state_keys(self, role: str) -> list[str]:
+        return [f"h_{role}", f"c_{role}"] if self.memory == "lstm" else [f"h_{role}"]
+
+    @property
+    def value_memory(self) -> list[str]:
+        """The output keys holding the value memory after a step (``value_of`` needs them); [] if none."""
+        return self._state_keys("v") if self.recurrent else []
+
     def initial_state(self, agent_info: DictTensor, n: int) -> DictTensor:
-        if self.cell is None:
+        if self.actor_memory is None:
             return DictTensor(batch_size=n)
-        return DictTensor({"h": torch.zeros(n, self.cell.hidden_size, device=self.cell.weight_hh.device)})
+        size, device = self.actor_memory.hidden_size, self.actor.parameters().__next__().device
+        keys = self._state_keys("pi") + self._state_keys("v")
+        return DictTensor({k: torch.zeros(n, size, device=device) for k in keys})
+
+    def _remember(
+        self, role: str, x: torch.Tensor, state: DictTensor | Mapping[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """One step of memory ``role`` ("pi" or "v"): features [N, H] and the new state of that memory."""
+        rnn = self.actor_memory if role == "pi" else self.critic_memory
+        assert rnn is not None
+        keys = self._state_keys(role)
+        out, new = rnn(x.unsqueeze(1), _hidden(rnn, [state[k] for k in keys]))
+        new = new if isinstance(new, tuple) else (new,)
+        return out.squeeze(1), {k: v.squeeze(0) for k, v in zip(keys, new, strict=True)}
+
+    def normalized(self, observation: torch.Tensor) -> torch.Tensor:
+        """Observations [N, ...] as the networks read them: flat float32, normalised if ``normalize``."""
+        x = observation.to(torch.float32).flatten(1)
+        return x if self.obs_norm is None else self.obs_norm(x)
 
     def features(
         self, observation: torch.Tensor, state: DictTensor | None = None
     ) -> tuple[torch.Tensor, DictTensor]:
         """The input of both heads [N, d] from observations [N, ...], and the new state.
 
-        ``state`` is needed only by a recurrent agent.
+        A recurrent agent has one input per head: use ``forward`` or
+        ``forward_sequence`` for it.
+
+        Raises:
+            ValueError: for a recurrent agent.
         """
-        x = observation.to(torch.float32).flatten(1)
-        if self.cell is None:
-            return x, DictTensor(batch_size=x.shape[0]) if state is None else state
-        if state is None:
-            raise ValueError("ActorCritic.features: a recurrent agent needs its state, got None")
-        h = self.cell(x, state["h"])
-        return h, DictTensor({"h": h})
+        if self.actor_memory is not None:
+            raise ValueError(
+                "ActorCritic.features: a recurrent agent has a memory per head; "
+                "call forward or forward_sequence instead"
+            )
+        x = self.normalized(observation)
+        return x, DictTensor(batch_size=x.shape[0]) if state is None else state
 
     def log_prob(self, params: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """log pi(action) [N] from ``logits``/``mean`` [N, k] and the (raw) actions [N] or [N, k]."""
@@ -175,14 +234,29 @@ class ActorCritic(Agent):
     def value_of(self, observation: torch.Tensor, output: DictTensor | None = None) -> torch.Tensor:
         """V [N] of observations [N, ...] reached after the steps whose outputs are ``output``.
 
-        For a recurrent agent, ``output["h"]`` (its state after those steps)
-        carries the memory; a stateless agent needs no ``output``.
+        For a recurrent agent, ``output`` must hold the value memory after
+        those steps (``h_v``, and ``c_v`` for an LSTM): the reached
+        observation is one more step of that memory. A stateless agent needs
+        no ``output``.
+
+        Raises:
+            ValueError: for a recurrent agent without its memory in ``output``.
         """
-        state = None if self.cell is None or output is None else DictTensor({"h": output["h"]})
-        return self.heads(self.features(observation, state)[0])[1]
+        x = self.normalized(observation)
+        if self.critic_memory is None:
+            return self.heads(x)[1]
+        keys = self._state_keys("v")
+        if output is None or any(k not in output for k in keys):
+            raise ValueError(
+                f"ActorCritic.value_of: a recurrent agent needs its value memory {keys} in output, got "
+                f"{None if output is None else list(output.keys())}"
+            )
+        features, _ = self._remember("v", x, output)
+        value: torch.Tensor = self.critic(features)
+        return value.squeeze(-1)
 
     def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(``logits`` or ``mean`` [N, k], ``value`` [N]) from features [N, d]."""
+        """(``logits`` or ``mean`` [N, k], ``value`` [N]) from features [N, d] (a stateless agent's)."""
         return self.actor(x), self.critic(x).squeeze(-1)
 
     def forward(
@@ -192,11 +266,19 @@ class ActorCritic(Agent):
         agent_info: DictTensor,
         history: TemporalDictTensor | None = None,
     ) -> tuple[DictTensor, DictTensor]:
-        x, new_state = self.features(observation["observation"], state)
-        params, value = self.heads(x)
+        x = self.normalized(observation["observation"])
+        out: dict[str, torch.Tensor] = {}
+        if self.actor_memory is None:
+            params, value = self.heads(x)
+            new_state = state
+        else:
+            x_pi, new_pi = self._remember("pi", x, state)
+            x_v, new_v = self._remember("v", x, state)
+            params, value = self.actor(x_pi), self.critic(x_v).squeeze(-1)
+            new_state = DictTensor(new_pi | new_v)
+            out.update(new_v)  # what the value of the reached observation needs
         greedy = _greedy(agent_info, x.shape[0])
         generator = self._generator_on(params.device)
-        out: dict[str, torch.Tensor] = {}
         if self.discrete:
             sampled = torch.multinomial(params.softmax(-1), 1, generator=generator).squeeze(-1)
             action = sampled if greedy is None else torch.where(greedy, params.argmax(-1), sampled)
@@ -211,7 +293,106 @@ class ActorCritic(Agent):
             out["action"] = torch.maximum(torch.minimum(raw, self.high), self.low)
         out["log_prob"] = self.log_prob(params, action)
         out["value"] = value
-        if self.cell is not None:
-            out["h"] = x  # the state after this step: what the value of the reached observation needs
         out["logits" if self.discrete else "mean"] = params
         return DictTensor(out), new_state
+
+    def forward_sequence(
+        self,
+        state: DictTensor,
+        observation: TemporalDictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> TemporalDictTensor | None:
+        """Replay a whole ``[B, T]`` batch in one pass, without sampling.
+
+        Returns ``logits`` (or ``mean``) and ``value``, ``[B, T, ...]``: the
+        outputs a loss needs (the value memory to bootstrap from is the one
+        stored at collection, ``h_v``/``c_v``). Each memory starts from
+        ``state`` and restarts from zeros (``initial_state``) at every step
+        whose ``initial_state`` key is True, as during collection; it runs as
+        one cell call per episode piece (see ``run_memory``).
+        """
+        b, t = observation.n_elems(), observation.n_timesteps()
+        x = self.normalized(observation["observation"].flatten(0, 1)).view(b, t, -1)
+        out: dict[str, torch.Tensor] = {}
+        if self.actor_memory is None or self.critic_memory is None:
+            params, value = self.heads(x)
+        else:
+            starts = observation["initial_state"]
+            x_pi = run_memory(self.actor_memory, x, [state[k] for k in self._state_keys("pi")], starts)
+            x_v = run_memory(self.critic_memory, x, [state[k] for k in self._state_keys("v")], starts)
+            params, value = self.actor(x_pi), self.critic(x_v).squeeze(-1)
+        out["value"] = value
+        out["logits" if self.discrete else "mean"] = params
+        return TemporalDictTensor(out, observation.lengths)
+
+
+MEMORIES: dict[str, type[torch.nn.GRU] | type[torch.nn.LSTM]] = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}
+"""The recurrent cells ``ActorCritic(memory=...)`` accepts."""
+
+
+def run_memory(
+    rnn: torch.nn.GRU | torch.nn.LSTM,
+    x: torch.Tensor,
+    state: Sequence[torch.Tensor],
+    starts: torch.Tensor,
+) -> torch.Tensor:
+    """Run a batch-first GRU or LSTM over ``[B, T]`` steps whose state restarts at episode starts.
+
+    Where an episode starts inside a row, the state must restart from zeros,
+    which one call over the row cannot do. So each row is cut into its
+    episode pieces, the pieces are padded into one ``[S, L]`` batch (S pieces,
+    L the longest, at most T) and run in a single call: the cost of a call
+    over ``[B, T]`` when no episode starts, and never more steps than T.
+
+    Args:
+        rnn: the memory (``batch_first=True``, one layer).
+        x: inputs ``[B, T, d]``.
+        state: the state before step 0, ``[h]`` (GRU) or ``[h, c]`` (LSTM), each ``[B, H]``.
+        starts: ``[B, T]`` bool, True where an episode starts (the state is
+            zeros before that step); a start at step 0 drops ``state``.
+
+    Returns:
+        The outputs ``[B, T, H]`` (the hidden state after every step).
+
+    Examples:
+        >>> import torch
+        >>> gru = torch.nn.GRU(3, 4, batch_first=True)
+        >>> x, h = torch.randn(2, 5, 3), torch.randn(2, 4)
+        >>> starts = torch.zeros(2, 5, dtype=torch.bool)
+        >>> starts[0, 2] = True  # row 0: a new episode at step 2
+        >>> out = run_memory(gru, x, [h], starts)
+        >>> torch.allclose(out[0, 2:], gru(x[:1, 2:])[0][0], atol=1e-6)  # restarted from zeros
+        True
+        >>> torch.allclose(out[1], gru(x[1:], h[1:].unsqueeze(0))[0][0], atol=1e-6)
+        True
+    """
+    b, t, _ = x.shape
+    keep = (~starts[:, 0]).to(x.dtype).unsqueeze(-1)
+    first = [s * keep for s in state]
+    if not bool(starts[:, 1:].any()):  # no episode starts inside a row: one call over [B, T]
+        return rnn(x, _hidden(rnn, first))[0]  # type: ignore[no-any-return]
+    # episode pieces: piece p begins where a row begins or an episode starts
+    begins = starts.clone()
+    begins[:, 0] = True
+    flat_begins = begins.flatten()
+    piece = flat_begins.cumsum(0) - 1  # [B*T]: the piece of each step
+    begin_at = flat_begins.nonzero().squeeze(1)  # [S]: flat index of each piece's first step
+    pos = torch.arange(b * t, device=x.device) - begin_at[piece]  # the step's place in its piece
+    padded = x.new_zeros(begin_at.shape[0], int(pos.max()) + 1, x.shape[-1])
+    padded[piece, pos] = x.flatten(0, 1)
+    # a piece that begins a row carries the row's state in (zeros if an episode starts there too);
+    # a piece that begins inside a row starts an episode: zeros
+    carried = (begin_at % t == 0).to(x.dtype).unsqueeze(-1)
+    init = [f[begin_at // t] * carried for f in first]
+    out = rnn(padded, _hidden(rnn, init))[0]
+    return out[piece, pos].view(b, t, -1)  # type: ignore[no-any-return]
+
+
+def _hidden(
+    rnn: torch.nn.GRU | torch.nn.LSTM, state: Sequence[torch.Tensor]
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The ``hx`` argument of ``rnn`` from ``[h]`` or ``[h, c]`` ``[N, H]`` (one layer)."""
+    if isinstance(rnn, torch.nn.LSTM):
+        return state[0].unsqueeze(0), state[1].unsqueeze(0)
+    return state[0].unsqueeze(0)

@@ -7,6 +7,16 @@ observation where an episode was truncated, then runs ``n_epochs`` passes of
 minibatch updates on the clipped surrogate, the value loss and an entropy
 bonus, and pushes the new weights to the workers.
 
+With ``--recurrent`` the agent has a memory (a GRU, or an LSTM with
+``--memory lstm``) for its policy and another for its value. Minibatches
+are then whole rows of ``n_steps`` steps: each is replayed in one call of
+the memories (``replay_agent`` -> ``ActorCritic.forward_sequence``) from the
+state stored when its row began, restarting where an episode begins; the
+value of a reached observation is one more step of the value memory carried
+through collection. ``--normalize`` normalises observations with running
+statistics that travel to the workers with the weights; ``--scale-rewards``
+divides rewards by the running deviation of the discounted return.
+
 Run it with ``rlstruct train ppo --env CartPole-v1`` or
 ``python -m rlstruct.algos.ppo --env CartPole-v1``; ``--help`` lists every
 field of ``Config``.
@@ -21,6 +31,7 @@ from typing import Any
 
 import torch
 
+from rlstruct.agent import replay_agent
 from rlstruct.algos.config import TrainConfig, parse_config
 from rlstruct.algos.evaluation import env_spaces
 from rlstruct.algos.policies import ActorCritic
@@ -29,8 +40,10 @@ from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor
 from rlstruct.gym_env import GymEnv
+from rlstruct.normalize import RewardScaler
 from rlstruct.returns import gae
 from rlstruct.temporal import TemporalDictTensor
+from rlstruct.trajectories import Trajectories
 
 __all__ = ["Config", "add_advantages", "main", "ppo_loss", "train"]
 
@@ -64,7 +77,15 @@ class Config(TrainConfig):
     max_grad_norm: float = 0.5
     """Gradients are rescaled to this global norm."""
     hidden: int = 64
-    """Units of each of the two hidden layers of the policy and value networks."""
+    """Units of each of the two hidden layers of the policy and value networks (a memory's size too)."""
+    recurrent: bool = False
+    """Give the policy and the value each a recurrent memory (minibatches are then whole rows)."""
+    memory: str = "gru"
+    """The recurrent cell with ``recurrent``: "gru" or "lstm"."""
+    normalize: bool = False
+    """Normalise observations with running statistics (kept in the model: workers, checkpoint, evaluation)."""
+    scale_rewards: bool = False
+    """Divide rewards by the running standard deviation of the discounted return."""
     orthogonal_init: bool = True
     """Orthogonal initial weights (see ``ActorCritic``); else torch's default initialisation."""
     torch_threads: int = 1
@@ -98,6 +119,9 @@ def train(config: Config) -> dict[str, Any]:
         "action_low": spaces.action_low,
         "action_high": spaces.action_high,
         "hidden": (config.hidden, config.hidden),
+        "recurrent": config.recurrent,
+        "memory": config.memory,
+        "normalize": config.normalize,
         "orthogonal": config.orthogonal_init,
     }
     model = ActorCritic(**agent_args).to(device)  # type: ignore[arg-type]
@@ -118,6 +142,7 @@ def train(config: Config) -> dict[str, Any]:
         device=device,
     )
     episodes = EpisodeReturns(config.n_envs)
+    scaler = RewardScaler(config.n_envs, config.gamma).to(device) if config.scale_rewards else None
     env_steps, per_iteration = 0, config.n_envs * config.n_steps
     try:
         batcher.update(run.weights(model))
@@ -128,28 +153,39 @@ def train(config: Config) -> dict[str, Any]:
             batch = batcher.get()
             assert batch is not None
             steps = batch.trajectories
+            mask = steps.mask()
             env_steps += per_iteration
             episodes.add(steps)
             run.episode_return = episodes.pop_mean() or run.episode_return
 
-            add_advantages(model, steps, config.gamma, config.gae_lambda)
-            data = steps.masked_flatten()
+            reward = (
+                None if scaler is None else scaler(steps["next/reward"], steps["next/done"], steps.mask())
+            )
+            add_advantages(model, steps, config.gamma, config.gae_lambda, reward)
 
             progress = 1.0 - (env_steps - per_iteration) / config.total_steps
             lr = config.lr * progress if config.anneal else config.lr
             clip = config.clip * progress if config.anneal else config.clip
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            stats = update(model, optimizer, data, config, clip, action_key, generator)
+            if config.recurrent:
+                stats = update_sequences(model, optimizer, batch, config, clip, action_key, generator)
+            else:
+                stats = update(model, optimizer, steps.masked_flatten(), config, clip, action_key, generator)
+            if model.obs_norm is not None:  # after the update: it trained on the statistics it collected with
+                model.obs_norm.update(steps["observation"][steps.mask()].flatten(1).float())
             batcher.update(run.weights(model))
             run.step(
                 env_steps,
                 model,
                 lr=lr,
-                explained_variance=explained_variance(data["value"], data["target"]),
+                explained_variance=explained_variance(steps["value"][mask], steps["target"][mask]),
                 **stats,
             )
-        return run.finish(model, env_steps, optimizer=optimizer, rng=rng_state(generator, model.generator))
+        extra = {} if scaler is None else {"reward_scaler": scaler.state_dict()}
+        return run.finish(
+            model, env_steps, optimizer=optimizer, rng=rng_state(generator, model.generator), **extra
+        )
     finally:
         batcher.close()
         run.close()
@@ -184,12 +220,66 @@ def update(
     return {k: v / max(count, 1) for k, v in totals.items()}
 
 
-def add_advantages(model: ActorCritic, steps: TemporalDictTensor, gamma: float, gae_lambda: float) -> None:
+def update_sequences(
+    model: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    batch: Trajectories,
+    config: Config,
+    clip: float,
+    action_key: str,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """``n_epochs`` passes of PPO steps on minibatches of whole rows; returns the last epoch's means.
+
+    Each minibatch holds ``max(1, minibatch_size // n_steps)`` rows, replayed
+    by ``replay_agent`` from their stored initial state (the memories' one-call
+    path), so the memories are trained through every step of the row.
+    """
+    steps = batch.trajectories
+    n_rows = steps.n_elems()
+    rows_per_minibatch = max(1, config.minibatch_size // steps.n_timesteps())
+    totals = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "clip_fraction": 0.0}
+    count = 0
+    for epoch in range(config.n_epochs):
+        order = torch.randperm(n_rows, generator=generator, device=generator.device)
+        for start in range(0, n_rows, rows_per_minibatch):
+            rows = batch[order[start : start + rows_per_minibatch]]
+            out = replay_agent(model, rows)
+            mask = rows.trajectories.mask()
+            params = out["logits" if model.discrete else "mean"][mask]
+            loss, terms = ppo_objective(
+                model,
+                params,
+                out["value"][mask],
+                rows.trajectories.masked_flatten(),
+                clip,
+                config,
+                action_key,
+            )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            optimizer.step()
+            if epoch == config.n_epochs - 1:
+                for key, value in terms.items():
+                    totals[key] += value
+                count += 1
+    return {k: v / max(count, 1) for k, v in totals.items()}
+
+
+def add_advantages(
+    model: ActorCritic,
+    steps: TemporalDictTensor,
+    gamma: float,
+    gae_lambda: float,
+    reward: torch.Tensor | None = None,
+) -> None:
     """Add GAE's ``advantage`` and the value ``target`` (advantage + value) to ``steps`` ``[B, T]``, in place.
 
     The value of the reached observation (``next/observation``) is the
     bootstrap: it counts where an episode was truncated or the row ends, and is
-    cut where it terminated (see ``rlstruct.gae``).
+    cut where it terminated (see ``rlstruct.gae``). For a recurrent model it is
+    one more step of the value memory stored with each step (``h_v``, ``c_v``).
 
     Args:
         model: the actor-critic whose ``value_of`` gives the bootstraps (on the device of ``steps``).
@@ -197,13 +287,16 @@ def add_advantages(model: ActorCritic, steps: TemporalDictTensor, gamma: float, 
             ``next/terminated`` and ``next/done``; gains float32 ``advantage`` and ``target`` ``[B, T]``.
         gamma: the discount factor.
         gae_lambda: GAE's lambda.
+        reward: the rewards to use ``[B, T]`` (scaled ones, say); None for ``next/reward``.
     """
     with torch.no_grad():
-        next_value = model.value_of(steps["next/observation"].flatten(0, 1))
+        memory = [k for k in model.value_memory if k in steps]
+        after = DictTensor({k: steps[k].flatten(0, 1) for k in memory}) if memory else None
+        next_value = model.value_of(steps["next/observation"].flatten(0, 1), after)
         next_value = next_value.view(steps.n_elems(), steps.n_timesteps())
     value = steps["value"]
     adv = gae(
-        steps["next/reward"],
+        steps["next/reward"] if reward is None else reward,
         value,
         next_value,
         steps["next/terminated"],
@@ -243,6 +336,32 @@ def ppo_loss(
         ``policy_loss``, ``value_loss``, ``entropy``, ``clip_fraction``.
     """
     params, value = model.heads(model.features(minibatch["observation"])[0])
+    return _objective(model, params, value, minibatch, clip, vf_coef, ent_coef, action_key)
+
+
+def ppo_objective(
+    model: ActorCritic,
+    params: torch.Tensor,
+    value: torch.Tensor,
+    minibatch: DictTensor,
+    clip: float,
+    config: Config,
+    action_key: str,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """``ppo_loss`` from the model's outputs already computed (``params`` [N, k], ``value`` [N])."""
+    return _objective(model, params, value, minibatch, clip, config.vf_coef, config.ent_coef, action_key)
+
+
+def _objective(
+    model: ActorCritic,
+    params: torch.Tensor,
+    value: torch.Tensor,
+    minibatch: DictTensor,
+    clip: float,
+    vf_coef: float,
+    ent_coef: float,
+    action_key: str,
+) -> tuple[torch.Tensor, dict[str, float]]:
     log_prob = model.log_prob(params, minibatch[action_key])
     ratio = (log_prob - minibatch["log_prob"]).exp()
     advantage = minibatch["advantage"]

@@ -1,0 +1,177 @@
+"""Running normalisation of observations and scaling of rewards, as modules any algorithm can use.
+
+``ObservationNormalizer`` keeps a running mean and variance of observations
+in buffers: put it inside an agent and its statistics travel with the
+weights (``state_dict``, hence ``batcher.update``), are saved in checkpoints
+and are used by evaluation, with no extra plumbing. The learner updates it
+from the observations it collected; the agents only read it.
+
+``RewardScaler`` divides rewards by the running standard deviation of the
+discounted return, as PPO implementations commonly do (Engstrom et al. 2020,
+"Implementation Matters in Deep Policy Gradients"). It lives in the learner:
+the agents never see rewards.
+
+Statistics are merged batch by batch with the parallel-variance formula of
+Chan, Golub and LeVeque (1979), in float64, so that their order does not
+matter and long runs do not lose precision.
+
+Examples:
+    >>> import torch
+    >>> from rlstruct.normalize import ObservationNormalizer
+    >>> norm = ObservationNormalizer((2,))
+    >>> norm.update(torch.tensor([[1.0, 10.0], [3.0, 30.0]]))
+    >>> norm.mean.tolist(), norm.var.tolist()
+    ([2.0, 20.0], [1.0, 100.0])
+    >>> norm(torch.tensor([[3.0, 20.0]]))
+    tensor([[1., 0.]])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from rlstruct.dicttensor import _describe
+
+__all__ = ["ObservationNormalizer", "RewardScaler", "RunningMeanStd"]
+
+
+class RunningMeanStd(torch.nn.Module):
+    """The running mean and variance of samples of shape ``shape``, in float64 buffers.
+
+    Args:
+        shape: the shape of one sample.
+
+    Buffers (saved in ``state_dict``): ``mean`` and ``var`` (float64,
+    ``shape``), ``count`` (float64 scalar, the samples seen).
+    """
+
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
+    def __init__(self, shape: Sequence[int] = ()) -> None:
+        super().__init__()
+        self.shape = torch.Size(shape)
+        self.register_buffer("mean", torch.zeros(self.shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(self.shape, dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Merge samples ``x`` ``[N, *shape]`` (any float dtype, the buffers' device) into the statistics.
+
+        Raises:
+            ValueError: if ``x``'s trailing dimensions are not ``shape``.
+        """
+        if x.shape[1:] != self.shape:
+            raise ValueError(
+                f"{type(self).__name__}.update: x must have shape [N, {', '.join(map(str, self.shape))}], "
+                f"got {_describe(x)}"
+            )
+        n = x.shape[0]
+        if n == 0:
+            return
+        x = x.to(torch.float64)
+        batch_mean = x.mean(0)
+        batch_var = x.var(0, unbiased=False)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        self.mean += delta * (n / total)
+        self.var.copy_(
+            (self.var * self.count + batch_var * n + delta.pow(2) * self.count * n / total) / total
+        )
+        self.count.copy_(total)
+
+
+class ObservationNormalizer(RunningMeanStd):
+    """``(x - mean) / sqrt(var + eps)``, clipped to ``[-clip, clip]``, from running statistics.
+
+    Until the first ``update`` it is the identity up to the clip (mean 0,
+    variance 1). The result has ``x``'s dtype (float32 observations stay
+    float32); integer observations are returned as float32.
+
+    Args:
+        shape: the shape of one observation.
+        clip: the bound of the normalised values.
+        eps: added to the variance.
+    """
+
+    def __init__(self, shape: Sequence[int], clip: float = 10.0, eps: float = 1e-8) -> None:
+        super().__init__(shape)
+        self.clip, self.eps = clip, eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise ``x`` ``[..., *shape]``; returns a new tensor of ``x``'s float dtype, on its device."""
+        dtype = x.dtype if x.is_floating_point() else torch.float32
+        mean = self.mean.to(dtype)
+        std = (self.var + self.eps).sqrt().to(dtype)
+        return ((x.to(dtype) - mean) / std).clamp(-self.clip, self.clip)
+
+
+class RewardScaler(torch.nn.Module):
+    """Rewards divided by the running standard deviation of the discounted return.
+
+    The discounted return of every row is accumulated across batches (reset
+    where an episode ends), and its running variance gives the scale. Rewards
+    are not shifted (a shift would change which policies are optimal).
+
+    Args:
+        n_rows: the rows of the batches (B).
+        gamma: the discount factor of the return.
+        clip: the bound of the scaled rewards.
+        eps: added to the variance.
+
+    Examples:
+        >>> import torch
+        >>> scaler = RewardScaler(n_rows=1, gamma=0.0)
+        >>> reward = torch.tensor([[2.0, 4.0]])
+        >>> scaler(reward, torch.zeros(1, 2, dtype=torch.bool))  # returns 2, 4: std 1
+        tensor([[2., 4.]])
+    """
+
+    returns: torch.Tensor
+
+    def __init__(self, n_rows: int, gamma: float, clip: float = 10.0, eps: float = 1e-8) -> None:
+        super().__init__()
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"RewardScaler: gamma must be in [0, 1], got {gamma!r}")
+        self.gamma, self.clip, self.eps = gamma, clip, eps
+        self.stats = RunningMeanStd(())
+        self.register_buffer("returns", torch.zeros(n_rows, dtype=torch.float64))
+
+    @torch.no_grad()
+    def forward(
+        self, reward: torch.Tensor, done: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Update the statistics with a batch and return its scaled rewards.
+
+        Args:
+            reward: ``[B, T]`` rewards (float).
+            done: ``[B, T]`` bool, True where an episode ended at that step.
+            mask: ``[B, T]`` bool, False at padding steps (ignored); None for none.
+
+        Returns:
+            ``reward / sqrt(var + eps)`` clipped to ``[-clip, clip]``, ``[B, T]``,
+            of ``reward``'s dtype and device.
+
+        Raises:
+            ValueError: if the shapes differ or B is not ``n_rows``.
+        """
+        if reward.dim() != 2 or reward.shape[0] != self.returns.shape[0] or done.shape != reward.shape:
+            raise ValueError(
+                f"RewardScaler: reward and done must both be [{self.returns.shape[0]}, T], got "
+                f"{_describe(reward)} and {_describe(done)}"
+            )
+        valid = torch.ones_like(done) if mask is None else mask
+        r = reward.to(self.returns.device, torch.float64)
+        seen = []
+        for t in range(reward.shape[1]):
+            step = valid[:, t].to(self.returns.device)
+            self.returns.copy_(torch.where(step, self.returns * self.gamma + r[:, t], self.returns))
+            seen.append(self.returns[step])
+            self.returns[step & done[:, t].to(self.returns.device)] = 0.0
+        self.stats.update(torch.cat(seen))
+        std = (self.stats.var + self.eps).sqrt()
+        return (reward / std.to(reward.dtype).to(reward.device)).clamp(-self.clip, self.clip)

@@ -1,0 +1,78 @@
+"""Tests for rlstruct.normalize: running statistics against numpy-free hand computations."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from rlstruct.normalize import ObservationNormalizer, RewardScaler, RunningMeanStd
+
+
+def message(text: str) -> str:
+    return re.escape(text)
+
+
+def test_running_statistics_merged_batch_by_batch_equal_those_of_all_samples() -> None:
+    torch.manual_seed(0)
+    samples = torch.randn(100, 3, dtype=torch.float64) * torch.tensor([1.0, 5.0, 0.1]) + 7.0
+    stats = RunningMeanStd((3,))
+    for chunk in samples.split([1, 10, 39, 50]):
+        stats.update(chunk)
+    assert stats.count.item() == 100
+    assert torch.allclose(stats.mean, samples.mean(0))
+    assert torch.allclose(stats.var, samples.var(0, unbiased=False))
+
+
+def test_running_statistics_ignore_an_empty_batch_and_refuse_a_wrong_shape() -> None:
+    stats = RunningMeanStd((2,))
+    stats.update(torch.zeros(0, 2))
+    assert stats.count.item() == 0
+    with pytest.raises(ValueError, match=message("RunningMeanStd.update: x must have shape [N, 2], got")):
+        stats.update(torch.zeros(4, 3))
+
+
+def test_observation_normalizer_keeps_float32_and_clips() -> None:
+    norm = ObservationNormalizer((1,), clip=2.0)
+    norm.update(torch.tensor([[0.0], [2.0]]))  # mean 1, var 1
+    out = norm(torch.tensor([[2.0], [100.0], [-100.0]]))
+    assert out.dtype == torch.float32
+    assert out.flatten().tolist() == pytest.approx([1.0, 2.0, -2.0])
+    assert norm(torch.tensor([[3]])).dtype == torch.float32  # integer observations become float32
+
+
+def test_observation_statistics_travel_in_the_state_dict() -> None:
+    norm = ObservationNormalizer((2,))
+    norm.update(torch.tensor([[1.0, 2.0], [3.0, 6.0]]))
+    copy = ObservationNormalizer((2,))
+    copy.load_state_dict(norm.state_dict())
+    assert sorted(norm.state_dict()) == ["count", "mean", "var"]
+    x = torch.tensor([[5.0, 5.0]])
+    assert torch.equal(copy(x), norm(x))
+
+
+def test_reward_scaler_divides_by_the_deviation_of_the_discounted_return() -> None:
+    scaler = RewardScaler(n_rows=1, gamma=0.5)
+    reward = torch.tensor([[1.0, 1.0, 1.0]])
+    done = torch.tensor([[False, True, False]])
+    scaled = scaler(reward, done)
+    # returns: 1; 0.5 * 1 + 1 = 1.5 (episode ends: reset); 1
+    # mean 3.5 / 3, var = mean of squares - square of mean = (1 + 2.25 + 1) / 3 - (3.5 / 3) ** 2
+    var = 4.25 / 3 - (3.5 / 3) ** 2
+    assert torch.allclose(scaled, reward / var**0.5, atol=1e-6)
+    assert scaler.returns.tolist() == [1.0]  # carried to the next batch
+
+
+def test_reward_scaler_skips_padding_and_refuses_bad_shapes() -> None:
+    scaler = RewardScaler(n_rows=2, gamma=1.0)
+    reward = torch.tensor([[1.0, 5.0], [2.0, 7.0]])
+    done = torch.zeros(2, 2, dtype=torch.bool)
+    mask = torch.tensor([[True, False], [True, True]])
+    scaler(reward, done, mask)
+    assert scaler.returns.tolist() == [1.0, 9.0]  # the padded 5 is not added
+    assert scaler.stats.count.item() == 3
+    with pytest.raises(ValueError, match=message("RewardScaler: reward and done must both be [2, T], got")):
+        scaler(torch.ones(3, 2), torch.zeros(3, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match=message("RewardScaler: gamma must be in [0, 1], got 1.5")):
+        RewardScaler(2, 1.5)
