@@ -32,6 +32,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from rlstruct.dicttensor import DictTensor
+from rlstruct.history import history_windows
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
 
@@ -89,9 +90,17 @@ class Agent(torch.nn.Module, ABC):
             observation: the observation of every row (B rows). Its bool key
                 ``initial_state`` marks the first step of an episode.
             agent_info: z of every row (B rows).
-            history: for agents whose ``require_history()`` is not False, the
-                previous steps of the current trajectory (observations and
-                outputs), ``[B, h, ...]``; None otherwise.
+            history: None for agents whose ``require_history()`` is False.
+                Otherwise the previous steps of each row's current episode,
+                ``[B, L, ...]``, left-aligned (row b holds its
+                ``history.lengths[b]`` most recent steps, oldest first, then
+                zeros), with the keys of a stored step (the observation and
+                output keys) at every step, even when all lengths are 0. It
+                never reaches back past an episode start (a step whose
+                ``initial_state`` is True sees an empty window). L is n for
+                ``require_history() == n``; t at step t of an ``execute()``
+                for True. See docs/agents.md, "History". Do not modify it
+                in place.
 
         Returns:
             ``(output, new_state)``: ``output`` has B rows and the key
@@ -104,8 +113,12 @@ class Agent(torch.nn.Module, ABC):
         """Whether ``forward`` wants the history of the trajectory.
 
         Returns:
-            False (the default: no history), True (every previous step of the
-            current trajectory) or a positive int n (the last n steps).
+            False (the default: no history, and no work per step); a positive
+            int n: the last n steps of the current episode, in a window of
+            fixed length n that batchers keep across ``execute()`` calls in
+            "fixed" mode; True: every step of the current episode since the
+            start of the current ``execute()`` (unbounded, so not kept
+            across calls).
         """
         return False
 
@@ -152,17 +165,23 @@ def history_length(agent: Agent) -> int | None:
     )
 
 
-def history_window(steps: TemporalDictTensor, t: int, length: int | None) -> TemporalDictTensor | None:
-    """The steps before ``t`` that an agent wanting ``length`` previous steps sees (views).
-
-    At ``t == 0`` there is nothing before: a TemporalDictTensor with no keys and no steps.
-    """
-    if length is None:
-        return None
-    if t == 0:
-        return TemporalDictTensor(DictTensor(batch_size=steps.n_elems()), n_timesteps=0)
-    start = 0 if length < 0 else max(0, t - length)
-    return steps.temporal_slice(start, t)
+def _replay_windows(info: DictTensor, observed: TemporalDictTensor, length: int) -> TemporalDictTensor:
+    """The window before every step (``B * T`` rows, see ``history_windows``), as collection made them."""
+    starts = observed["initial_state"]
+    if length < 0:  # True: the steps of this trajectory only, nothing before
+        return history_windows(None, observed, starts, observed.n_timesteps())
+    if "history_length" not in info:
+        raise ValueError(
+            f"replay_agent: the agent wants the last {length} steps, but batch.info has no 'history_length' "
+            "(with 'history/<key>', the window before step 0 that batchers record)"
+        )
+    before = TemporalDictTensor(info.truncate_key("history/"), info["history_length"])
+    if set(before.keys()) != set(observed.keys()) or before.n_timesteps() != length:
+        raise ValueError(
+            f"replay_agent: batch.info's window before step 0 has the keys {sorted(before.keys())} and "
+            f"{before.n_timesteps()} steps; the agent wants {length} steps of {sorted(observed.keys())}"
+        )
+    return history_windows(before, observed, starts, length)
 
 
 def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = None) -> TemporalDictTensor:
@@ -173,7 +192,10 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
     ``batch.trajectories`` without the ``next/`` prefix), z from
     ``batch.info["agent_info/..."]``, and a state that starts from
     ``batch.info["agent_state/..."]``, is carried from step to step, and is
-    reset with ``initial_state`` where an episode begins.
+    reset with ``initial_state`` where an episode begins. A history agent
+    gets the windows it got then: for ``require_history() == n`` they start
+    from ``batch.info["history/..."]`` and ``["history_length"]`` (the
+    window before step 0) and never cross an episode start.
 
     Args:
         agent: the agent, usually the learner's copy with the current weights.
@@ -189,7 +211,9 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
         there; mask them (``mask()``) in losses.
 
     Raises:
-        ValueError: if ``stateless`` is True for an agent with state or history.
+        ValueError: if ``stateless`` is True for an agent with state or history,
+            or if ``batch.info`` lacks the window before step 0 (or has
+            other keys or steps) for an agent wanting the last n steps.
     """
     info, steps = batch.info, batch.trajectories
     agent_info = info.truncate_key("agent_info/")
@@ -210,11 +234,17 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
         output, _ = agent(DictTensor(batch_size=b * n_timesteps), flat, z)
         data = {k: v.reshape(b, n_timesteps, *v.shape[1:]) for k, v in output.items()}
         return TemporalDictTensor(data, steps.lengths)
+    windows = None if length is None else _replay_windows(info, observed, length)
+    first_rows = torch.arange(b) * n_timesteps  # window of step t of row r: row r * T + t
     outputs = []
     for t in range(n_timesteps):
         observation = observed.temporal_index(t)
         state = reset_finished_states(agent, state, observation, agent_info)
-        output, state = agent(state, observation, agent_info, history_window(observed, t, length))
+        window = None
+        if windows is not None:
+            window = windows.index(first_rows + t)
+            window = window.temporal_slice(0, t) if length == -1 else window
+        output, state = agent(state, observation, agent_info, window)
         outputs.append(output)
     if not outputs:
         raise ValueError("replay_agent: the trajectories have no time steps")
