@@ -424,7 +424,8 @@ def test_gym_env_dtypes_are_kept_in_the_trajectories() -> None:
 
 
 @pytest.mark.parametrize(
-    ("history", "expected"), [(2, ([0, 1, 2, 0, 1], [2, 0, 1, 2, 0])), (True, ([0, 1, 2, 0, 1], [0, 0, 1, 2, 0]))]
+    ("history", "expected"),
+    [(2, ([0, 1, 2, 0, 1], [2, 0, 1, 2, 0])), (True, ([0, 1, 2, 0, 1], [0, 0, 1, 2, 0]))],
 )
 def test_history_agents_see_the_wanted_number_of_previous_steps(
     history: bool | int, expected: tuple[list[int], list[int]]

@@ -197,7 +197,9 @@ class Group:
         if self.history is not None:
             if self.window_spec is None:
                 self.window_spec = self._probe()
-            self.window = empty_window(self.window_spec, self.n_envs, self.history) if self.history > 0 else None
+            self.window = (
+                empty_window(self.window_spec, self.n_envs, self.history) if self.history > 0 else None
+            )
 
     def _probe(self) -> Spec:
         """Learn the agent's output keys from one call whose effects are undone, before any real step.
@@ -299,7 +301,9 @@ class Group:
 
     def _check_window(self, fields: dict[str, list[Field]]) -> None:
         """The first step must have the keys, dtypes and shapes the window was made for (by the probe)."""
-        stored = {f.key: (f.dtype, tuple(f.shape[1:])) for part in ("observation", "output") for f in fields[part]}
+        stored = {
+            f.key: (f.dtype, tuple(f.shape[1:])) for part in ("observation", "output") for f in fields[part]
+        }
         if stored != self.window_spec:
             raise ValueError(
                 f"{self.name}: the agent's first step has the keys, dtypes and shapes {stored}, but its "
