@@ -25,7 +25,7 @@ from rlstruct import (
     Trajectories,
     replay_agent,
 )
-from rlstruct.history import append_step, empty_window, history_windows, restart
+from rlstruct.history import StepHistory, history_windows
 from rlstruct.testing import CounterEnv, CountingAgent
 
 OBSERVATION_KEYS = {
@@ -80,22 +80,39 @@ def collect(
 # ---------------------------------------------------------------------------- the pure functions
 
 
-def test_append_step_fills_then_shifts_and_restart_empties_rows() -> None:
-    window = empty_window({"x": (torch.int64, ())}, batch_size=2, n=2)
+def test_step_history_fills_then_shifts_and_empties_rows_that_start() -> None:
+    history = StepHistory({"x": (torch.int64, ())}, batch_size=2, n=2)
+    before = history.begin(n_timesteps=3)
+    assert (
+        before is not None and before["x"].tolist() == [[0, 0], [0, 0]] and before.lengths.tolist() == [0, 0]
+    )
+    no, row_1 = torch.tensor([False, False]), torch.tensor([False, True])
+    window = history.window(0, no)
     assert window["x"].tolist() == [[0, 0], [0, 0]] and window.lengths.tolist() == [0, 0]
-    window = append_step(window, DictTensor({"x": ints(1, 5)}))
-    window = append_step(window, DictTensor({"x": ints(2, 6)}))
-    assert window["x"].tolist() == [[1, 2], [5, 6]] and window.lengths.tolist() == [2, 2]
-    window = restart(window, torch.tensor([False, True]))  # row 1 starts an episode: zeros, length 0
+    history.push(0, DictTensor({"x": ints(1, 5)}))
+    history.push(1, DictTensor({"x": ints(2, 6)}))
+    window = history.window(2, row_1)  # row 1 starts an episode at step 2: empty
     assert window["x"].tolist() == [[1, 2], [0, 0]] and window.lengths.tolist() == [2, 0]
-    window = append_step(window, DictTensor({"x": ints(3, 7)}))
-    # row 0 was full: 1 drops out, 3 comes last; row 1 had 0 steps: 7 at position 0, then padding
-    assert window["x"].tolist() == [[2, 3], [7, 0]] and window.lengths.tolist() == [2, 1]
+    history.push(2, DictTensor({"x": ints(3, 7)}))
+    history.end(3)
+    # row 0 was full: 1 drops out, 3 comes last; row 1 had 0 steps: 7 first, then padding
+    after = history.begin(n_timesteps=3)
+    assert after is not None and after["x"].tolist() == [[2, 3], [7, 0]] and after.lengths.tolist() == [2, 1]
+    assert history.window(0, no).equal(after)  # the next run starts from it
 
 
-def test_restart_without_starts_returns_the_window_itself() -> None:
-    window = window_of([[1, 2]], [2])
-    assert restart(window, torch.tensor([False])) is window
+def test_step_history_for_true_holds_the_run_so_far() -> None:
+    history = StepHistory({"x": (torch.int64, ())}, batch_size=1, n=None)
+    assert history.begin(n_timesteps=3) is None
+    no = torch.tensor([False])
+    assert history.window(0, no).n_timesteps() == 0 and "x" in history.window(0, no)
+    history.push(0, DictTensor({"x": ints(4)}))
+    history.push(1, DictTensor({"x": ints(5)}))
+    window = history.window(2, no)
+    assert window["x"].tolist() == [[4, 5]] and window.lengths.tolist() == [2]
+    history.end(2)
+    history.begin(n_timesteps=3)
+    assert history.window(0, no).lengths.tolist() == [0]  # not kept across runs
 
 
 def test_history_windows_start_from_before_and_stop_at_episode_starts() -> None:
@@ -124,29 +141,28 @@ def test_history_windows_without_before_holds_every_step_of_the_episode() -> Non
     assert windows.lengths.tolist() == [0, 0, 1, 2]
 
 
-@pytest.mark.parametrize("n", [1, 3, 6])
-def test_history_windows_equal_the_step_by_step_windows(n: int) -> None:
-    generator = torch.Generator().manual_seed(n)
+@pytest.mark.parametrize("n", [1, 3, 6, None])
+def test_history_windows_equal_the_step_by_step_windows(n: int | None) -> None:
+    generator = torch.Generator().manual_seed(n or 0)
     b, t_max = 5, 6
-    steps = TemporalDictTensor(
-        {
-            "x": torch.randint(1, 100, (b, t_max), generator=generator),
-            "y": torch.rand(b, t_max, 2, generator=generator),
-        }
-    )
-    starts = torch.rand(b, t_max, generator=generator) < 0.3
-    window = empty_window({"x": (torch.int64, ()), "y": (torch.float32, (2,))}, b, n)
-    for t in range(3):  # some history before step 0, of different lengths per row
-        window = restart(window, torch.rand(b, generator=generator) < 0.5)
-        window = append_step(
-            window, DictTensor({"x": ints(*[200 + t] * b), "y": torch.rand(b, 2, generator=generator)})
-        )
-    windows = history_windows(window, steps, starts, n)
-    for t in range(t_max):
-        window = restart(window, starts[:, t])
-        expected = windows.index(torch.arange(b) * t_max + t)
-        assert expected.equal(window), f"step {t}"
-        window = append_step(window, steps.temporal_index(t))
+    x = torch.randint(1, 100, (b, 2 * t_max), generator=generator)
+    y = torch.rand(b, 2 * t_max, 2, generator=generator)
+    starts = torch.rand(b, 2 * t_max, generator=generator) < 0.3
+    history = StepHistory({"x": (torch.int64, ()), "y": (torch.float32, (2,))}, b, n)
+    for run in range(2):  # the second run starts with a window carried over (n)
+        part = slice(run * t_max, (run + 1) * t_max)
+        steps = TemporalDictTensor({"x": x[:, part], "y": y[:, part]})
+        before = history.begin(t_max)
+        if run == 1:  # something was carried over, for n only
+            assert (before is not None and bool(before.lengths.gt(0).any())) == (n is not None)
+        windows = history_windows(before, steps, starts[:, part], n or t_max)
+        for t in range(t_max):
+            window = history.window(t, starts[:, run * t_max + t])
+            expected = windows.index(torch.arange(b) * t_max + t)
+            expected = expected if n else expected.temporal_slice(0, t)
+            assert expected.equal(window), f"run {run}, step {t}"
+            history.push(t, steps.temporal_index(t))
+        history.end(t_max)
 
 
 # ---------------------------------------------------------------------------- in the batchers

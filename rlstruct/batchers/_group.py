@@ -15,7 +15,7 @@ import torch
 from rlstruct.agent import Agent, history_length, reset_finished_states
 from rlstruct.dicttensor import DictTensor, _describe
 from rlstruct.env import REQUIRED_KEYS, Environment
-from rlstruct.history import Spec, append_step, empty_window, restart
+from rlstruct.history import Spec, StepHistory, empty_window
 from rlstruct.temporal import TemporalDictTensor
 
 
@@ -74,7 +74,7 @@ class Group:
         # key -> (dtype, step shape) of the history window: the observation and output keys of a step,
         # read from the attached storage or learnt by a probe call at the first reset (see _probe)
         self.window_spec: Spec | None = None
-        self.window: TemporalDictTensor | None = None  # for history=n: the window before the next step
+        self.windows: StepHistory | None = None  # made at reset, for agents with history only
         # slot -> (storage: key -> [n_envs, T, ...], fields: part -> Field list, made at a slot's first step)
         self.slots: dict[int | None, tuple[dict[str, torch.Tensor], dict[str, list[Field]]]] = {}
         self.n_timesteps = 0
@@ -197,8 +197,8 @@ class Group:
         if self.history is not None:
             if self.window_spec is None:
                 self.window_spec = self._probe()
-            self.window = (
-                empty_window(self.window_spec, self.n_envs, self.history) if self.history > 0 else None
+            self.windows = StepHistory(
+                self.window_spec, self.n_envs, self.history if self.history > 0 else None
             )
 
     def _probe(self) -> Spec:
@@ -249,21 +249,19 @@ class Group:
         lengths = torch.full((n,), n_timesteps, dtype=torch.int64)
         running = torch.ones(n, dtype=torch.bool)
         fields: dict[str, list[Field]] = {}
-        window, seen = None, None  # stays None (no work per step) for agents without history
-        if self.window is not None:  # history=n: the window carries over; the trajectory records it
-            window = self.window
-            info = info | window.to_dicttensor().prepend_key("history/")
-            info.set("history_length", window.lengths)
-        elif self.window_spec is not None:  # history=True: the steps of this call only
-            window = empty_window(self.window_spec, n, n_timesteps)
+        windows, window = self.windows, None  # None (no work per step) for agents without history
+        if windows is not None:
+            before = windows.begin(n_timesteps)
+            if before is not None:  # history=n: the window carries over; the trajectory records it
+                info = info | before.to_dicttensor().prepend_key("history/")
+                info.set("history_length", before.lengths)
         with torch.no_grad():
             for t in range(n_timesteps):
                 observation = self.observation
                 state = reset_finished_states(agent, self.state, observation, self.agent_info)
-                if window is not None:
-                    window = restart(window, observation["initial_state"])
-                    seen = window if self.window is not None else window.temporal_slice(0, t)
-                output, self.state = agent(state, observation, self.agent_info, seen)
+                if windows is not None:
+                    window = windows.window(t, observation["initial_state"])
+                output, self.state = agent(state, observation, self.agent_info, window)
                 if t == 0:
                     self._check_output(output, self.state, observation)
                 reached, self.observation = self.env.step(output)
@@ -274,21 +272,21 @@ class Group:
                     if not fields:
                         self._bind(slot, observation, output, reached)
                         fields = self.slots[slot][1]
-                    if window is not None:
+                    if windows is not None:
                         self._check_window(fields)
                 self._write("observation", fields["observation"], observation, t)
                 self._write("output", fields["output"], output, t)
                 self._write("next", fields["next"], reached, t)
-                if window is not None:
-                    window = append_step(window, observation | output)
+                if windows is not None:
+                    windows.push(t, observation | output)
                 if not self.auto_reset:
                     finished = running & reached["done"]
                     lengths[finished] = t + 1
                     running &= ~finished
                     if not bool(running.any()):
                         break
-        if self.window is not None and window is not None:
-            self.window = window
+        if windows is not None:
+            windows.end(t + 1)  # the steps taken: fewer than n_timesteps when episodes all ended early
         storage = self.slots[slot][0]
         if not self.auto_reset:
             padding = torch.arange(n_timesteps).unsqueeze(0) >= lengths.unsqueeze(1)
