@@ -165,8 +165,13 @@ def history_length(agent: Agent) -> int | None:
     )
 
 
-def _replay_windows(info: DictTensor, observed: TemporalDictTensor, length: int) -> TemporalDictTensor:
-    """The window before every step (``B * T`` rows, see ``history_windows``), as collection made them."""
+def _replay_windows(batch: Trajectories, length: int) -> TemporalDictTensor:
+    """The window before every step (``B * T`` rows, see ``history_windows``), as collection made them.
+
+    Windows hold every stored key but the ``next/`` ones, whatever the agent is given as observation.
+    """
+    info, steps = batch.info, batch.trajectories
+    observed = steps.get([k for k in steps if not k.startswith("next/")])
     starts = observed["initial_state"]
     if length < 0:  # True: the steps of this trajectory only, nothing before
         return history_windows(None, observed, starts, observed.n_timesteps())
@@ -234,7 +239,7 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
         output, _ = agent(DictTensor(batch_size=b * n_timesteps), flat, z)
         data = {k: v.reshape(b, n_timesteps, *v.shape[1:]) for k, v in output.items()}
         return TemporalDictTensor(data, steps.lengths)
-    windows = None if length is None else _replay_windows(info, observed, length)
+    windows = None if length is None else _replay_windows(batch, length)
     first_rows = torch.arange(b) * n_timesteps  # window of step t of row r: row r * T + t
     outputs = []
     for t in range(n_timesteps):

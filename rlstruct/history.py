@@ -39,12 +39,16 @@ Spec = Mapping[str, tuple[torch.dtype, tuple[int, ...]]]
 """key -> (dtype, shape of one step of one row)."""
 
 
-def empty_window(spec: Spec, batch_size: int, n: int) -> TemporalDictTensor:
-    """A window of ``batch_size`` rows with room for ``n`` steps, every length 0 (zeros)."""
-    data = {k: torch.zeros((batch_size, n, *shape), dtype=dtype) for k, (dtype, shape) in spec.items()}
-    return TemporalDictTensor(
-        DictTensor(data, batch_size=batch_size), torch.zeros(batch_size, dtype=torch.int64), n_timesteps=n
-    )
+def empty_window(
+    spec: Spec, batch_size: int, n: int, device: torch.device | str = "cpu"
+) -> TemporalDictTensor:
+    """A window of ``batch_size`` rows with room for ``n`` steps, every length 0 (zeros), on ``device``."""
+    data = {
+        k: torch.zeros((batch_size, n, *shape), dtype=dtype, device=device)
+        for k, (dtype, shape) in spec.items()
+    }
+    lengths = torch.zeros(batch_size, dtype=torch.int64, device=device)
+    return TemporalDictTensor(DictTensor(data, batch_size=batch_size), lengths, n_timesteps=n)
 
 
 def window_positions(
@@ -73,7 +77,7 @@ def window_positions(
     Returns:
         int64 indices of shape ``[*lengths.shape, width]``.
     """
-    i = torch.arange(width)
+    i = torch.arange(width, device=lengths.device)
     steps_left = lengths.unsqueeze(-1)
     p = (t if isinstance(t, int) else t.unsqueeze(-1)) - steps_left + i
     inside = torch.where(p >= 0, n_before + p, before_lengths.unsqueeze(-1) + p)
@@ -86,7 +90,7 @@ def _take(flat: Mapping[str, torch.Tensor], width: int, positions: torch.Tensor)
     ``flat[k]`` is the timeline ``[B, width, ...]`` viewed as ``[B * width, ...]``.
     """
     b = positions.shape[0]
-    rows = torch.arange(b).view(b, *([1] * (positions.dim() - 1)))
+    rows = torch.arange(b, device=positions.device).view(b, *([1] * (positions.dim() - 1)))
     index = (rows * width + positions).flatten()
     return {k: v.index_select(0, index).view(*positions.shape, *v.shape[1:]) for k, v in flat.items()}
 
@@ -113,8 +117,8 @@ def history_windows(
     b, t_max = steps.n_elems(), steps.n_timesteps()
     if before is None:
         spec = {k: (v.dtype, tuple(v.shape[2:])) for k, v in steps.items()}
-        before = empty_window(spec, b, n)
-    t = torch.arange(t_max).unsqueeze(0)  # [1, T]
+        before = empty_window(spec, b, n, steps.device)
+    t = torch.arange(t_max, device=steps.device).unsqueeze(0)  # [1, T]
     last_start = torch.where(starts, t, -1).cummax(1).values  # [B, T]; -1: the episode began before step 0
     lb = before.lengths.unsqueeze(1)  # [B, 1]
     lengths = torch.where(last_start >= 0, t - last_start, t + lb).clamp(max=n)

@@ -298,3 +298,11 @@ class ShiftyAgent(WindowAgent):
 def test_outputs_that_differ_from_the_probe_call_raise() -> None:
     with pytest.raises(ValueError, match=re.escape("but its probe call at the first reset gave")):
         collect(LocalBatcher, 2, n_batches=1, agent_factory=lambda: ShiftyAgent(2))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_replay_builds_the_windows_on_the_batch_device() -> None:
+    (batch,) = collect(LocalBatcher, 2, n_batches=1)
+    on_gpu = Trajectories(batch.info.to("cuda"), batch.trajectories.to("cuda"))
+    replayed = replay_agent(WindowAgent(2).to("cuda"), on_gpu)
+    assert replayed["window_action"].cpu().equal(batch.trajectories["window_action"])
