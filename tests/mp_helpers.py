@@ -187,7 +187,7 @@ class WindowAgent(Agent):
         n = observation.n_elems()
         output = {
             "action": observation["t"] + 10,
-            "noise": torch.rand(n, generator=self.generator),
+            "noise": torch.rand(n, generator=self.generator).to(observation["t"].device),
             "window_length": history.lengths.clone(),
             "window_t_sum": history["t"].sum(1),
             "window_action_sum": history["action"].sum(1)

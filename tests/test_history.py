@@ -306,3 +306,21 @@ def test_replay_builds_the_windows_on_the_batch_device() -> None:
     on_gpu = Trajectories(batch.info.to("cuda"), batch.trajectories.to("cuda"))
     replayed = replay_agent(WindowAgent(2).to("cuda"), on_gpu)
     assert replayed["window_action"].cpu().equal(batch.trajectories["window_action"])
+
+
+def test_stream_mode_records_the_carried_window_and_replay_reproduces_it() -> None:
+    batches = []
+    with MultiprocessBatcher(
+        WindowAgent, {"history": 2}, CounterEnv, {}, n_envs=2, n_timesteps=4, mode="stream", n_processes=2
+    ) as batcher:
+        batcher.reset(env_info=DictTensor({"length": ints(3, 5, 2, 4)}))
+        for _ in range(6):
+            batch = batcher.get()
+            assert batch is not None
+            batches.append(batch)
+    # each worker fills slot after slot, so from its second slot on the window carries over
+    assert any(bool(batch.info["history_length"].gt(0).any()) for batch in batches)
+    for batch in batches:
+        replayed = replay_agent(WindowAgent(2), batch)
+        for key in replayed.keys() - {"noise"}:
+            assert replayed[key].equal(batch.trajectories[key]), key
