@@ -32,6 +32,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from rlstruct.dicttensor import DictTensor
+from rlstruct.history import history_windows
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
 
@@ -89,9 +90,17 @@ class Agent(torch.nn.Module, ABC):
             observation: the observation of every row (B rows). Its bool key
                 ``initial_state`` marks the first step of an episode.
             agent_info: z of every row (B rows).
-            history: for agents whose ``require_history()`` is not False, the
-                previous steps of the current trajectory (observations and
-                outputs), ``[B, h, ...]``; None otherwise.
+            history: None for agents whose ``require_history()`` is False.
+                Otherwise the previous steps of each row's current episode,
+                ``[B, L, ...]``, left-aligned (row b holds its
+                ``history.lengths[b]`` most recent steps, oldest first, then
+                zeros), with the keys of a stored step (the observation and
+                output keys) at every step, even when all lengths are 0. It
+                never reaches back past an episode start (a step whose
+                ``initial_state`` is True sees an empty window). L is n for
+                ``require_history() == n``; t at step t of an ``execute()``
+                for True. See docs/agents.md, "History". Do not modify it
+                in place.
 
         Returns:
             ``(output, new_state)``: ``output`` has B rows and the key
@@ -123,8 +132,12 @@ class Agent(torch.nn.Module, ABC):
                 ``initial_state`` marks where an episode begins: the state
                 must restart from ``initial_state`` there, as in collection.
             agent_info: z of every row (B rows).
-            history: for agents with history, the window before step 0 (see
-                ``require_history``); None otherwise.
+            history: for an agent wanting the last n steps, the window
+                before step 0 that collection recorded (``[B, n, ...]``, every
+                stored key but the ``next/`` ones, left-aligned with its
+                lengths); None for other agents (with ``True`` there is
+                nothing before step 0). ``rlstruct.history.history_windows``
+                turns it and the steps into the window before every step.
 
         Returns:
             None to let ``replay_agent`` step through time, or the outputs
@@ -137,8 +150,12 @@ class Agent(torch.nn.Module, ABC):
         """Whether ``forward`` wants the history of the trajectory.
 
         Returns:
-            False (the default: no history), True (every previous step of the
-            current trajectory) or a positive int n (the last n steps).
+            False (the default: no history, and no work per step); a positive
+            int n: the last n steps of the current episode, in a window of
+            fixed length n that batchers keep across ``execute()`` calls in
+            "fixed" mode; True: every step of the current episode since the
+            start of the current ``execute()`` (unbounded, so not kept
+            across calls).
         """
         return False
 
@@ -185,17 +202,41 @@ def history_length(agent: Agent) -> int | None:
     )
 
 
-def history_window(steps: TemporalDictTensor, t: int, length: int | None) -> TemporalDictTensor | None:
-    """The steps before ``t`` that an agent wanting ``length`` previous steps sees (views).
+def _window_before(batch: Trajectories, length: int) -> TemporalDictTensor | None:
+    """The window before step 0 that collection recorded in ``batch.info`` (None for ``True``: nothing before).
 
-    At ``t == 0`` there is nothing before: a TemporalDictTensor with no keys and no steps.
+    Raises:
+        ValueError: if ``batch.info`` lacks it, or holds other keys or another number of steps.
     """
-    if length is None:
+    if length < 0:
         return None
-    if t == 0:
-        return TemporalDictTensor(DictTensor(batch_size=steps.n_elems()), n_timesteps=0)
-    start = 0 if length < 0 else max(0, t - length)
-    return steps.temporal_slice(start, t)
+    info, steps = batch.info, batch.trajectories
+    if "history_length" not in info:
+        raise ValueError(
+            f"replay_agent: the agent wants the last {length} steps, but batch.info has no 'history_length' "
+            "(with 'history/<key>', the window before step 0 that batchers record)"
+        )
+    before = TemporalDictTensor(info.truncate_key("history/"), info["history_length"])
+    stored = sorted(k for k in steps if not k.startswith("next/"))
+    if sorted(before.keys()) != stored or before.n_timesteps() != length:
+        raise ValueError(
+            f"replay_agent: batch.info's window before step 0 has the keys {sorted(before.keys())} and "
+            f"{before.n_timesteps()} steps; the agent wants {length} steps of {stored}"
+        )
+    return before
+
+
+def _replay_windows(batch: Trajectories, length: int) -> TemporalDictTensor:
+    """The window before every step (``B * T`` rows, see ``history_windows``), as collection made them.
+
+    Windows hold every stored key but the ``next/`` ones, whatever the agent is given as observation.
+    """
+    steps = batch.trajectories
+    observed = steps.get([k for k in steps if not k.startswith("next/")])
+    starts = observed["initial_state"]
+    if length < 0:  # True: the steps of this trajectory only, nothing before
+        return history_windows(None, observed, starts, observed.n_timesteps())
+    return history_windows(_window_before(batch, length), observed, starts, length)
 
 
 def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = None) -> TemporalDictTensor:
@@ -206,7 +247,10 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
     also have a ``next/`` version; not the agent's own stored outputs), z
     from ``batch.info["agent_info/..."]``, and a state that starts from
     ``batch.info["agent_state/..."]``, is carried from step to step, and is
-    reset with ``initial_state`` where an episode begins.
+    reset with ``initial_state`` where an episode begins. A history agent
+    gets the windows it got then: for ``require_history() == n`` they start
+    from ``batch.info["history/..."]`` and ``["history_length"]`` (the
+    window before step 0) and never cross an episode start.
 
     Three ways, the first that applies:
 
@@ -231,7 +275,9 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
 
     Raises:
         ValueError: if ``stateless`` is True for an agent with state or
-            history, or the batch has no time steps.
+            history, if the batch has no time steps, or if ``batch.info``
+            lacks the window before step 0 (or has other keys or steps) for
+            an agent wanting the last n steps.
         TypeError: if ``forward_sequence`` returns something else than None
             or a TemporalDictTensor of the batch's rows and steps.
     """
@@ -249,7 +295,8 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
             f"{list(state.keys())} and require_history() = {agent.require_history()!r}"
         )
     if not stateless:
-        replayed = agent.forward_sequence(state, observation, agent_info, None)
+        before = None if length is None else _window_before(batch, length)
+        replayed = agent.forward_sequence(state, observation, agent_info, before)
         if replayed is not None:
             if (
                 not isinstance(replayed, TemporalDictTensor)
@@ -267,12 +314,17 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
         output, _ = agent(DictTensor(batch_size=b * n_timesteps), flat, z)
         data = {k: v.unflatten(0, (b, n_timesteps)) for k, v in output.items()}
         return TemporalDictTensor(data, steps.lengths)
-    observed = steps.get([k for k in steps if not k.startswith("next/")])  # what a history holds
+    windows = None if length is None else _replay_windows(batch, length)
+    first_rows = torch.arange(b) * n_timesteps  # window of step t of row r: row r * T + t
     columns = {k: v.unbind(1) for k, v in observation.items()}
     outputs = []
     for t in range(n_timesteps):
         at_t = DictTensor({k: v[t] for k, v in columns.items()})
         state = reset_finished_states(agent, state, at_t, agent_info)
-        output, state = agent(state, at_t, agent_info, history_window(observed, t, length))
+        window = None
+        if windows is not None:
+            window = windows.index(first_rows + t)
+            window = window.temporal_slice(0, t) if length == -1 else window
+        output, state = agent(state, at_t, agent_info, window)
         outputs.append(output)
     return TemporalDictTensor(DictTensor.stack(outputs, dim=1), steps.lengths)

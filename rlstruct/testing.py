@@ -129,7 +129,8 @@ class CountingAgent(Agent):
     State key ``count`` (int64) starts at ``agent_info["start"]`` (or 0) and
     grows by 1 per step. Output keys: ``action`` (the constant ``action`` of
     the constructor, int64), ``count`` (the state it acted from) and, when
-    it wants history, ``history_length`` (how many previous steps it saw).
+    it wants history, ``history_length`` (how many previous steps it saw:
+    the window's ``lengths``).
 
     Args:
         action: the action it always takes.
@@ -161,5 +162,5 @@ class CountingAgent(Agent):
             "count": state["count"].clone(),
         }
         if history is not None:
-            output["history_length"] = torch.full((n,), history.n_timesteps(), dtype=torch.int64)
+            output["history_length"] = history.lengths.clone()
         return DictTensor(output), DictTensor({"count": state["count"] + 1})

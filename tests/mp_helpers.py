@@ -154,6 +154,51 @@ class HistorySumAgent(Agent):
         return DictTensor({"action": torch.zeros(n, dtype=torch.int64), "seen": seen}), state
 
 
+class WindowAgent(Agent):
+    """Outputs what its history window holds, so that tests can check every window it was given.
+
+    Action: ``10 + t`` (an output that differs from the observation ``t``). Outputs:
+    ``window_length`` (the window's lengths), ``window_t_sum`` and ``window_action_sum`` (sums of
+    the window's ``t`` and ``action``), for an int n also ``window_action`` (``[B, n]``), and ``noise``
+    (one draw of ``self.generator`` per row, so that a shifted generator shows). ``keys_seen``
+    records the window's key set at every call made in this process.
+
+    Args:
+        history: what ``require_history()`` returns.
+    """
+
+    def __init__(self, history: bool | int = 2) -> None:
+        super().__init__()
+        self.history = history
+        self.keys_seen: list[set[str]] = []
+
+    def require_history(self) -> bool | int:
+        return self.history
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        assert history is not None
+        self.keys_seen.append(set(history.keys()))
+        n = observation.n_elems()
+        output = {
+            "action": observation["t"] + 10,
+            "noise": torch.rand(n, generator=self.generator).to(observation["t"].device),
+            "window_length": history.lengths.clone(),
+            "window_t_sum": history["t"].sum(1),
+            "window_action_sum": history["action"].sum(1)
+            if "action" in history
+            else torch.zeros_like(history.lengths),
+        }
+        if not isinstance(self.history, bool):
+            output["window_action"] = history["action"].clone() if "action" in history else history["t"] * 0
+        return DictTensor(output), state
+
+
 def shm_entries() -> set[str]:
     return set(os.listdir("/dev/shm"))
 

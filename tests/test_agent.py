@@ -16,7 +16,7 @@ import torch
 from mp_helpers import HistorySumAgent
 
 from rlstruct import Agent, DictTensor, LocalBatcher, TemporalDictTensor, Trajectories, replay_agent
-from rlstruct.agent import history_length, history_window, reset_finished_states
+from rlstruct.agent import history_length, reset_finished_states
 from rlstruct.testing import CounterEnv, CountingAgent, RandomAgent
 
 
@@ -181,17 +181,6 @@ def test_history_length_rejects_other_values(bad: Any) -> None:
         history_length(CountingAgent(history=bad))
 
 
-def test_history_window_gives_the_steps_before_t() -> None:
-    steps = TemporalDictTensor({"t": torch.arange(5).repeat(2, 1)})
-    assert history_window(steps, 3, None) is None
-    window = history_window(steps, 3, 2)
-    assert window is not None and window["t"][0].tolist() == [1, 2]
-    everything = history_window(steps, 3, -1)
-    assert everything is not None and everything["t"][0].tolist() == [0, 1, 2]
-    empty = history_window(steps, 0, 2)
-    assert empty is not None and empty.n_timesteps() == 0
-
-
 # ---------------------------------------------------------------------------- replay_agent: step by step
 
 
@@ -219,7 +208,8 @@ def test_replay_gives_history_agents_the_same_history_as_collection(history: boo
 
 def test_replay_gives_history_agents_the_stored_observations() -> None:
     batches = collect(HistorySumAgent, n_envs=1, n_timesteps=5, length=10)
-    assert batches[1].trajectories["seen"][0].tolist() == [0, 5, 11, 13, 15]  # t = 5..9, last 2 summed
+    # t = 5..9, the last 2 steps of the episode summed; the window carries over from t = 3, 4: 3 + 4 = 7
+    assert batches[1].trajectories["seen"][0].tolist() == [7, 9, 11, 13, 15]
     for batch in batches:
         assert replay_agent(HistorySumAgent(), batch)["seen"].equal(batch.trajectories["seen"])
 

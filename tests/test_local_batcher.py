@@ -423,18 +423,24 @@ def test_gym_env_dtypes_are_kept_in_the_trajectories() -> None:
     assert steps["observation"].ge(0).all() and steps["observation"].lt(16).all()
 
 
-@pytest.mark.parametrize(("history", "expected"), [(2, [0, 1, 2, 2, 2]), (True, [0, 1, 2, 3, 4])])
+@pytest.mark.parametrize(
+    ("history", "expected"),
+    [(2, ([0, 1, 2, 0, 1], [2, 0, 1, 2, 0])), (True, ([0, 1, 2, 0, 1], [0, 0, 1, 2, 0]))],
+)
 def test_history_agents_see_the_wanted_number_of_previous_steps(
-    history: bool | int, expected: list[int]
+    history: bool | int, expected: tuple[list[int], list[int]]
 ) -> None:
     with counter_batcher(
         agent_args={"history": history}, n_envs=2, n_timesteps=5, env_args={"length": 3}
     ) as batcher:
         batcher.reset()
         first, second = run_once(batcher), run_once(batcher)
-    # the history is that of the current trajectory, across episode ends, and restarts at each execute
-    for batch in (first, second):
-        assert batch.trajectories["history_length"].tolist() == [expected, expected]
+    # episodes of 3 steps: t = 0 1 2 | 0 1 in the first batch, 2 | 0 1 2 | 0 in the second. The window
+    # empties at each episode start; n = 2 carries over the execute() (2 steps before the second batch's
+    # t = 2), True holds only the steps of the current execute() (none before its first step)
+    assert first.trajectories["t"][0].tolist() == [0, 1, 2, 0, 1]
+    for batch, lengths in zip((first, second), expected, strict=True):
+        assert batch.trajectories["history_length"].tolist() == [lengths, lengths]
 
 
 def test_history_holds_the_previous_observations() -> None:
@@ -444,7 +450,7 @@ def test_history_holds_the_previous_observations() -> None:
     assert first.trajectories["t"][0].tolist() == [0, 1, 2, 3, 4]
     assert first.trajectories["seen"][0].tolist() == [0, 0, 1, 3, 5]
     assert second.trajectories["t"][0].tolist() == [5, 6, 7, 8, 9]
-    assert second.trajectories["seen"][0].tolist() == [0, 5, 11, 13, 15]
+    assert second.trajectories["seen"][0].tolist() == [7, 9, 11, 13, 15]  # 3 + 4 carried over, 4 + 5, ...
 
 
 # ---------------------------------------------------------------------------- update and ownership

@@ -12,9 +12,10 @@ from typing import Any, NamedTuple
 
 import torch
 
-from rlstruct.agent import Agent, history_length, history_window, reset_finished_states
+from rlstruct.agent import Agent, history_length, reset_finished_states
 from rlstruct.dicttensor import DictTensor, _describe
 from rlstruct.env import REQUIRED_KEYS, Environment
+from rlstruct.history import Spec, StepHistory, empty_window
 from rlstruct.temporal import TemporalDictTensor
 
 
@@ -70,6 +71,10 @@ class Group:
             self.close()
             raise ValueError(f"env_factory was asked for {n_envs} instances but made {self.env.n_envs}")
         self.history = history_length(self.agent)
+        # key -> (dtype, step shape) of the history window: the observation and output keys of a step,
+        # read from the attached storage or learnt by a probe call at the first reset (see _probe)
+        self.window_spec: Spec | None = None
+        self.windows: StepHistory | None = None  # made at reset, for agents with history only
         # slot -> (storage: key -> [n_envs, T, ...], fields: part -> Field list, made at a slot's first step)
         self.slots: dict[int | None, tuple[dict[str, torch.Tensor], dict[str, list[Field]]]] = {}
         self.n_timesteps = 0
@@ -140,6 +145,11 @@ class Group:
     def attach(self, slots: Mapping[int, Mapping[str, torch.Tensor]]) -> None:
         """Write into external storage: ``slots[s]`` maps every trajectory key to ``[n_envs, T, ...]``."""
         self.slots = {s: (dict(storage), {}) for s, storage in slots.items()}
+        if self.history is not None and slots:
+            storage = next(iter(slots.values()))
+            self.window_spec = {
+                k: (v.dtype, tuple(v.shape[2:])) for k, v in storage.items() if not k.startswith("next/")
+            }
 
     def _bind(
         self, slot: int | None, observation: DictTensor, output: DictTensor, reached: DictTensor
@@ -184,6 +194,29 @@ class Group:
                 f"{self.name}: agent.initial_state must return a DictTensor of {self.n_envs} rows, "
                 f"got {_describe(self.state) if not isinstance(self.state, DictTensor) else self.state}"
             )
+        if self.history is not None:
+            if self.window_spec is None:
+                self.window_spec = self._probe()
+            self.windows = StepHistory(
+                self.window_spec, self.n_envs, self.history if self.history > 0 else None
+            )
+
+    def _probe(self) -> Spec:
+        """Learn the agent's output keys from one call whose effects are undone, before any real step.
+
+        The call gets the first observation, a copy of the state and an empty
+        window of the observation keys only (the output keys are what it is
+        for); its output and new state are thrown away and the agent's
+        generator is restored, so the trajectories are those without it.
+        """
+        observed = {k: (v.dtype, tuple(v.shape[1:])) for k, v in self.observation.items()}
+        window = empty_window(observed, self.n_envs, max(self.history or 0, 0))
+        generator = self.agent.generator.get_state()
+        with torch.no_grad():
+            output, state = self.agent(self.state.clone(), self.observation, self.agent_info, window)
+        self.agent.generator.set_state(generator)
+        self._check_output(output, state, self.observation)
+        return observed | {k: (v.dtype, tuple(v.shape[1:])) for k, v in output.items()}
 
     def run(self, n_timesteps: int, slot: int | None = None) -> tuple[DictTensor, TemporalDictTensor]:
         """Run ``n_timesteps`` steps from the current observation and state, into a slot's storage.
@@ -216,11 +249,19 @@ class Group:
         lengths = torch.full((n,), n_timesteps, dtype=torch.int64)
         running = torch.ones(n, dtype=torch.bool)
         fields: dict[str, list[Field]] = {}
+        windows, window = self.windows, None  # None (no work per step) for agents without history
+        if windows is not None:
+            before = windows.begin(n_timesteps)
+            if before is not None:  # history=n: the window carries over; the trajectory records it
+                info = info | before.to_dicttensor().prepend_key("history/")
+                info.set("history_length", before.lengths)
         with torch.no_grad():
             for t in range(n_timesteps):
                 observation = self.observation
                 state = reset_finished_states(agent, self.state, observation, self.agent_info)
-                output, self.state = agent(state, observation, self.agent_info, self._history(t, slot))
+                if windows is not None:
+                    window = windows.window(t, observation["initial_state"])
+                output, self.state = agent(state, observation, self.agent_info, window)
                 if t == 0:
                     self._check_output(output, self.state, observation)
                 reached, self.observation = self.env.step(output)
@@ -231,15 +272,21 @@ class Group:
                     if not fields:
                         self._bind(slot, observation, output, reached)
                         fields = self.slots[slot][1]
+                    if windows is not None:
+                        self._check_window(fields)
                 self._write("observation", fields["observation"], observation, t)
                 self._write("output", fields["output"], output, t)
                 self._write("next", fields["next"], reached, t)
+                if windows is not None:
+                    windows.push(t, observation | output)
                 if not self.auto_reset:
                     finished = running & reached["done"]
                     lengths[finished] = t + 1
                     running &= ~finished
                     if not bool(running.any()):
                         break
+        if windows is not None:
+            windows.end(t + 1)  # the steps taken: fewer than n_timesteps when episodes all ended early
         storage = self.slots[slot][0]
         if not self.auto_reset:
             padding = torch.arange(n_timesteps).unsqueeze(0) >= lengths.unsqueeze(1)
@@ -250,16 +297,16 @@ class Group:
             DictTensor._new(storage, n, torch.device("cpu")), lengths, n_timesteps=n_timesteps
         )
 
-    def _history(self, t: int, slot: int | None) -> TemporalDictTensor | None:
-        """The previous steps of this trajectory, for agents that want them (views of the buffer)."""
-        if self.history is None:
-            return None
-        if t == 0:
-            return history_window(TemporalDictTensor(DictTensor(batch_size=self.n_envs)), 0, self.history)
-        storage, fields = self.slots[slot]
-        names = [f.key for part in ("observation", "output") for f in fields[part]]
-        steps = TemporalDictTensor(DictTensor({k: storage[k] for k in names}))
-        return history_window(steps, t, self.history)
+    def _check_window(self, fields: dict[str, list[Field]]) -> None:
+        """The first step must have the keys, dtypes and shapes the window was made for (by the probe)."""
+        stored = {
+            f.key: (f.dtype, tuple(f.shape[1:])) for part in ("observation", "output") for f in fields[part]
+        }
+        if stored != self.window_spec:
+            raise ValueError(
+                f"{self.name}: the agent's first step has the keys, dtypes and shapes {stored}, but its "
+                f"probe call at the first reset gave {self.window_spec}; the history window needs them fixed"
+            )
 
     def close(self) -> None:
         """Close the environment and the agent (the agent even if the environment raises)."""

@@ -1,0 +1,208 @@
+"""The window of previous steps that a history agent sees: pure, vectorised arithmetic.
+
+A window is a ``TemporalDictTensor`` ``[B, L, ...]``: row b holds the
+``lengths[b]`` most recent previous steps of its current episode, oldest
+first, then zeros. It never holds a step of an earlier episode: a step whose
+observation has ``initial_state`` True starts an episode, and its window is
+empty.
+
+Every window is read from a *timeline* per row, ``cat(before, steps, zero)``:
+the window before the first step (left-aligned, ``n`` steps, ``lb`` of them
+real), the steps, and one zero step that padding reads. ``window_positions``
+says where each entry of a window sits in it; ``history_windows`` uses it
+for every step of a stored batch at once (``replay_agent``) and
+``StepHistory`` for one step at a time (the batchers), so both give the same
+windows.
+
+Examples:
+    >>> import torch
+    >>> from rlstruct import DictTensor, TemporalDictTensor
+    >>> steps = TemporalDictTensor({"x": torch.tensor([[1, 2, 3, 4]])})
+    >>> starts = torch.tensor([[False, False, True, False]])
+    >>> windows = history_windows(None, steps, starts, 2)  # the window before each step
+    >>> windows["x"].tolist(), windows.lengths.tolist()
+    ([[0, 0], [1, 0], [0, 0], [3, 0]], [0, 1, 0, 1])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from rlstruct.dicttensor import DictTensor
+from rlstruct.temporal import TemporalDictTensor
+
+__all__ = ["StepHistory", "empty_window", "history_windows", "window_positions"]
+
+Spec = Mapping[str, tuple[torch.dtype, tuple[int, ...]]]
+"""key -> (dtype, shape of one step of one row)."""
+
+
+def empty_window(
+    spec: Spec, batch_size: int, n: int, device: torch.device | str = "cpu"
+) -> TemporalDictTensor:
+    """A window of ``batch_size`` rows with room for ``n`` steps, every length 0 (zeros), on ``device``."""
+    data = {
+        k: torch.zeros((batch_size, n, *shape), dtype=dtype, device=device)
+        for k, (dtype, shape) in spec.items()
+    }
+    lengths = torch.zeros(batch_size, dtype=torch.int64, device=device)
+    return TemporalDictTensor(DictTensor(data, batch_size=batch_size), lengths, n_timesteps=n)
+
+
+def window_positions(
+    t: int | torch.Tensor,
+    lengths: torch.Tensor,
+    before_lengths: torch.Tensor,
+    n_before: int,
+    width: int,
+    pad: int,
+) -> torch.Tensor:
+    """Where each entry of the window before step ``t`` sits in the timeline ``cat(before, steps, zero)``.
+
+    Entry i < L (``L = lengths``) of a left-aligned window is step
+    ``p = t - L + i``: index ``n_before + p`` of the timeline if ``p >= 0``,
+    else index ``lb + p`` of ``before`` (``lb = before_lengths``: its last
+    real step is ``p = -1``). Entries i >= L read ``pad``, the zero step.
+
+    Args:
+        t: the step, an int or a tensor that broadcasts with ``lengths``.
+        lengths: L, how many previous steps each window holds (at most ``t + lb``).
+        before_lengths: lb, broadcasting with ``lengths``.
+        n_before: the number of steps ``before`` has room for.
+        width: the window's number of entries (at least the largest L).
+        pad: the index of the zero step.
+
+    Returns:
+        int64 indices of shape ``[*lengths.shape, width]``.
+    """
+    i = torch.arange(width, device=lengths.device)
+    steps_left = lengths.unsqueeze(-1)
+    p = (t if isinstance(t, int) else t.unsqueeze(-1)) - steps_left + i
+    inside = torch.where(p >= 0, n_before + p, before_lengths.unsqueeze(-1) + p)
+    return torch.where(i < steps_left, inside, pad)
+
+
+def _take(flat: Mapping[str, torch.Tensor], width: int, positions: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``timeline[k][b, positions[b, ...]]`` for every key: one ``index_select`` per key, new tensors.
+
+    ``flat[k]`` is the timeline ``[B, width, ...]`` viewed as ``[B * width, ...]``.
+    """
+    b = positions.shape[0]
+    rows = torch.arange(b, device=positions.device).view(b, *([1] * (positions.dim() - 1)))
+    index = (rows * width + positions).flatten()
+    return {k: v.index_select(0, index).view(*positions.shape, *v.shape[1:]) for k, v in flat.items()}
+
+
+def history_windows(
+    before: TemporalDictTensor | None, steps: TemporalDictTensor, starts: torch.Tensor, n: int
+) -> TemporalDictTensor:
+    """The window before every step of ``steps``, all at once: row ``b * T + t`` is the one before step t of row b.
+
+    Args:
+        before: the window before step 0 (``[B, n, ...]`` with the keys of
+            ``steps``, left-aligned), or None for an empty one.
+        steps: ``[B, T, ...]``, the steps (observation and output keys).
+        starts: bool ``[B, T]``: step t of row b starts an episode.
+        n: L, the number of entries of each window.
+
+    Returns:
+        ``[B * T, n, ...]`` with the keys of ``steps``, left-aligned, zeros past the lengths.
+
+    Step t sees ``min(n, t - s)`` steps if its episode started at step
+    ``s <= t`` (the last start), else ``min(n, t + lb)``, ``lb`` being the
+    length of ``before``.
+    """
+    b, t_max = steps.n_elems(), steps.n_timesteps()
+    if before is None:
+        spec = {k: (v.dtype, tuple(v.shape[2:])) for k, v in steps.items()}
+        before = empty_window(spec, b, n, steps.device)
+    t = torch.arange(t_max, device=steps.device).unsqueeze(0)  # [1, T]
+    last_start = torch.where(starts, t, -1).cummax(1).values  # [B, T]; -1: the episode began before step 0
+    lb = before.lengths.unsqueeze(1)  # [B, 1]
+    lengths = torch.where(last_start >= 0, t - last_start, t + lb).clamp(max=n)
+    positions = window_positions(t, lengths, lb, before.n_timesteps(), n, pad=before.n_timesteps() + t_max)
+    width = before.n_timesteps() + t_max + 1
+    timeline = {
+        k: torch.cat([before[k], v, v.new_zeros((b, 1, *v.shape[2:]))], 1).flatten(0, 1)
+        for k, v in steps.items()
+    }
+    data = {k: v.reshape(b * t_max, n, *v.shape[3:]) for k, v in _take(timeline, width, positions).items()}
+    return TemporalDictTensor(DictTensor(data, batch_size=b * t_max), lengths.reshape(-1), n_timesteps=n)
+
+
+class StepHistory:
+    """The windows of ``batch_size`` rows, advanced one step at a time while a batcher runs.
+
+    Per step and key: one copy (``push``) and one ``index_select``
+    (``window``), whatever the episodes do. With ``n``, the window before the
+    next run's first step is kept (``carried``); with None (``require_history()``
+    True) every run starts empty and the window before step t has t entries.
+
+    Args:
+        spec: the keys of a step.
+        batch_size: B.
+        n: the window's fixed number of entries, or None for "every step of the run".
+
+    Examples:
+        >>> import torch
+        >>> from rlstruct import DictTensor
+        >>> history = StepHistory({"x": (torch.int64, ())}, batch_size=1, n=2)
+        >>> _ = history.begin(n_timesteps=3)
+        >>> no = torch.tensor([False])
+        >>> for t in range(3):
+        ...     history.push(t, DictTensor({"x": torch.tensor([10 + t])}))
+        >>> history.window(3, no)["x"]  # after 3 steps (10, 11, 12) of one episode: the last 2
+        tensor([[11, 12]])
+    """
+
+    def __init__(self, spec: Spec, batch_size: int, n: int | None) -> None:
+        self.spec, self.batch_size, self.n = dict(spec), batch_size, n
+        self.n_before = n or 0
+        self.carried = empty_window(spec, batch_size, n) if n is not None else None
+        self.timeline: dict[str, torch.Tensor] = {}  # key -> [B, n_before + T + 1, ...]
+        self.flat: dict[str, torch.Tensor] = {}  # the same viewed as [B * (n_before + T + 1), ...]
+        self.lengths = torch.zeros(batch_size, dtype=torch.int64)
+        self.before_lengths = self.lengths
+
+    def begin(self, n_timesteps: int) -> TemporalDictTensor | None:
+        """Start a run of ``n_timesteps`` steps; return the window before its first step (None for True)."""
+        width = self.n_before + n_timesteps + 1  # before, the steps, the zero step
+        if not self.timeline or next(iter(self.timeline.values())).shape[1] != width:
+            self.timeline = {
+                k: torch.zeros((self.batch_size, width, *shape), dtype=dtype)
+                for k, (dtype, shape) in self.spec.items()
+            }
+            self.flat = {k: v.flatten(0, 1) for k, v in self.timeline.items()}
+        self.width = width
+        if self.carried is not None:
+            for k, v in self.timeline.items():
+                v[:, : self.n_before].copy_(self.carried[k])
+            self.before_lengths = self.carried.lengths
+        self.lengths = self.before_lengths
+        return self.carried
+
+    def window(self, t: int, starts: torch.Tensor) -> TemporalDictTensor:
+        """The window before step ``t`` (new tensors), the rows where ``starts`` (bool ``[B]``) is True emptied."""
+        self.lengths = torch.where(starts, 0, self.lengths)
+        width = self.n if self.n is not None else t
+        positions = window_positions(
+            t, self.lengths, self.before_lengths, self.n_before, width, self.width - 1
+        )
+        data = _take(self.flat, self.width, positions)
+        return TemporalDictTensor._new(
+            DictTensor._new(data, self.batch_size, torch.device("cpu")), self.lengths, width
+        )
+
+    def push(self, t: int, step: DictTensor) -> None:
+        """Step ``t`` (its keys are the spec's; dtypes and shapes checked by the caller) joins every window."""
+        column = self.n_before + t
+        for k, v in self.timeline.items():
+            v.select(1, column).copy_(step[k])
+        self.lengths = self.lengths + 1 if self.n is None else (self.lengths + 1).clamp(max=self.n)
+
+    def end(self, t: int) -> None:
+        """The run stopped after ``t`` steps: keep the window before step ``t`` for the next run (n only)."""
+        if self.n is not None:
+            self.carried = self.window(t, torch.zeros(self.batch_size, dtype=torch.bool))
