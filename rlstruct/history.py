@@ -33,7 +33,7 @@ import torch
 from rlstruct.dicttensor import DictTensor
 from rlstruct.temporal import TemporalDictTensor
 
-__all__ = ["StepHistory", "empty_window", "history_windows", "window_positions"]
+__all__ = ["StepHistory", "empty_window", "history_windows", "window_after", "window_positions"]
 
 Spec = Mapping[str, tuple[torch.dtype, tuple[int, ...]]]
 """key -> (dtype, shape of one step of one row)."""
@@ -130,6 +130,50 @@ def history_windows(
     }
     data = {k: v.reshape(b * t_max, n, *v.shape[3:]) for k, v in _take(timeline, width, positions).items()}
     return TemporalDictTensor(DictTensor(data, batch_size=b * t_max), lengths.reshape(-1), n_timesteps=n)
+
+
+def window_after(window: TemporalDictTensor, step: DictTensor) -> TemporalDictTensor:
+    """The window before the next step: ``window`` with ``step`` appended, the oldest dropped when full.
+
+    It is what an agent sees at the observation it reaches after ``step``:
+    the value of a reached observation (a bootstrap) needs it. Rows are
+    independent; every row of the result holds ``min(lengths + 1, n)``
+    steps, left-aligned.
+
+    Args:
+        window: ``[N, n, ...]`` windows (left-aligned, with their lengths).
+        step: the step taken after each window, ``N`` rows, with the
+            window's keys (one step each).
+
+    Returns:
+        A new TemporalDictTensor ``[N, n, ...]`` on ``window``'s device.
+
+    Raises:
+        ValueError: if ``step`` lacks a key of ``window``.
+
+    Examples:
+        >>> import torch
+        >>> from rlstruct import DictTensor, TemporalDictTensor
+        >>> window = TemporalDictTensor({"x": torch.tensor([[1, 0], [1, 2]])}, torch.tensor([1, 2]))
+        >>> after = window_after(window, DictTensor({"x": torch.tensor([5, 5])}))
+        >>> after["x"].tolist(), after.lengths.tolist()
+        ([[1, 5], [2, 5]], [2, 2])
+    """
+    missing = [k for k in window.keys() if k not in step]
+    if missing:
+        raise ValueError(f"window_after: step lacks the window's keys {missing}, got {list(step.keys())}")
+    n, lengths = window.n_timesteps(), window.lengths
+    rows = torch.arange(lengths.shape[0], device=lengths.device)
+    shift = (lengths + 1 - n).clamp(min=0)  # 1 where the window is full: the oldest step goes
+    positions = (torch.arange(n, device=lengths.device) + shift.unsqueeze(1)).clamp(max=n)  # into [window, step]
+    data = {}
+    for key, value in window.items():
+        timeline = torch.cat([value, step[key].unsqueeze(1)], 1)  # [N, n + 1, ...]: the step at place lengths
+        timeline[rows, lengths] = step[key]
+        kept = timeline[rows.unsqueeze(1), positions]
+        valid = torch.arange(n, device=lengths.device) < (lengths + 1).clamp(max=n).unsqueeze(1)
+        data[key] = kept * valid.view(*valid.shape, *([1] * (kept.dim() - 2))).to(kept.dtype)
+    return TemporalDictTensor(data, (lengths + 1).clamp(max=n))
 
 
 class StepHistory:

@@ -25,7 +25,7 @@ from rlstruct import (
     Trajectories,
     replay_agent,
 )
-from rlstruct.history import StepHistory, history_windows
+from rlstruct.history import StepHistory, history_windows, window_after
 from rlstruct.testing import CounterEnv, CountingAgent
 
 OBSERVATION_KEYS = {
@@ -324,3 +324,22 @@ def test_stream_mode_records_the_carried_window_and_replay_reproduces_it() -> No
         replayed = replay_agent(WindowAgent(2), batch)
         for key in replayed.keys() - {"noise"}:
             assert replayed[key].equal(batch.trajectories[key]), key
+
+
+def test_window_after_a_step_is_the_window_before_the_next_step() -> None:
+    """window_after(window before t, step t) == window before t + 1, wherever t + 1 starts no episode."""
+    steps = TemporalDictTensor({"x": torch.arange(1, 9).view(1, 8), "y": torch.arange(1, 9).view(1, 8) > 4})
+    starts = torch.zeros(1, 8, dtype=torch.bool)
+    starts[0, 3] = True  # an episode starts at step 3
+    windows = history_windows(None, steps, starts, 3)  # [8, 3]: the window before each step
+    after = window_after(windows, DictTensor({k: v[0] for k, v in steps.items()}))
+    for t in range(7):
+        if bool(starts[0, t + 1]):
+            continue
+        assert after["x"][t].tolist() == windows["x"][t + 1].tolist(), t
+        assert after["y"][t].tolist() == windows["y"][t + 1].tolist(), t
+        assert after.lengths[t] == windows.lengths[t + 1], t
+    # by hand: before step 7 the window holds steps 4..6 (x = 5, 6, 7); after step 7 it holds 6, 7, 8
+    assert after["x"][7].tolist() == [6, 7, 8] and int(after.lengths[7]) == 3
+    with pytest.raises(ValueError, match=re.escape("window_after: step lacks the window's keys ['y']")):
+        window_after(windows, DictTensor({"x": steps["x"][0]}))
