@@ -18,6 +18,7 @@ from rlstruct.algos.config import TrainConfig, field_docs, parse_config
 from rlstruct.algos.evaluation import env_spaces
 from rlstruct.algos.policies import ActorCritic, run_memory
 from rlstruct.algos.run import EpisodeReturns, check_config
+from rlstruct.checkpoint import load_checkpoint
 from rlstruct.cli import main as cli_main
 
 
@@ -493,3 +494,61 @@ def test_orthogonal_initialisation_uses_the_stated_gains() -> None:
     assert torch.allclose(policy_out @ policy_out.T, 1e-4 * torch.eye(2), atol=1e-8)  # gain 0.01
     assert torch.allclose(value_out @ value_out.T, torch.ones(1, 1), atol=1e-5)
     assert all(not m.bias.detach().any() for m in agent.modules() if isinstance(m, torch.nn.Linear))
+
+
+# ---------------------------------------------------------------------------- memory and normalisation
+
+
+@pytest.mark.parametrize("memory", ["gru", "lstm"])
+def test_recurrent_ppo_smoke_run_saves_its_memory_and_statistics(tmp_path: Path, memory: str) -> None:
+    config = ppo.Config(
+        env="CartPole-v1",
+        total_steps=512,
+        n_envs=4,
+        n_steps=32,
+        n_epochs=2,
+        minibatch_size=64,  # 2 rows per minibatch
+        recurrent=True,
+        memory=memory,
+        normalize=True,
+        scale_rewards=True,
+        eval_every=256,
+        eval_episodes=2,
+        run_dir=str(tmp_path),
+        progress=False,
+    )
+    results = ppo.train(config)
+    assert results["env_steps"] == 512 and results["eval_return_mean"] >= 8
+    model = ActorCritic(obs_dim=4, n_actions=2, recurrent=True, memory=memory, normalize=True)
+    stored = load_checkpoint(Path(results["run_dir"]) / "checkpoint.pt", model=model)
+    assert model.obs_norm is not None and model.obs_norm.count.item() == 512  # every collected step seen
+    assert stored["reward_scaler"]["stats.count"].item() == 512
+    assert {"actor_memory.weight_hh_l0", "critic_memory.weight_hh_l0"} <= set(stored["model"])
+
+
+def test_recurrent_impala_smoke_run(tmp_path: Path) -> None:
+    config = impala.Config(
+        env="CartPole-v1",
+        total_steps=1024,
+        n_envs=4,
+        n_steps=16,
+        n_slots=3,
+        batch_slots=2,
+        recurrent=True,
+        normalize=True,
+        eval_every=512,
+        eval_episodes=2,
+        run_dir=str(tmp_path),
+        progress=False,
+    )
+    results = impala.train(config)
+    assert results["env_steps"] == 1024 and results["eval_return_mean"] >= 8
+
+
+def test_vtrace_loss_of_a_recurrent_model_needs_the_info() -> None:
+    model = ActorCritic(obs_dim=4, n_actions=2, hidden=(8,), recurrent=True)
+    steps = TemporalDictTensor(
+        {"observation": torch.zeros(1, 2, 4), "action": torch.zeros(1, 2, dtype=torch.long)}
+    )
+    with pytest.raises(ValueError, match=message("vtrace_loss: a recurrent model needs the batch's info")):
+        impala.vtrace_loss(model, steps, impala.Config())

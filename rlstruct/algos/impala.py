@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from rlstruct.agent import replay_agent
 from rlstruct.algos.config import TrainConfig, parse_config
 from rlstruct.algos.evaluation import env_spaces
 from rlstruct.algos.policies import ActorCritic
@@ -78,7 +79,13 @@ class Config(TrainConfig):
     normalize_advantages: bool = True
     """Normalise the policy-gradient advantages of each batch to zero mean and unit variance."""
     hidden: int = 64
-    """Units of each of the two hidden layers of the policy and value networks."""
+    """Units of each of the two hidden layers of the policy and value networks (a memory's size too)."""
+    recurrent: bool = False
+    """Give the policy and the value each a recurrent memory, replayed from the state stored with each slot."""
+    memory: str = "gru"
+    """The recurrent cell with ``recurrent``: "gru" or "lstm"."""
+    normalize: bool = False
+    """Normalise observations with running statistics (kept in the model: workers, checkpoint, evaluation)."""
     torch_threads: int = 1
     """Threads of the learner's torch operations (small networks run fastest on one)."""
 
@@ -126,6 +133,9 @@ def train(config: Config) -> dict[str, Any]:
         "action_low": spaces.action_low,
         "action_high": spaces.action_high,
         "hidden": (config.hidden, config.hidden),
+        "recurrent": config.recurrent,
+        "memory": config.memory,
+        "normalize": config.normalize,
     }
     model = ActorCritic(**agent_args).to(device)  # type: ignore[arg-type]
     optimizer = torch.optim.RMSprop(model.parameters(), lr=config.lr, alpha=0.99, eps=1e-5)
@@ -175,7 +185,10 @@ def train(config: Config) -> dict[str, Any]:
             )
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            stats = learner_step(model, optimizer, batch.trajectories, config)
+            stats = learner_step(model, optimizer, batch.trajectories, config, batch.info)
+            if model.obs_norm is not None:  # after the step: it trained on the statistics it collected with
+                steps = batch.trajectories
+                model.obs_norm.update(steps["observation"][steps.mask()].flatten(1).float())
             batcher.update(run.weights(model))
             run.step(
                 env_steps,
@@ -192,14 +205,19 @@ def train(config: Config) -> dict[str, Any]:
 
 
 def learner_step(
-    model: ActorCritic, optimizer: torch.optim.Optimizer, steps: TemporalDictTensor, config: Config
+    model: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    steps: TemporalDictTensor,
+    config: Config,
+    info: DictTensor | None = None,
 ) -> dict[str, float]:
     """One gradient step of ``optimizer`` on ``vtrace_loss``; returns the loss's statistics.
 
     Gradients are rescaled to ``config.max_grad_norm`` before the step.
-    Updates ``model`` in place.
+    Updates ``model`` in place. ``info`` (the batch's per-row info) is needed
+    by a recurrent model.
     """
-    loss, stats = vtrace_loss(model, steps, config)
+    loss, stats = vtrace_loss(model, steps, config, info)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
@@ -208,7 +226,7 @@ def learner_step(
 
 
 def vtrace_loss(
-    model: ActorCritic, steps: TemporalDictTensor, config: Config
+    model: ActorCritic, steps: TemporalDictTensor, config: Config, info: DictTensor | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The V-trace actor-critic loss over trajectories ``[B, T]`` and its statistics.
 
@@ -225,6 +243,14 @@ def vtrace_loss(
             ``next/done`` (float32/bool ``[B, T]`` for the scalars).
         config: ``gamma``, ``reward_scale``, ``rho_bar``, ``c_bar``,
             ``ent_coef``, ``vf_coef`` and ``normalize_advantages`` are read.
+        info: the batch's per-row info; a recurrent model needs it: its
+            memories are replayed (``replay_agent``) from the state stored
+            when each row began, and the value of a reached observation is
+            one more step of the value memory stored by the actor (computed
+            with the actor's weights, which may lag the learner's).
+
+    Raises:
+        ValueError: for a recurrent model without ``info``.
 
     Returns:
         The scalar loss (with gradients), and ``policy_loss``, ``value_loss``,
@@ -235,11 +261,19 @@ def vtrace_loss(
     b, t = steps.n_elems(), steps.n_timesteps()
     mask = steps.mask()
     action = steps["action" if model.discrete else "raw_action"]
-    params, value = model.heads(model.features(steps["observation"].flatten(0, 1))[0])
+    if model.recurrent:
+        if info is None:
+            raise ValueError("vtrace_loss: a recurrent model needs the batch's info (its initial states)")
+        out = replay_agent(model, Trajectories(info, steps))
+        params, value = out["logits" if model.discrete else "mean"].flatten(0, 1), out["value"]
+    else:
+        params, value = model.heads(model.features(steps["observation"].flatten(0, 1))[0])
     log_prob = model.log_prob(params, action.flatten(0, 1)).view(b, t)
     value = value.view(b, t)
     with torch.no_grad():
-        next_value = model.value_of(steps["next/observation"].flatten(0, 1)).view(b, t)
+        memory = {k: steps[k].flatten(0, 1) for k in model.value_memory}
+        after = DictTensor(memory) if memory else None
+        next_value = model.value_of(steps["next/observation"].flatten(0, 1), after).view(b, t)
         log_rho = log_prob - steps["log_prob"]
         vs, advantage = vtrace(
             log_rho,
