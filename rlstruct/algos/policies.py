@@ -160,6 +160,17 @@ class ActorCritic(Agent):
     def _state_keys(self, role: str) -> list[str]:
         return [f"h_{role}", f"c_{role}"] if self.memory == "lstm" else [f"h_{role}"]
 
+    def policy_parameters(self) -> list[torch.nn.Parameter]:
+        """The parameters of the policy: its memory, its MLP and ``log_std``."""
+        parts = [self.actor_memory, self.actor]
+        own = [self.log_std] if not self.discrete else []
+        return own + [p for part in parts if part is not None for p in part.parameters()]
+
+    def value_parameters(self) -> list[torch.nn.Parameter]:
+        """The parameters of the value: its memory and its MLP."""
+        parts = [self.critic_memory, self.critic]
+        return [p for part in parts if part is not None for p in part.parameters()]
+
     @property
     def value_memory(self) -> list[str]:
         """The output keys holding the value memory after a step (``value_of`` needs them); [] if none."""
