@@ -130,14 +130,17 @@ class LocalBatcher:
             raise
         # every agent copy starts with the given weights, or else with those of the first one made
         self._weights = self._groups[0].agent.state_dict()
-        try:
-            if weights is not None:
+        if weights is not None:
+            try:
                 _checks.weights(NAME, self._weights, weights, call="__init__")
-        except BaseException:
-            self.close()
-            raise
-        for group in self._groups if weights is not None else self._groups[1:]:
-            group.agent.load_state_dict(weights if weights is not None else self._weights)
+            except BaseException:
+                self.close()
+                raise
+            for group in self._groups:
+                group.agent.load_state_dict(weights)
+        else:
+            for group in self._groups[1:]:
+                group.agent.load_state_dict(self._weights)
         # warn at the first execute() when the agents would act with weights nobody gave them
         self._warn_initial_weights = weights is None and len(self._weights) > 0
         self._version = 0
