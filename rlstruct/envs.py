@@ -36,7 +36,7 @@ import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 from gymnasium.envs.classic_control.pendulum import PendulumEnv
 
-__all__ = ["CueMemoryEnv", "SelectObservation", "register"]
+__all__ = ["CueMemoryEnv", "SelectObservation", "make_cartpole_novel", "make_pendulum_novel", "register"]
 
 Observation = np.ndarray[Any, np.dtype[np.float32]]
 
