@@ -46,8 +46,16 @@ RESOLUTION = 1e-6  # s: the smallest extra time a round trip is credited with
 
 
 def cartpole_rollout() -> Trajectories:
+    policy = ActorCritic(**AGENT_ARGS)
     with LocalBatcher(
-        ActorCritic, AGENT_ARGS, GymEnv, {"env": "CartPole-v1"}, n_envs=8, n_timesteps=32, mode="fixed"
+        ActorCritic,
+        AGENT_ARGS,
+        GymEnv,
+        {"env": "CartPole-v1"},
+        n_envs=8,
+        n_timesteps=32,
+        mode="fixed",
+        weights=policy.state_dict(),
     ) as batcher:
         batcher.reset()
         batcher.execute()

@@ -129,6 +129,7 @@ def main() -> None:
 
     floor = cores / bare_step_cost(2000 if quick else 100_000)
     agent = MLPAgent()
+    weights = agent.state_dict()  # every batcher acts with the same policy as the vector envs
     sync16 = median_rate(
         lambda: vector_env_rate(
             gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 16), agent, batches
@@ -146,17 +147,21 @@ def main() -> None:
             envs.close()
 
     async16 = median_rate(async_rate, repeats)
-    with LocalBatcher(MLPAgent, {}, GymEnv, cartpole, n_envs=16, n_timesteps=T) as local:
+    with LocalBatcher(MLPAgent, {}, GymEnv, cartpole, n_envs=16, n_timesteps=T, weights=weights) as local:
         local16 = median_rate(lambda: batcher_rate(local, batches), repeats)
 
     start = time.perf_counter()
-    with MultiprocessBatcher(MLPAgent, {}, GymEnv, cartpole, n_envs=8, n_timesteps=T, n_processes=2) as mp8:
+    with MultiprocessBatcher(
+        MLPAgent, {}, GymEnv, cartpole, n_envs=8, n_timesteps=T, n_processes=2, weights=weights
+    ) as mp8:
         mp8.reset()
         mp8.execute()
         mp8.get()
         first_batch = time.perf_counter() - start
         mp2x8 = median_rate(lambda: batcher_rate(mp8, batches), repeats)
-    with MultiprocessBatcher(MLPAgent, {}, GymEnv, cartpole, n_envs=64, n_timesteps=T, n_processes=2) as mp64:
+    with MultiprocessBatcher(
+        MLPAgent, {}, GymEnv, cartpole, n_envs=64, n_timesteps=T, n_processes=2, weights=weights
+    ) as mp64:
         mp2x64 = median_rate(lambda: batcher_rate(mp64, max(1, batches // 4)), repeats)
 
     rows += [
@@ -178,14 +183,22 @@ def main() -> None:
     else:
         cheetah = "pybullet_envs_gymnasium:HalfCheetahBulletEnv-v0"
         bullet_agent = {"n_inputs": 26, "n_actions": 6, "continuous": True}
+        cheetah_agent = MLPAgent(**bullet_agent)
         sync8 = median_rate(
             lambda: vector_env_rate(
-                gym.vector.SyncVectorEnv([lambda: gym.make(cheetah)] * 8), MLPAgent(**bullet_agent), 1
+                gym.vector.SyncVectorEnv([lambda: gym.make(cheetah)] * 8), cheetah_agent, 1
             ),
             repeats,
         )
         with MultiprocessBatcher(
-            MLPAgent, bullet_agent, GymEnv, {"env": cheetah}, n_envs=4, n_timesteps=T, n_processes=2
+            MLPAgent,
+            bullet_agent,
+            GymEnv,
+            {"env": cheetah},
+            n_envs=4,
+            n_timesteps=T,
+            n_processes=2,
+            weights=cheetah_agent.state_dict(),
         ) as bullet:
             mp_bullet = median_rate(lambda: batcher_rate(bullet, 1), repeats)
         rows.append(

@@ -46,6 +46,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlstruct import envs as _envs  # noqa: F401  (registers the memory tasks' ids, in spawned workers too)
 from rlstruct.dicttensor import DictTensor, _describe
 from rlstruct.env import Environment
 

@@ -104,6 +104,7 @@ def collect(
     env_args = {"length": kwargs.pop("length", 3)}
     kwargs.setdefault("n_envs", 2)
     kwargs.setdefault("n_timesteps", 4)
+    kwargs.setdefault("weights", agent(**(agent_args or {})).state_dict())  # a learner's, as a user would
     batches = []
     with LocalBatcher(agent, agent_args or {}, CounterEnv, env_args, **kwargs) as batcher:
         batcher.reset(z, w)

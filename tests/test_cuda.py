@@ -16,7 +16,14 @@ from tests.mp_helpers import LinearAgent
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-ARGS: dict[str, Any] = {"n_envs": 3, "n_timesteps": 6, "seed": 5, "n_processes": 2}
+# every batcher acts with LinearAgent's fixed weights, given explicitly as a learner would
+ARGS: dict[str, Any] = {
+    "n_envs": 3,
+    "n_timesteps": 6,
+    "seed": 5,
+    "n_processes": 2,
+    "weights": LinearAgent().state_dict(),
+}
 ENV: dict[str, Any] = {"env": "CartPole-v1"}
 
 

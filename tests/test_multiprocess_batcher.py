@@ -300,7 +300,9 @@ def test_update_reaches_every_worker_and_matches_local_batcher_after_each_update
     with batcher, local:
         batcher.reset()
         local.reset()
-        assert_same(run_once(batcher), run_once(local))
+        with pytest.warns(UserWarning, match="acts with the agent's own initial weights") as record:
+            assert_same(run_once(batcher), run_once(local))  # version 0: the factory's weights, on purpose
+        assert len(record) == 2  # one per batcher
         for version, weights in enumerate([pushes_right, mirrored], start=1):
             batcher.update(weights)
             local.update(weights)

@@ -58,11 +58,17 @@ def main() -> None:
     epsilons = DictTensor({"epsilon": torch.tensor([0.0, 0.1, 0.5, 1.0])})
 
     print("=== Continuing acquisition: fixed-length pieces of an endless stream ===")
+    learner = RecurrentAgent()  # the learner's copy; the batcher's copies act with its weights
     with LocalBatcher(
-        RecurrentAgent, {}, GymEnv, {"env": "CartPole-v1"}, n_envs=4, n_timesteps=n_timesteps, seed=0
+        RecurrentAgent,
+        {},
+        GymEnv,
+        {"env": "CartPole-v1"},
+        n_envs=4,
+        n_timesteps=n_timesteps,
+        seed=0,
+        weights=learner.state_dict(),
     ) as batcher:
-        learner = RecurrentAgent()  # the learner's copy; the batcher's copies get its weights
-        batcher.update(learner.state_dict())
         batcher.reset(agent_info=epsilons)
         for piece in range(3):
             batcher.execute()
@@ -99,6 +105,7 @@ def main() -> None:
         n_timesteps=n_timesteps,
         mode="episodes",
         seed=0,
+        weights=learner.state_dict(),
     ) as batcher:
         batcher.reset(agent_info=epsilons)
         batcher.execute()

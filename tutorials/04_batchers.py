@@ -51,10 +51,13 @@ def main() -> None:
     layout = {"n_envs": 4, "n_timesteps": n_timesteps, "n_processes": 2, "seed": 0}
     epsilons = DictTensor({"epsilon": torch.tensor([0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0])})
 
+    learner = Policy()  # the learner's copy: every batcher's agents act with its weights
+    weights = learner.state_dict()
+
     print("=== Same seeds and layout: the same trajectories as in-process ===")
     with (
-        MultiprocessBatcher(Policy, {}, GymEnv, cartpole, **layout) as workers,
-        LocalBatcher(Policy, {}, GymEnv, cartpole, **layout) as local,
+        MultiprocessBatcher(Policy, {}, GymEnv, cartpole, **layout, weights=weights) as workers,
+        LocalBatcher(Policy, {}, GymEnv, cartpole, **layout, weights=weights) as local,
     ):
         for batcher in (workers, local):
             batcher.reset(agent_info=epsilons)  # 8 rows, 8 values of z
@@ -63,16 +66,20 @@ def main() -> None:
         print("identical:", in_workers is not None and in_workers.equal(in_process))
 
     print("\n=== Non-blocking: evaluate in the background while training data keeps coming ===")
-    learner = Policy()
     with (
-        MultiprocessBatcher(Policy, {}, GymEnv, cartpole, **layout) as train,
+        MultiprocessBatcher(Policy, {}, GymEnv, cartpole, **layout, weights=weights) as train,
         MultiprocessBatcher(
-            Policy, {}, GymEnv, cartpole, **{**layout, "n_timesteps": 500, "seed": 100}, mode="episodes"
+            Policy,
+            {},
+            GymEnv,
+            cartpole,
+            **{**layout, "n_timesteps": 500, "seed": 100},
+            mode="episodes",
+            weights=weights,
         ) as evaluation,
     ):
         train.reset(agent_info=epsilons)
         evaluation.reset(agent_info=DictTensor({"epsilon": torch.zeros(8)}))
-        evaluation.update(learner.state_dict())
         evaluation.execute()  # returns at once; the episodes run in the background
         train_batches, report = 0, None
         while report is None:
@@ -90,7 +97,14 @@ def main() -> None:
 
     print("\n=== Streaming: workers fill free slots, the learner takes finished ones ===")
     with MultiprocessBatcher(
-        Policy, {}, GymEnv, cartpole, **{**layout, "n_processes": 2}, mode="stream", n_slots=4
+        Policy,
+        {},
+        GymEnv,
+        cartpole,
+        **{**layout, "n_processes": 2},
+        mode="stream",
+        n_slots=4,
+        weights=weights,
     ) as stream:
         stream.reset(agent_info=epsilons)
         start = time.perf_counter()

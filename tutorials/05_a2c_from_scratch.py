@@ -30,7 +30,7 @@ class GRUActorCritic(Agent):
 
     def __init__(self, hidden: int = 32) -> None:
         super().__init__()
-        torch.manual_seed(0)  # the learner and every worker start from the same weights
+        torch.manual_seed(0)  # reproducible initial weights
         self.cell = torch.nn.GRUCell(4, hidden)
         self.policy = torch.nn.Linear(hidden, 2)
         self.value = torch.nn.Linear(hidden, 1)
@@ -62,7 +62,15 @@ def main() -> None:
     learner = GRUActorCritic()
     optimizer = torch.optim.Adam(learner.parameters(), lr=2e-3)
     batcher = MultiprocessBatcher(
-        GRUActorCritic, {}, GymEnv, {"env": "CartPole-v1"}, n_envs=8, n_timesteps=16, n_processes=2, seed=0
+        GRUActorCritic,
+        {},
+        GymEnv,
+        {"env": "CartPole-v1"},
+        n_envs=8,
+        n_timesteps=16,
+        n_processes=2,
+        seed=0,
+        weights=learner.state_dict(),  # the workers act with the learner's weights from the first step
     )
     running = torch.zeros(16)  # the return of each row's current episode
     finished: list[float] = []

@@ -43,24 +43,40 @@ def same_info_keys(
     return keys
 
 
-def weights(owner: str, reference: Mapping[str, torch.Tensor], value: Mapping[str, torch.Tensor]) -> None:
-    """``value`` must have exactly the keys, shapes and dtypes of the agent's ``state_dict``."""
+def weights(
+    owner: str, reference: Mapping[str, torch.Tensor], value: Mapping[str, torch.Tensor], call: str = "update"
+) -> None:
+    """``value`` must have exactly the keys, shapes and dtypes of the agent's ``state_dict``.
+
+    ``call`` names where the weights came from in the message: ``update`` or
+    ``__init__`` (the ``weights=`` of the constructor).
+    """
     if not isinstance(value, Mapping):
         raise TypeError(
-            f"{owner}.update: weights must be a state_dict (a mapping of tensors), got {_describe(value)}"
+            f"{owner}.{call}: weights must be a state_dict (a mapping of tensors), got {_describe(value)}"
         )
     missing = sorted(reference.keys() - value.keys())
     unexpected = sorted(value.keys() - reference.keys())
     if missing or unexpected:
         raise ValueError(
-            f"{owner}.update: weights lack the keys {missing} and have unexpected keys {unexpected}"
+            f"{owner}.{call}: weights lack the keys {missing} and have unexpected keys {unexpected}"
         )
     for key, ref in reference.items():
         got = value[key]
         if not isinstance(got, torch.Tensor):
-            raise TypeError(f"{owner}.update: weight {key!r} must be a tensor, got {_describe(got)}")
+            raise TypeError(f"{owner}.{call}: weight {key!r} must be a tensor, got {_describe(got)}")
         if got.dtype != ref.dtype or got.shape != ref.shape:
             raise ValueError(
-                f"{owner}.update: weight {key!r} has dtype {got.dtype} and shape {tuple(got.shape)}, "
+                f"{owner}.{call}: weight {key!r} has dtype {got.dtype} and shape {tuple(got.shape)}, "
                 f"expected {ref.dtype} and {tuple(ref.shape)}"
             )
+
+
+def initial_weights_warning(owner: str) -> str:
+    """The warning of a batcher whose agents act before any ``weights=`` or ``update()``."""
+    return (
+        f"{owner}: the batcher acts with the agent's own initial weights (those agent_factory made), "
+        "not the learner's: no weights were given at construction and update() was never called, so "
+        "a learner's copy of the model differs from the one that collected these trajectories. "
+        "Pass weights=model.state_dict() at construction or call update() before execute()."
+    )

@@ -6,6 +6,7 @@ returned ``Trajectories``, documented once for all batchers.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Literal
@@ -54,13 +55,25 @@ class LocalBatcher:
         seed: the base seed: environment instance i (counted across groups)
             gets ``seed + i``, the agent of group g gets ``seed + g``.
         n_processes: the number of groups (the layout of a multiprocess batcher).
-            Every group's agent starts with the weights of group 0's, the
-            first agent made.
+        weights: the weights every agent copy loads (``load_state_dict``)
+            before it acts, normally the learner's ``model.state_dict()``;
+            checked as ``update()`` checks them. None: every copy starts with
+            the weights of group 0's agent, the first one ``agent_factory``
+            made, and the first ``execute()`` warns if the agent has any
+            parameters or buffers and ``update()`` was not called before it.
 
     Raises:
         ValueError: for a non-positive ``n_envs``, ``n_timesteps`` or
-            ``n_processes``, or an unknown ``mode``.
-        TypeError: if the factories do not make an Agent and an Environment.
+            ``n_processes``, an unknown ``mode``, or ``weights`` whose keys,
+            shapes or dtypes differ from the agent's ``state_dict``.
+        TypeError: if the factories do not make an Agent and an Environment,
+            or ``weights`` is not a mapping of tensors.
+
+    Warns:
+        UserWarning: once, at the first ``execute()``, if the agent has a
+            non-empty ``state_dict`` and neither ``weights`` nor ``update()``
+            gave it the learner's: the batcher would act with the agent's own
+            initial weights, and nothing else would tell.
 
     Examples:
         >>> from rlstruct import GymEnv, LocalBatcher
@@ -86,6 +99,7 @@ class LocalBatcher:
         mode: Mode = "fixed",
         seed: int = 0,
         n_processes: int = 1,
+        weights: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
         self.n_envs = _checks.positive_int(NAME, "n_envs", n_envs)
         self.n_timesteps = _checks.positive_int(NAME, "n_timesteps", n_timesteps)
@@ -114,10 +128,21 @@ class LocalBatcher:
         except BaseException:
             self.close()
             raise
-        # every agent copy starts with the weights of the first one made
+        # every agent copy starts with the given weights, or else with those of the first one made
         self._weights = self._groups[0].agent.state_dict()
-        for group in self._groups[1:]:
-            group.agent.load_state_dict(self._weights)
+        if weights is not None:
+            try:
+                _checks.weights(NAME, self._weights, weights, call="__init__")
+            except BaseException:
+                self.close()
+                raise
+            for group in self._groups:
+                group.agent.load_state_dict(weights)
+        else:
+            for group in self._groups[1:]:
+                group.agent.load_state_dict(self._weights)
+        # warn at the first execute() when the agents would act with weights nobody gave them
+        self._warn_initial_weights = weights is None and len(self._weights) > 0
         self._version = 0
         self._info_keys: tuple[list[str], list[str]] | None = None
         self._started = False
@@ -168,6 +193,11 @@ class LocalBatcher:
         In "fixed" mode the trajectories continue where the previous ones
         stopped; in "episodes" mode every call starts new episodes.
 
+        Warns:
+            UserWarning: at the first call, if the agents act with their own
+                initial weights (no ``weights=``, no ``update()`` before; see
+                the class docstring).
+
         Raises:
             RuntimeError: before ``reset``, after ``close``, or while the
                 previous batch has not been taken with ``get``.
@@ -177,6 +207,9 @@ class LocalBatcher:
             raise RuntimeError("LocalBatcher: call reset() before execute()")
         if self._pending:
             raise RuntimeError("LocalBatcher: execute() called twice; take the first batch with get()")
+        if self._warn_initial_weights:
+            self._warn_initial_weights = False
+            warnings.warn(_checks.initial_weights_warning(NAME), UserWarning, stacklevel=2)
         if self.mode == "episodes" and self._result is not None:
             self._reset_groups()
         parts = [group.run(self.n_timesteps) for group in self._groups]
@@ -218,6 +251,7 @@ class LocalBatcher:
         for group in self._groups:
             group.agent.load_state_dict(weights)
         self._version += 1
+        self._warn_initial_weights = False
 
     def close(self) -> None:
         """Close the environments and agents. Safe to call twice."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
@@ -96,12 +97,24 @@ class MultiprocessBatcher:
             torch threads), "forkserver" or "fork".
         device: where ``get()`` puts the trajectories; from CUDA, they go
             through pinned memory with ``non_blocking=True``.
+        weights: the weights every worker's agent copy loads
+            (``load_state_dict``) before it acts, normally the learner's
+            ``model.state_dict()`` (on any device); checked as ``update()``
+            checks them, before any worker starts. None: the weights of the
+            agent made in the main process at construction.
 
     Raises:
-        ValueError, TypeError: for bad arguments, as ``LocalBatcher``.
+        ValueError, TypeError: for bad arguments (``weights`` included), as
+            ``LocalBatcher``.
 
-    Every agent copy starts with the weights of the agent made in the main
-    process at construction; ``update(weights)`` replaces them everywhere.
+    Warns:
+        UserWarning: once, at the first ``execute()`` (at ``reset()`` in
+            "stream" mode, where the workers start at once), if the agent has
+            a non-empty ``state_dict`` and neither ``weights`` nor
+            ``update()`` gave it the learner's, as ``LocalBatcher``.
+
+    ``update(weights)`` replaces the weights everywhere; each worker loads
+    them before its next trajectory.
     """
 
     def __init__(
@@ -120,6 +133,7 @@ class MultiprocessBatcher:
         timeout: float = 60.0,
         start_method: str = "spawn",
         device: torch.device | str = "cpu",
+        weights: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
         self.n_envs = _checks.positive_int(NAME, "n_envs", n_envs)
         self.n_timesteps = _checks.positive_int(NAME, "n_timesteps", n_timesteps)
@@ -159,8 +173,14 @@ class MultiprocessBatcher:
             raise TypeError(f"agent_factory must return an rlstruct.Agent, got {_describe(agent)}")
         # The weights every worker loads, in shared memory, and their sequence counter (see _worker).
         self._weights = {k: v.detach().clone().share_memory_() for k, v in agent.state_dict().items()}
-        self._counter = torch.zeros(1, dtype=torch.int64).share_memory_()
         agent.close()
+        if weights is not None:
+            _checks.weights(NAME, self._weights, weights, call="__init__")
+            for key, value in self._weights.items():
+                value.copy_(weights[key])
+        self._counter = torch.zeros(1, dtype=torch.int64).share_memory_()
+        # warn when the workers first act if they would act with weights nobody gave them
+        self._warn_initial_weights = weights is None and len(self._weights) > 0
         self.discarded = 0
         """Trajectories (slots of ``n_envs x n_timesteps`` steps) that ``get(max_staleness=...)``
         dropped as too old: a learner that counts its env steps can count these too."""
@@ -363,6 +383,7 @@ class MultiprocessBatcher:
         self._all(commands, "ok")
         self._started, self._ran_once = True, False
         if self._board is not None:
+            self._warn_if_initial_weights()
             self._board.clear()
             for w in range(self.n_processes):
                 self._send(w, ("stream",))
@@ -381,8 +402,17 @@ class MultiprocessBatcher:
             self._streaming = False
             self._all([("stop",)] * self.n_processes, "stopped")
 
+    def _warn_if_initial_weights(self) -> None:
+        if self._warn_initial_weights:
+            self._warn_initial_weights = False
+            warnings.warn(_checks.initial_weights_warning(NAME), UserWarning, stacklevel=3)
+
     def execute(self) -> None:
         """Start acquiring the next batch and return at once ("fixed" and "episodes" modes).
+
+        Warns:
+            UserWarning: at the first call, if the workers act with the agent's
+                own initial weights (see the class docstring).
 
         Raises:
             RuntimeError: before ``reset``, after ``close``, in "stream" mode,
@@ -395,6 +425,7 @@ class MultiprocessBatcher:
             raise RuntimeError(f"{NAME}: call reset() before execute()")
         if self._waiting:
             raise RuntimeError(f"{NAME}: execute() called twice; take the first batch with get()")
+        self._warn_if_initial_weights()
         restart = self.mode == "episodes" and self._ran_once
         for w in range(self.n_processes):
             self._send(w, ("run", w, restart))
@@ -491,6 +522,7 @@ class MultiprocessBatcher:
         for key, value in self._weights.items():
             value.copy_(weights[key])
         self._counter += 1  # even: done
+        self._warn_initial_weights = False
 
     def policy_version(self) -> int:
         """How many times ``update()`` was called."""

@@ -1,0 +1,195 @@
+"""Tasks that need memory, registered as gymnasium ids when ``rlstruct`` is imported.
+
+| id | observation | limit | optimal return |
+|---|---|---|---|
+| ``CartPoleNoVel-v1`` | (cart position, pole angle), float32 | 500 steps | 500 |
+| ``PendulumNoVel-v1`` | (cos theta, sin theta), float32 | 200 steps | about -150 (Pendulum-v1's) |
+| ``CueMemory-v0`` | (cue one-hot (2), answer flag), float32 | ``delay + 2`` steps | 1.0 (memoryless: 0) |
+
+The first two are the classic-control tasks with their velocities hidden: the
+rewards, dynamics and limits are those of ``CartPole-v1`` and ``Pendulum-v1``,
+but a policy that sees only the current observation cannot tell which way the
+pole moves; history (a recurrent agent, stacked frames) gives it back.
+``CueMemory-v0`` can be solved only by remembering its first observation.
+
+``rlstruct/gym_env.py`` imports this module, so any ``import rlstruct`` (a
+spawned batcher worker unpickling ``GymEnv`` too) registers the ids; calling
+``register()`` again changes nothing.
+
+Examples:
+    >>> import gymnasium as gym
+    >>> import rlstruct
+    >>> env = gym.make("CartPoleNoVel-v1")
+    >>> observation, _ = env.reset(seed=0)
+    >>> observation.shape, observation.dtype, env.spec.max_episode_steps
+    ((2,), dtype('float32'), 500)
+    >>> env.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+from gymnasium.envs.classic_control.pendulum import PendulumEnv
+
+__all__ = ["CueMemoryEnv", "SelectObservation", "make_cartpole_novel", "make_pendulum_novel", "register"]
+
+Observation = np.ndarray[Any, np.dtype[np.float32]]
+
+
+class SelectObservation(gym.ObservationWrapper[Observation, Any, Observation]):
+    """Keep only some entries of a flat ``Box`` observation.
+
+    Args:
+        env: an environment whose observation space is a 1-d ``Box``.
+        keep: the indices of the entries to keep, in the order they appear in
+            the new observation.
+
+    Raises:
+        TypeError: if the observation space is not a 1-d ``Box``.
+        ValueError: for an empty ``keep`` or an index out of range.
+
+    Examples:
+        >>> env = SelectObservation(CartPoleEnv(), keep=[0, 2])
+        >>> env.observation_space.shape, env.observation_space.dtype
+        ((2,), dtype('float32'))
+        >>> env.reset(seed=0)[0].shape
+        (2,)
+    """
+
+    def __init__(self, env: gym.Env[Observation, Any], keep: Sequence[int]) -> None:
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise TypeError(f"SelectObservation: env must have a 1-d Box observation space, got {space}")
+        self._keep = np.asarray(keep, dtype=np.int64)
+        if (
+            self._keep.ndim != 1
+            or self._keep.size == 0
+            or not ((self._keep >= 0) & (self._keep < space.shape[0])).all()
+        ):
+            raise ValueError(
+                f"SelectObservation: keep must be indices in [0, {space.shape[0]}), got {list(keep)}"
+            )
+        self.observation_space = gym.spaces.Box(
+            space.low[self._keep],
+            space.high[self._keep],
+            dtype=space.dtype,
+        )
+
+    def observation(self, observation: Observation) -> Observation:
+        return observation[self._keep]
+
+
+def make_cartpole_novel(**kwargs: Any) -> gym.Env[Observation, Any]:
+    """``CartPole-v1`` observing (cart position, pole angle), without the two velocities."""
+    return SelectObservation(CartPoleEnv(**kwargs), keep=[0, 2])
+
+
+def make_pendulum_novel(**kwargs: Any) -> gym.Env[Observation, Any]:
+    """``Pendulum-v1`` observing (cos theta, sin theta), without the angular velocity."""
+    return SelectObservation(PendulumEnv(**kwargs), keep=[0, 1])
+
+
+class CueMemoryEnv(gym.Env[Observation, np.int64]):
+    """Remember a cue over ``delay`` blank steps, then answer it.
+
+    The observation is float32 ``(cue == 0, cue == 1, answer_now)``. The first
+    observation shows the cue (drawn uniformly from {0, 1} at reset, from the
+    reset seed); the next ``delay`` observations are all zeros; the one after
+    them is ``(0, 0, 1)``: the action taken on it is the answer (``Discrete(2)``),
+    worth +1 if it equals the cue and -1 otherwise, and the episode then
+    terminates. Actions before the answer step are ignored and worth 0. An
+    episode thus lasts ``delay + 2`` steps.
+
+    Optimal return: 1.0 (answer the cue seen at the first step). A memoryless
+    policy sees the same answer observation whatever the cue, so its answer is
+    independent of the cue and its expected return is 0.
+
+    Args:
+        delay: the number of blank observations between the cue and the
+            answer step (0: the answer step comes right after the cue).
+        render_mode: accepted for ``gym.make``; nothing is rendered.
+
+    Raises:
+        ValueError: for a negative or non-int ``delay``.
+
+    Examples:
+        >>> env = CueMemoryEnv(delay=1)
+        >>> env.reset(seed=0)[0]  # the cue: 1
+        array([0., 1., 0.], dtype=float32)
+        >>> env.step(0)[:3]  # blank
+        (array([0., 0., 0.], dtype=float32), 0.0, False)
+        >>> env.step(0)[:3]  # answer now
+        (array([0., 0., 1.], dtype=float32), 0.0, False)
+        >>> env.step(1)[:3]  # the cue: +1, and the episode ends
+        (array([0., 0., 0.], dtype=float32), 1.0, True)
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 (gymnasium's own annotation)
+
+    def __init__(self, delay: int = 10, render_mode: str | None = None) -> None:
+        if not isinstance(delay, int) or isinstance(delay, bool) or delay < 0:
+            raise ValueError(f"CueMemoryEnv: delay must be an int >= 0, got {delay!r}")
+        self.delay = delay
+        self.render_mode = render_mode
+        self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(3,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self._cue = 0
+        self._t = 0
+
+    def _observation(self) -> Observation:
+        observation = np.zeros(3, dtype=np.float32)
+        if self._t == 0:
+            observation[self._cue] = 1.0
+        elif self._t == self.delay + 1:
+            observation[2] = 1.0
+        return observation
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._cue = int(self.np_random.integers(2))
+        self._t = 0
+        return self._observation(), {}
+
+    def step(self, action: np.int64) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+        if not self.action_space.contains(action):
+            raise ValueError(f"CueMemoryEnv: action must be 0 or 1, got {action}")
+        if self._t > self.delay + 1:
+            raise RuntimeError("CueMemoryEnv: step() after the episode ended; call reset()")
+        if self._t == self.delay + 1:
+            self._t += 1
+            reward = 1.0 if int(action) == self._cue else -1.0
+            return np.zeros(3, dtype=np.float32), reward, True, False, {}
+        self._t += 1
+        return self._observation(), 0.0, False, False, {}
+
+
+def register() -> None:
+    """Register ``CartPoleNoVel-v1``, ``PendulumNoVel-v1`` and ``CueMemory-v0``; a no-op for ids already there."""
+    specs: list[dict[str, Any]] = [
+        {
+            "id": "CartPoleNoVel-v1",
+            "entry_point": "rlstruct.envs:make_cartpole_novel",
+            "max_episode_steps": 500,
+            "reward_threshold": 475.0,
+        },
+        {
+            "id": "PendulumNoVel-v1",
+            "entry_point": "rlstruct.envs:make_pendulum_novel",
+            "max_episode_steps": 200,
+        },
+        {"id": "CueMemory-v0", "entry_point": "rlstruct.envs:CueMemoryEnv", "reward_threshold": 1.0},
+    ]
+    for spec in specs:
+        if spec["id"] not in gym.registry:
+            gym.register(**spec)
+
+
+register()
