@@ -159,13 +159,15 @@ def window_after(window: TemporalDictTensor, step: DictTensor) -> TemporalDictTe
         >>> after["x"].tolist(), after.lengths.tolist()
         ([[1, 5], [2, 5]], [2, 2])
     """
-    missing = [k for k in window.keys() if k not in step]
+    missing = [k for k in window if k not in step]
     if missing:
         raise ValueError(f"window_after: step lacks the window's keys {missing}, got {list(step.keys())}")
     n, lengths = window.n_timesteps(), window.lengths
     rows = torch.arange(lengths.shape[0], device=lengths.device)
     shift = (lengths + 1 - n).clamp(min=0)  # 1 where the window is full: the oldest step goes
-    positions = (torch.arange(n, device=lengths.device) + shift.unsqueeze(1)).clamp(max=n)  # into [window, step]
+    positions = (torch.arange(n, device=lengths.device) + shift.unsqueeze(1)).clamp(
+        max=n
+    )  # into [window, step]
     data = {}
     for key, value in window.items():
         timeline = torch.cat([value, step[key].unsqueeze(1)], 1)  # [N, n + 1, ...]: the step at place lengths
