@@ -183,7 +183,7 @@ def train(config: Config) -> dict[str, Any]:
                 group["lr"] = lr
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            model.clip_grad_norm_(config.max_grad_norm)  # a recurrent agent's policy and value apart
             optimizer.step()
             if model.obs_norm is not None:  # after the step: it trained on the statistics it collected with
                 model.obs_norm.update(steps["observation"][mask].flatten(1).float())

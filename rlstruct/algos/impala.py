@@ -220,7 +220,7 @@ def learner_step(
     loss, stats = vtrace_loss(model, steps, config, info)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+    model.clip_grad_norm_(config.max_grad_norm)  # a recurrent agent's policy and value apart
     optimizer.step()
     return stats
 

@@ -171,6 +171,21 @@ class ActorCritic(Agent):
         parts = [self.critic_memory, self.critic]
         return [p for part in parts if part is not None for p in part.parameters()]
 
+    def clip_grad_norm_(self, max_norm: float) -> None:
+        """Rescale the gradients, in place, to a global norm of at most ``max_norm``.
+
+        A recurrent agent's policy and value gradients are rescaled apart
+        (each to ``max_norm``): they share no parameter, and through one norm
+        a large value error would shrink the policy's step as well, which made
+        recurrent training unstable. A feed-forward agent's are rescaled
+        together, as usual.
+        """
+        if self.recurrent:
+            torch.nn.utils.clip_grad_norm_(self.policy_parameters(), max_norm)
+            torch.nn.utils.clip_grad_norm_(self.value_parameters(), max_norm)
+        else:
+            torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm)
+
     @property
     def value_memory(self) -> list[str]:
         """The output keys holding the value memory after a step (``value_of`` needs them); [] if none."""

@@ -211,7 +211,7 @@ def update(
             loss, terms = ppo_loss(model, mb, clip, config.vf_coef, config.ent_coef, action_key)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            model.clip_grad_norm_(config.max_grad_norm)
             optimizer.step()
             if epoch == config.n_epochs - 1:
                 for key, value in terms.items():
@@ -258,10 +258,7 @@ def update_sequences(
             )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            # the policy's and the value's gradients are clipped apart: with a memory each, a large
-            # value error would otherwise shrink the policy's step through the shared norm
-            torch.nn.utils.clip_grad_norm_(model.policy_parameters(), config.max_grad_norm)
-            torch.nn.utils.clip_grad_norm_(model.value_parameters(), config.max_grad_norm)
+            model.clip_grad_norm_(config.max_grad_norm)  # the policy's and the value's apart
             optimizer.step()
             if epoch == config.n_epochs - 1:
                 for key, value in terms.items():
