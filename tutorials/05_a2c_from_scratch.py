@@ -1,19 +1,27 @@
-"""Tutorial 5: an actor-critic written from scratch with rlstruct's pieces.
+"""Tutorial 5: a recurrent actor-critic written from scratch with rlstruct's pieces.
 
 Run it with ``python tutorials/05_a2c_from_scratch.py`` (``--quick`` for a
-tiny budget). Everything an A2C learner needs is here, top to bottom:
+tiny budget). Everything an A2C learner with memory needs is here, top to
+bottom:
 
-1. an ``Agent`` with a GRU memory, a policy head and a value head;
-2. a ``MultiprocessBatcher`` collecting fixed-length trajectories in two
-   worker processes, episodes carrying over from one batch to the next;
-3. ``replay_agent``: the agent re-run over the batch with gradients, its GRU
-   state starting from the one stored at collection and reset where episodes
-   began;
-4. ``gae`` for the advantages, bootstrapping from the value of the reached
-   observation where the batch ends or an episode was truncated;
-5. one gradient step, then ``update`` pushes the weights to the workers.
+1. an ``Agent`` with two GRU memories, one under the policy and one under
+   the value: a shared one is pulled around by the value's large errors and
+   the policy then learns nothing;
+2. its ``forward_sequence``: the whole ``[B, T]`` batch in one GRU call per
+   memory (``run_memory`` restarts the memory where an episode began);
+3. a ``MultiprocessBatcher`` collecting fixed-length trajectories in two
+   worker processes, episodes and memories carrying over from one batch to
+   the next, starting from the learner's weights (``weights=``);
+4. ``replay_agent``: the agent re-run over the batch with gradients, from the
+   memory stored when each row began;
+5. ``gae`` for the advantages, bootstrapping from the value of the reached
+   observation: one more step of the value memory stored after each step;
+6. one gradient step (the policy's and the value's gradients clipped apart),
+   then ``update`` pushes the weights to the workers; a greedy evaluation at
+   the end.
 
-``rlstruct train a2c`` is the full version (logging, evaluation, checkpoints).
+``rlstruct train a2c --recurrent`` is the full version (logging, evaluation,
+checkpoints).
 """
 
 from __future__ import annotations
@@ -23,20 +31,29 @@ import argparse
 import torch
 
 from rlstruct import Agent, DictTensor, GymEnv, MultiprocessBatcher, TemporalDictTensor, gae, replay_agent
+from rlstruct.algos.evaluation import Evaluator
+from rlstruct.algos.policies import run_memory
 
 
 class GRUActorCritic(Agent):
-    """A GRU over CartPole's observations, with a policy and a value head."""
+    """A GRU memory and a head for the policy, another pair for the value, over CartPole's observations."""
 
-    def __init__(self, hidden: int = 32) -> None:
+    def __init__(self, hidden: int = 64) -> None:
         super().__init__()
-        torch.manual_seed(0)  # reproducible initial weights
-        self.cell = torch.nn.GRUCell(4, hidden)
-        self.policy = torch.nn.Linear(hidden, 2)
-        self.value = torch.nn.Linear(hidden, 1)
+        self.policy_memory = torch.nn.GRU(4, hidden, batch_first=True)
+        self.value_memory = torch.nn.GRU(4, hidden, batch_first=True)
+        self.policy = torch.nn.Sequential(
+            torch.nn.Linear(hidden, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 2)
+        )
+        self.value = torch.nn.Sequential(
+            torch.nn.Linear(hidden, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1)
+        )
+        with torch.no_grad():
+            self.policy[-1].weight.mul_(0.01)  # an almost uniform first policy
 
     def initial_state(self, agent_info: DictTensor, n: int) -> DictTensor:
-        return DictTensor({"h": torch.zeros(n, self.cell.hidden_size)})
+        size = self.policy_memory.hidden_size
+        return DictTensor({"h_pi": torch.zeros(n, size), "h_v": torch.zeros(n, size)})
 
     def forward(
         self,
@@ -45,22 +62,46 @@ class GRUActorCritic(Agent):
         agent_info: DictTensor,
         history: TemporalDictTensor | None = None,
     ) -> tuple[DictTensor, DictTensor]:
-        h = self.cell(observation["observation"], state["h"])
-        logits = self.policy(h)
+        x = observation["observation"].unsqueeze(1)  # [B, 1, 4]: one step of each memory
+        h_pi = self.policy_memory(x, state["h_pi"].unsqueeze(0))[1].squeeze(0)
+        h_v = self.value_memory(x, state["h_v"].unsqueeze(0))[1].squeeze(0)
+        logits = self.policy(h_pi)
         action = torch.multinomial(logits.softmax(-1), 1, generator=self.generator).squeeze(-1)
-        # "h" is also an output: the value of the observation reached after this step needs it
-        out = {"action": action, "logits": logits, "value": self.value(h).squeeze(-1), "h": h}
-        return DictTensor(out), DictTensor({"h": h})
+        if "greedy" in agent_info:  # evaluation
+            action = torch.where(agent_info["greedy"], logits.argmax(-1), action)
+        # "h_v" is also an output: the value of the observation reached after this step needs it
+        out = {"action": action, "logits": logits, "value": self.value(h_v).squeeze(-1), "h_v": h_v}
+        return DictTensor(out), DictTensor({"h_pi": h_pi, "h_v": h_v})
+
+    def forward_sequence(
+        self,
+        state: DictTensor,
+        observation: TemporalDictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> TemporalDictTensor:
+        x, starts = observation["observation"], observation["initial_state"]
+        h_pi = run_memory(self.policy_memory, x, [state["h_pi"]], starts)  # [B, T, hidden]
+        h_v = run_memory(self.value_memory, x, [state["h_v"]], starts)
+        return TemporalDictTensor(
+            {"logits": self.policy(h_pi), "value": self.value(h_v).squeeze(-1)}, observation.lengths
+        )
+
+    def value_after(self, next_observation: torch.Tensor, h_v: torch.Tensor) -> torch.Tensor:
+        """V [N] of observations [N, 4] reached from value memories [N, hidden]."""
+        h = self.value_memory(next_observation.unsqueeze(1), h_v.unsqueeze(0))[1].squeeze(0)
+        return self.value(h).squeeze(-1)  # type: ignore[no-any-return]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="An actor-critic from scratch.")
+    parser = argparse.ArgumentParser(description="A recurrent actor-critic from scratch.")
     parser.add_argument("--quick", action="store_true", help="a tiny budget")
     args = parser.parse_args()
-    iterations = 5 if args.quick else 1500
+    iterations = 5 if args.quick else 1_000  # 256 env steps each
     torch.set_num_threads(1)
+    torch.manual_seed(0)
     learner = GRUActorCritic()
-    optimizer = torch.optim.Adam(learner.parameters(), lr=2e-3)
+    optimizer = torch.optim.Adam(learner.parameters(), lr=1e-3, eps=1e-5)
     batcher = MultiprocessBatcher(
         GRUActorCritic,
         {},
@@ -72,9 +113,10 @@ def main() -> None:
         seed=0,
         weights=learner.state_dict(),  # the workers act with the learner's weights from the first step
     )
+    evaluator = Evaluator(GRUActorCritic, {}, "CartPole-v1", n_episodes=10, max_steps=500, seed=10**6)
     running = torch.zeros(16)  # the return of each row's current episode
     finished: list[float] = []
-    with batcher:
+    with batcher, evaluator:
         batcher.reset()
         for iteration in range(1, iterations + 1):
             batcher.execute()
@@ -89,11 +131,10 @@ def main() -> None:
                 running[ended] = 0.0
 
             # The agent again, with gradients, seeing what it saw while collecting.
-            out = replay_agent(learner, batch)
+            out = replay_agent(learner, batch)  # forward_sequence: one call per memory
             with torch.no_grad():
-                h_after = out["h"].flatten(0, 1)
-                next_obs = steps["next/observation"].flatten(0, 1)
-                next_value = learner.value(learner.cell(next_obs, h_after)).view(steps["value"].shape)
+                next_obs, h_v = steps["next/observation"].flatten(0, 1), steps["h_v"].flatten(0, 1)
+                next_value = learner.value_after(next_obs, h_v).view(steps["value"].shape)
                 advantage = gae(
                     steps["next/reward"],
                     out["value"],
@@ -108,9 +149,12 @@ def main() -> None:
             log_prob = out["logits"].log_softmax(-1).gather(-1, steps["action"].unsqueeze(-1)).squeeze(-1)
             loss = -(log_prob * advantage).mean() + 0.5 * (out["value"] - target).pow(2).mean()
 
+            for group in optimizer.param_groups:  # the learning rate decays linearly to 0
+                group["lr"] = 1e-3 * (1 - (iteration - 1) / iterations)
             optimizer.zero_grad()
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(learner.parameters(), 0.5)
+            for part in ([learner.policy_memory, learner.policy], [learner.value_memory, learner.value]):
+                torch.nn.utils.clip_grad_norm_([p for m in part for p in m.parameters()], 0.5)
             optimizer.step()
             batcher.update(learner.state_dict())  # one copy per tensor into shared memory
 
@@ -121,6 +165,8 @@ def main() -> None:
                     f"{len(finished)} episodes ended, mean return {mean:.1f}"
                 )
                 finished.clear()
+        result = evaluator.evaluate(learner.state_dict(), iterations * 256)
+    print(f"final greedy return {result.mean:.1f} over {len(result.returns)} episodes")
 
 
 if __name__ == "__main__":
