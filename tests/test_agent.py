@@ -95,6 +95,45 @@ class InPlaceAgent(Agent):
         return output, state
 
 
+class KeyCountingAgent(Agent):
+    """Outputs how many observation keys it was given (collection and replay must agree)."""
+
+    def initial_state(self, agent_info: DictTensor, n: int) -> DictTensor:
+        return DictTensor({"t": torch.zeros(n)})
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        n = observation.n_elems()
+        seen = torch.full((n,), len(list(observation.keys())), dtype=torch.int64)
+        return DictTensor({"action": torch.zeros(n, dtype=torch.int64), "n_keys": seen}), state
+
+
+class SequenceAgent(RunningSumAgent):
+    """A RunningSumAgent that replays a whole batch in one forward_sequence call."""
+
+    calls = 0
+
+    def forward_sequence(
+        self,
+        state: DictTensor,
+        observation: TemporalDictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> TemporalDictTensor | None:
+        SequenceAgent.calls += 1
+        total, values = state["total"], []
+        for t in range(observation.n_timesteps()):  # the running sum, restarted where an episode starts
+            total = torch.where(observation["initial_state"][:, t], 0.0, total)
+            total = total + self.scale * observation["t"][:, t].float()
+            values.append(total)
+        return TemporalDictTensor({"value": torch.stack(values, 1)}, observation.lengths)
+
+
 def collect(
     agent: Any, agent_args: dict[str, Any] | None = None, n_batches: int = 2, **kwargs: Any
 ) -> list[Trajectories]:
@@ -316,3 +355,41 @@ def test_replay_with_a_bad_require_history_raises() -> None:
         ValueError, match=message("CountingAgent.require_history() must return a bool or a positive int")
     ):
         replay_agent(CountingAgent(history=0), batch)
+
+
+def test_replay_shows_the_agent_the_observation_keys_it_saw_not_its_outputs() -> None:
+    (batch,) = collect(KeyCountingAgent, n_batches=1)
+    assert "n_keys" in batch.trajectories  # stored next to the observation...
+    replayed = replay_agent(KeyCountingAgent(), batch)
+    assert replayed["n_keys"].equal(batch.trajectories["n_keys"])  # ...but not shown to the agent again
+
+
+def test_replay_uses_forward_sequence_when_the_agent_defines_it() -> None:
+    batches = collect(SequenceAgent, n_batches=2)  # the second starts from a carried state
+    before = SequenceAgent.calls
+    replayed = replay_agent(SequenceAgent(), batches[1])
+    assert SequenceAgent.calls == before + 1
+    assert list(replayed.keys()) == ["value"]  # what forward_sequence returned: no step loop
+    assert torch.allclose(replayed["value"], batches[1].trajectories["value"])
+
+
+class BadSequenceAgent(RunningSumAgent):
+    def forward_sequence(
+        self,
+        state: DictTensor,
+        observation: TemporalDictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> TemporalDictTensor | None:
+        return TemporalDictTensor({"x": torch.zeros(observation.n_elems(), 1)})
+
+
+def test_replay_refuses_a_forward_sequence_of_another_shape() -> None:
+    (batch,) = collect(BadSequenceAgent, n_batches=1)
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "BadSequenceAgent.forward_sequence must return None or a TemporalDictTensor [2, 4, ...], got"
+        ),
+    ):
+        replay_agent(BadSequenceAgent(), batch)

@@ -552,3 +552,22 @@ def test_vtrace_loss_of_a_recurrent_model_needs_the_info() -> None:
     )
     with pytest.raises(ValueError, match=message("vtrace_loss: a recurrent model needs the batch's info")):
         impala.vtrace_loss(model, steps, impala.Config())
+
+
+def test_a_recurrent_actor_critic_clips_its_policy_and_value_gradients_apart() -> None:
+    torch.manual_seed(0)
+    agent = ActorCritic(obs_dim=4, n_actions=2, hidden=(8,), recurrent=True)
+    every = list(agent.parameters())
+    assert {id(p) for p in agent.policy_parameters()} | {id(p) for p in agent.value_parameters()} == {
+        id(p) for p in every
+    }
+    for p in agent.policy_parameters():
+        p.grad = torch.full_like(p, 0.01)  # a small policy gradient...
+    for p in agent.value_parameters():
+        p.grad = torch.full_like(p, 100.0)  # ...next to a huge value gradient
+    small = torch.nn.utils.get_total_norm([p.grad for p in agent.policy_parameters()])
+    agent.clip_grad_norm_(0.5)
+    # the policy's gradient is untouched (below 0.5), the value's rescaled to 0.5
+    assert torch.allclose(torch.nn.utils.get_total_norm([p.grad for p in agent.policy_parameters()]), small)
+    value_norm = torch.nn.utils.get_total_norm([p.grad for p in agent.value_parameters()])
+    assert torch.allclose(value_norm, torch.tensor(0.5), atol=1e-4)
