@@ -30,8 +30,11 @@ Rows:
   Baselines3 Zoo's settings for the same task (``MlpLstmPolicy``, 8 envs x 32
   steps, one minibatch of 256, 20 epochs, observations normalised by
   ``VecNormalize``), its ``learn`` call timed. Target: >= 1.5x (higher is
-  better). The two run alternately, ``--repeats`` times (default 3), and the
-  medians are reported.
+  better). A second row, without a target, gives rlstruct's rate with LSTM
+  memories (``--memory lstm``), the cell sb3-contrib's policy has. The runs
+  take turns (rlstruct GRU, sb3-contrib, rlstruct LSTM), ``--repeats`` times
+  (default 3; it also sets the replay rows' repeats), and the medians are
+  reported.
 
 The sb3-contrib row appears when ``sb3_contrib`` is installed (it is not a
 dependency); without it the row has no baseline. ``--quick`` (for CI) runs a
@@ -42,6 +45,7 @@ tiny replay budget and 1,024 env steps of rlstruct alone.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import statistics
 import tempfile
@@ -235,7 +239,7 @@ def replay_rows(budget: Budget) -> list[Row]:
 # ------------------------------------------------------------------ recurrent PPO
 
 
-def rlstruct_ppo_rate(steps: int, root: Path) -> float:
+def rlstruct_ppo_rate(steps: int, root: Path, memory: str = "gru") -> float:
     """Env steps per second of recurrent PPO (set-up before training and evaluation not counted)."""
     from rlstruct.algos import ppo
 
@@ -243,6 +247,7 @@ def rlstruct_ppo_rate(steps: int, root: Path) -> float:
         env=ENV_NO_VEL,
         total_steps=steps,
         recurrent=True,
+        memory=memory,
         normalize=True,
         n_processes=2,
         eval_every=10 * steps,
@@ -281,25 +286,28 @@ def sb3_ppo_rate(steps: int) -> float:
     return model.num_timesteps / wall
 
 
-def ppo_row(steps: int, repeats: int, with_sb3: bool) -> Row:
-    rates: list[float] = []
+def ppo_rows(steps: int, repeats: int, with_sb3: bool) -> list[Row]:
+    """Recurrent PPO with a GRU (rlstruct's default, the row with the target) and with an LSTM (sb3-contrib's)."""
+    rates: dict[str, list[float]] = {"gru": [], "lstm": []}
     base: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(repeats):  # alternately, so that the machine's drifts hit both alike
-            rates.append(rlstruct_ppo_rate(steps, Path(tmp)))
+        for _ in range(repeats):  # in turn, so that the machine's drifts hit all alike
+            rates["gru"].append(rlstruct_ppo_rate(steps, Path(tmp), "gru"))
             if with_sb3:
                 base.append(sb3_ppo_rate(steps))
-    pairs = [f"{r:.2f}" for r in np.divide(rates, base)] if base else []
-    print(f"recurrent PPO env steps/s, in run order: rlstruct {[round(r) for r in rates]}", end="")
-    print(f", sb3-contrib {[round(r) for r in base]}, ratios {pairs}" if base else "")
-    return Row(
-        f"recurrent PPO {ENV_NO_VEL}, {steps} env steps: env steps/s",
-        statistics.median(rates),
-        "steps/s",
-        statistics.median(base) if base else None,
-        1.5,
-        True,
-    )
+            rates["lstm"].append(rlstruct_ppo_rate(steps, Path(tmp), "lstm"))
+    for memory, values in rates.items():
+        print(
+            f"recurrent PPO env steps/s in run order: rlstruct {memory} {[round(r) for r in values]}", end=""
+        )
+        pairs = [f"{r:.2f}" for r in np.divide(values, base)] if base else []
+        print(f", sb3-contrib {[round(r) for r in base]}, ratios {pairs}" if base else "")
+    baseline = statistics.median(base) if base else None
+    name = f"recurrent PPO {ENV_NO_VEL}, {steps} env steps, env steps/s"
+    return [
+        Row(f"{name}: GRU memories", statistics.median(rates["gru"]), "steps/s", baseline, 1.5, True),
+        Row(f"{name}: LSTM memories", statistics.median(rates["lstm"]), "steps/s", baseline, None, True),
+    ]
 
 
 def main() -> None:
@@ -307,9 +315,10 @@ def main() -> None:
     torch.set_num_threads(1)
     np.seterr(all="ignore")
     with_sb3 = importlib.util.find_spec("sb3_contrib") is not None and not args.quick
-    rows = replay_rows(budget)
+    # a call takes about 10 ms: loops of at least 50 ms (several calls) steady the medians on a busy machine
+    rows = replay_rows(budget if args.quick else dataclasses.replace(budget, min_time=0.05))
     repeats = args.repeats or (1 if args.quick else 3)
-    rows.append(ppo_row(1_024 if args.quick else PPO_STEPS, repeats, with_sb3))
+    rows += ppo_rows(1_024 if args.quick else PPO_STEPS, repeats, with_sb3)
     report(args, rows, value_label="rlstruct", baseline_label="baseline")
 
 
