@@ -8,8 +8,8 @@ Rows:
   (loss: the sum of the logits and the values) over a [B=8, T=32] batch of
   CartPole-v1 collected by a ``LocalBatcher``: ``rlstruct.replay_agent``
   against the same two GRUs and heads written in plain torch and called
-  directly over the same observations from the same initial state. Seconds
-  per call (lower is better):
+  directly over the same observations from the same initial state.
+  Milliseconds per call (lower is better):
 
   a. no episode starts inside a row (a collected batch whose in-row episode
      starts are cleared): one GRU call per memory (``forward_sequence``).
@@ -36,8 +36,8 @@ Rows:
   (default 3; it also sets the replay rows' repeats), and the medians are
   reported.
 
-The sb3-contrib row appears when ``sb3_contrib`` is installed (it is not a
-dependency); without it the row has no baseline. ``--quick`` (for CI) runs a
+The PPO rows have their baseline when ``sb3_contrib`` is installed (it is not
+a dependency); without it they have none. ``--quick`` (for CI) runs a
 tiny replay budget and 1,024 env steps of rlstruct alone.
 
     python benchmarks/memory.py --json memory.json
