@@ -22,8 +22,7 @@ Rows:
      replayed one ``forward`` per step. No target.
 
 - Recurrent PPO on CartPoleNoVel-v1 (CartPole-v1 observing only the cart
-  position and the pole angle; a stand-in is registered here under that id
-  if rlstruct does not register it): env steps per second over a fixed
+  position and the pole angle, registered by rlstruct): env steps per second over a fixed
   budget (``env_steps / wall_s`` of ``rlstruct.algos.ppo.train``, set-up and
   evaluation excluded), PPO's defaults with ``recurrent=True,
   normalize=True``. Baseline: sb3-contrib's ``RecurrentPPO`` with RL
@@ -53,7 +52,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 from _common import Budget, Row, compare, parse_args, report
@@ -66,33 +64,6 @@ ENV_NO_VEL = "CartPoleNoVel-v1"
 AGENT_ARGS: dict[str, Any] = {"obs_dim": 4, "n_actions": 2, "hidden": (64, 64), "recurrent": True}
 B, T = 8, 32
 PPO_STEPS = 20_000
-
-
-class _NoVelocity(gym.ObservationWrapper):  # type: ignore[type-arg]
-    """CartPole's observation without the velocities: [cart position, pole angle], float32."""
-
-    KEEP = np.array([0, 2])
-
-    def __init__(self, env: gym.Env) -> None:  # type: ignore[type-arg]
-        super().__init__(env)
-        space = env.observation_space
-        assert isinstance(space, gym.spaces.Box)
-        self.observation_space = gym.spaces.Box(space.low[self.KEEP], space.high[self.KEEP], dtype=np.float32)
-
-    def observation(self, observation: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
-        return observation[self.KEEP].astype(np.float32)
-
-
-def _make_no_velocity(**kwargs: Any) -> gym.Env:  # type: ignore[type-arg]
-    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
-
-    return _NoVelocity(CartPoleEnv(**kwargs))
-
-
-# At import, not in main(): the batcher's and the evaluator's worker processes are spawned, and a
-# spawned process re-imports the main script (as __mp_main__), so they see the id too.
-if ENV_NO_VEL not in gym.registry:
-    gym.register(ENV_NO_VEL, entry_point=_make_no_velocity, max_episode_steps=500)
 
 
 # ------------------------------------------------------------------ sequence replay
