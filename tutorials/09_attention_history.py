@@ -211,10 +211,13 @@ def main() -> None:
                 steps["observation"].flatten(0, 1)
             )  # after the update that used the old ones
             batcher.update(learner.state_dict())
+            if (done := evaluator.poll()) is not None:  # greedy evaluations run alongside training
+                print(f"greedy return {done.mean:.1f} with the weights of {done.env_steps} env steps")
             if args.quick or env_steps % 20_480 == 0:
                 print(
                     f"{env_steps} env steps: policy loss {policy_loss.item():.3f}, value loss {value_loss.item():.3f}"
                 )
+                evaluator.start(learner.state_dict(), env_steps)  # does nothing if one is running
         result = evaluator.evaluate(learner.state_dict(), env_steps)
     print(
         f"{args.env}: final greedy return {result.mean:.1f} over {len(result.returns)} episodes after {env_steps} env steps"
