@@ -168,10 +168,7 @@ def train(config: Config) -> dict[str, Any]:
             clip = config.clip * progress if config.anneal else config.clip
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            if config.recurrent:
-                stats = update_sequences(model, optimizer, batch, config, clip, action_key, generator)
-            else:
-                stats = update(model, optimizer, steps.masked_flatten(), config, clip, action_key, generator)
+            stats = update(model, optimizer, batch, config, clip, action_key, generator)
             if model.obs_norm is not None:  # after the update: it trained on the statistics it collected with
                 model.obs_norm.update(steps["observation"][steps.mask()].flatten(1).float())
             batcher.update(run.weights(model))
@@ -194,71 +191,45 @@ def train(config: Config) -> dict[str, Any]:
 def update(
     model: ActorCritic,
     optimizer: torch.optim.Optimizer,
-    data: Any,
-    config: Config,
-    clip: float,
-    action_key: str,
-    generator: torch.Generator,
-) -> dict[str, float]:
-    """``n_epochs`` passes of minibatch steps on the clipped PPO loss; returns the last epoch's means."""
-    n = data.n_elems()
-    totals = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "clip_fraction": 0.0}
-    count = 0
-    for epoch in range(config.n_epochs):
-        order = torch.randperm(n, generator=generator, device=generator.device)
-        for start in range(0, n, config.minibatch_size):
-            mb = data[order[start : start + config.minibatch_size]]
-            loss, terms = ppo_loss(model, mb, clip, config.vf_coef, config.ent_coef, action_key)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            model.clip_grad_norm_(config.max_grad_norm)
-            optimizer.step()
-            if epoch == config.n_epochs - 1:
-                for key, value in terms.items():
-                    totals[key] += value
-                count += 1
-    return {k: v / max(count, 1) for k, v in totals.items()}
-
-
-def update_sequences(
-    model: ActorCritic,
-    optimizer: torch.optim.Optimizer,
     batch: Trajectories,
     config: Config,
     clip: float,
     action_key: str,
     generator: torch.Generator,
 ) -> dict[str, float]:
-    """``n_epochs`` passes of PPO steps on minibatches of whole rows; returns the last epoch's means.
+    """``n_epochs`` passes of minibatch steps on the clipped PPO loss; returns the last epoch's means.
 
-    Each minibatch holds ``max(1, minibatch_size // n_steps)`` rows, replayed
-    by ``replay_agent`` from their stored initial state (the memories' one-call
-    path), so the memories are trained through every step of the row.
+    A feed-forward model's minibatches are ``minibatch_size`` steps drawn from
+    the whole batch. A recurrent model's are whole rows,
+    ``max(1, minibatch_size // n_steps)`` of them, replayed by ``replay_agent``
+    from their stored initial state (the memories' one-call path), so the
+    memories are trained through every step of a row.
     """
     steps = batch.trajectories
-    n_rows = steps.n_elems()
-    rows_per_minibatch = max(1, config.minibatch_size // steps.n_timesteps())
+    if model.recurrent:
+        data: Trajectories | DictTensor = batch
+        n, size = steps.n_elems(), max(1, config.minibatch_size // steps.n_timesteps())
+    else:
+        data = steps.masked_flatten()
+        n, size = data.n_elems(), config.minibatch_size
     totals = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "clip_fraction": 0.0}
     count = 0
     for epoch in range(config.n_epochs):
-        order = torch.randperm(n_rows, generator=generator, device=generator.device)
-        for start in range(0, n_rows, rows_per_minibatch):
-            rows = batch[order[start : start + rows_per_minibatch]]
-            out = replay_agent(model, rows)
-            mask = rows.trajectories.mask()
-            params = out["logits" if model.discrete else "mean"][mask]
-            loss, terms = ppo_objective(
-                model,
-                params,
-                out["value"][mask],
-                rows.trajectories.masked_flatten(),
-                clip,
-                config,
-                action_key,
-            )
+        order = torch.randperm(n, generator=generator, device=generator.device)
+        for start in range(0, n, size):
+            minibatch = data[order[start : start + size]]
+            if isinstance(minibatch, Trajectories):
+                out = replay_agent(model, minibatch)
+                mask = minibatch.trajectories.mask()
+                params, values = out["logits" if model.discrete else "mean"][mask], out["value"][mask]
+                loss, terms = ppo_objective(
+                    model, params, values, minibatch.trajectories.masked_flatten(), clip, config, action_key
+                )
+            else:
+                loss, terms = ppo_loss(model, minibatch, clip, config.vf_coef, config.ent_coef, action_key)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            model.clip_grad_norm_(config.max_grad_norm)  # the policy's and the value's apart
+            model.clip_grad_norm_(config.max_grad_norm)  # a recurrent model's policy and value apart
             optimizer.step()
             if epoch == config.n_epochs - 1:
                 for key, value in terms.items():
