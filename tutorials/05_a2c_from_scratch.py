@@ -20,6 +20,8 @@ bottom:
    then ``update`` pushes the weights to the workers; a greedy evaluation at
    the end.
 
+On the 2-core machine (seed 0) the training returns climb from about 20 to
+230-310 over the 256k env steps, and the final greedy return is 225.8.
 ``rlstruct train a2c --recurrent`` is the full version (logging, evaluation,
 checkpoints).
 """

