@@ -20,7 +20,7 @@ def test_ppo_solves_cartpole_within_50k_steps(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(1500)
 def test_recurrent_ppo_solves_cartpole_without_velocities_within_100k_steps(tmp_path: Path) -> None:
-    """The command line ``rlstruct train ppo --env CartPoleNoVel-v1 --recurrent --normalize``, seed 0."""
+    """The command line ``rlstruct train ppo --env CartPoleNoVel-v1 --recurrent --normalize --total-steps 100000``, seed 0."""
     config = ppo.Config(
         env="CartPoleNoVel-v1",
         total_steps=100_000,
