@@ -226,17 +226,20 @@ def _window_before(batch: Trajectories, length: int) -> TemporalDictTensor | Non
     return before
 
 
-def _replay_windows(batch: Trajectories, length: int) -> TemporalDictTensor:
+def _replay_windows(
+    batch: Trajectories, length: int, before: TemporalDictTensor | None
+) -> TemporalDictTensor:
     """The window before every step (``B * T`` rows, see ``history_windows``), as collection made them.
 
-    Windows hold every stored key but the ``next/`` ones, whatever the agent is given as observation.
+    ``before`` is the window before step 0 (``_window_before``). Windows hold every stored key but
+    the ``next/`` ones, whatever the agent is given as observation.
     """
     steps = batch.trajectories
     observed = steps.get([k for k in steps if not k.startswith("next/")])
     starts = observed["initial_state"]
     if length < 0:  # True: the steps of this trajectory only, nothing before
         return history_windows(None, observed, starts, observed.n_timesteps())
-    return history_windows(_window_before(batch, length), observed, starts, length)
+    return history_windows(before, observed, starts, length)
 
 
 def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = None) -> TemporalDictTensor:
@@ -294,8 +297,8 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
             "replay_agent: stateless=True needs an agent without state and history, got state keys "
             f"{list(state.keys())} and require_history() = {agent.require_history()!r}"
         )
+    before = None if length is None else _window_before(batch, length)
     if not stateless:
-        before = None if length is None else _window_before(batch, length)
         replayed = agent.forward_sequence(state, observation, agent_info, before)
         if replayed is not None:
             if (
@@ -314,7 +317,7 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
         output, _ = agent(DictTensor(batch_size=b * n_timesteps), flat, z)
         data = {k: v.unflatten(0, (b, n_timesteps)) for k, v in output.items()}
         return TemporalDictTensor(data, steps.lengths)
-    windows = None if length is None else _replay_windows(batch, length)
+    windows = None if length is None else _replay_windows(batch, length, before)
     first_rows = torch.arange(b) * n_timesteps  # window of step t of row r: row r * T + t
     columns = {k: v.unbind(1) for k, v in observation.items()}
     outputs = []

@@ -168,12 +168,12 @@ def window_after(window: TemporalDictTensor, step: DictTensor) -> TemporalDictTe
     positions = (torch.arange(n, device=lengths.device) + shift.unsqueeze(1)).clamp(
         max=n
     )  # into [window, step]
+    valid = torch.arange(n, device=lengths.device) < (lengths + 1).clamp(max=n).unsqueeze(1)  # [N, n]
     data = {}
     for key, value in window.items():
         timeline = torch.cat([value, step[key].unsqueeze(1)], 1)  # [N, n + 1, ...]: the step at place lengths
         timeline[rows, lengths] = step[key]
         kept = timeline[rows.unsqueeze(1), positions]
-        valid = torch.arange(n, device=lengths.device) < (lengths + 1).clamp(max=n).unsqueeze(1)
         data[key] = kept * valid.view(*valid.shape, *([1] * (kept.dim() - 2))).to(kept.dtype)
     return TemporalDictTensor(data, (lengths + 1).clamp(max=n))
 

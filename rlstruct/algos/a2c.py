@@ -27,7 +27,6 @@ from rlstruct.algos.policies import ActorCritic
 from rlstruct.algos.run import EpisodeReturns, Run, check_config, check_layout, explained_variance
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
-from rlstruct.dicttensor import DictTensor
 from rlstruct.gym_env import GymEnv
 from rlstruct.normalize import RewardScaler
 from rlstruct.returns import gae
@@ -137,15 +136,12 @@ def train(config: Config) -> dict[str, Any]:
             episodes.add(steps)
             run.episode_return = episodes.pop_mean() or run.episode_return
 
-            # The agent's outputs again, with gradients; for a GRU agent, step by step.
+            # The agent's outputs again, with gradients, in one call (ActorCritic.forward_sequence).
             out = replay_agent(model, batch)
             mask = steps.mask()
             with torch.no_grad():
                 b, t = steps.n_elems(), steps.n_timesteps()
-                # a recurrent agent values the reached observation from its value memory after the step
-                memory = {k: steps[k].flatten(0, 1) for k in model.value_memory}
-                after = DictTensor(memory) if memory else None
-                next_value = model.value_of(steps["next/observation"].flatten(0, 1), after).view(b, t)
+                next_value = model.values_reached(steps)
                 reward = (
                     steps["next/reward"]
                     if scaler is None
@@ -185,8 +181,7 @@ def train(config: Config) -> dict[str, Any]:
             loss.backward()
             model.clip_grad_norm_(config.max_grad_norm)  # a recurrent agent's policy and value apart
             optimizer.step()
-            if model.obs_norm is not None:  # after the step: it trained on the statistics it collected with
-                model.obs_norm.update(steps["observation"][mask].flatten(1).float())
+            model.update_obs_norm(steps)  # after the step, which used the statistics of collection
             batcher.update(run.weights(model))
             run.step(
                 env_steps,

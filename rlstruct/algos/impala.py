@@ -186,9 +186,7 @@ def train(config: Config) -> dict[str, Any]:
             for group in optimizer.param_groups:
                 group["lr"] = lr
             stats = learner_step(model, optimizer, batch.trajectories, config, batch.info)
-            if model.obs_norm is not None:  # after the step: it trained on the statistics it collected with
-                steps = batch.trajectories
-                model.obs_norm.update(steps["observation"][steps.mask()].flatten(1).float())
+            model.update_obs_norm(batch.trajectories)  # after the step, which used the actors' statistics
             batcher.update(run.weights(model))
             run.step(
                 env_steps,
@@ -271,9 +269,7 @@ def vtrace_loss(
     log_prob = model.log_prob(params, action.flatten(0, 1)).view(b, t)
     value = value.view(b, t)
     with torch.no_grad():
-        memory = {k: steps[k].flatten(0, 1) for k in model.value_memory}
-        after = DictTensor(memory) if memory else None
-        next_value = model.value_of(steps["next/observation"].flatten(0, 1), after).view(b, t)
+        next_value = model.values_reached(steps)
         log_rho = log_prob - steps["log_prob"]
         vs, advantage = vtrace(
             log_rho,

@@ -194,7 +194,7 @@ class ActorCritic(Agent):
     def initial_state(self, agent_info: DictTensor, n: int) -> DictTensor:
         if self.actor_memory is None:
             return DictTensor(batch_size=n)
-        size, device = self.actor_memory.hidden_size, self.actor.parameters().__next__().device
+        size, device = self.actor_memory.hidden_size, next(self.actor_memory.parameters()).device
         keys = self._state_keys("pi") + self._state_keys("v")
         return DictTensor({k: torch.zeros(n, size, device=device) for k in keys})
 
@@ -268,18 +268,38 @@ class ActorCritic(Agent):
         Raises:
             ValueError: for a recurrent agent without its memory in ``output``.
         """
-        x = self.normalized(observation)
-        if self.critic_memory is None:
-            return self.heads(x)[1]
-        keys = self._state_keys("v")
-        if output is None or any(k not in output for k in keys):
-            raise ValueError(
-                f"ActorCritic.value_of: a recurrent agent needs its value memory {keys} in output, got "
-                f"{None if output is None else list(output.keys())}"
-            )
-        features, _ = self._remember("v", x, output)
+        features = self.normalized(observation)
+        if self.critic_memory is not None:
+            keys = self._state_keys("v")
+            if output is None or any(k not in output for k in keys):
+                raise ValueError(
+                    f"ActorCritic.value_of: a recurrent agent needs its value memory {keys} in output, got "
+                    f"{None if output is None else list(output.keys())}"
+                )
+            features, _ = self._remember("v", features, output)
         value: torch.Tensor = self.critic(features)
         return value.squeeze(-1)
+
+    def values_reached(self, steps: TemporalDictTensor) -> torch.Tensor:
+        """V [B, T] of the observation reached after every step of a batch (``next/observation``).
+
+        A recurrent agent's value memory after each step is read from the
+        stored outputs (``h_v``, ``c_v``): what bootstraps need.
+        """
+        memory = {k: steps[k].flatten(0, 1) for k in self.value_memory}
+        after = DictTensor(memory) if memory else None
+        value = self.value_of(steps["next/observation"].flatten(0, 1), after)
+        return value.view(steps.n_elems(), steps.n_timesteps())
+
+    @torch.no_grad()
+    def update_obs_norm(self, steps: TemporalDictTensor) -> None:
+        """Merge the observations of a batch's real steps into the running statistics (if ``normalize``).
+
+        Learners call it after the update that used the batch: each update
+        trains on the statistics its batch was collected with.
+        """
+        if self.obs_norm is not None:
+            self.obs_norm.update(steps["observation"][steps.mask()].flatten(1))
 
     def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(``logits`` or ``mean`` [N, k], ``value`` [N]) from features [N, d] (a stateless agent's)."""

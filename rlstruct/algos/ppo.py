@@ -158,9 +158,7 @@ def train(config: Config) -> dict[str, Any]:
             episodes.add(steps)
             run.episode_return = episodes.pop_mean() or run.episode_return
 
-            reward = (
-                None if scaler is None else scaler(steps["next/reward"], steps["next/done"], steps.mask())
-            )
+            reward = None if scaler is None else scaler(steps["next/reward"], steps["next/done"], mask)
             add_advantages(model, steps, config.gamma, config.gae_lambda, reward)
 
             progress = 1.0 - (env_steps - per_iteration) / config.total_steps
@@ -169,8 +167,7 @@ def train(config: Config) -> dict[str, Any]:
             for group in optimizer.param_groups:
                 group["lr"] = lr
             stats = update(model, optimizer, batch, config, clip, action_key, generator)
-            if model.obs_norm is not None:  # after the update: it trained on the statistics it collected with
-                model.obs_norm.update(steps["observation"][steps.mask()].flatten(1).float())
+            model.update_obs_norm(steps)  # after the update, which used the statistics of collection
             batcher.update(run.weights(model))
             run.step(
                 env_steps,
@@ -222,8 +219,9 @@ def update(
                 out = replay_agent(model, minibatch)
                 mask = minibatch.trajectories.mask()
                 params, values = out["logits" if model.discrete else "mean"][mask], out["value"][mask]
+                flat = minibatch.trajectories.masked_flatten()
                 loss, terms = ppo_objective(
-                    model, params, values, minibatch.trajectories.masked_flatten(), clip, config, action_key
+                    model, params, values, flat, clip, config.vf_coef, config.ent_coef, action_key
                 )
             else:
                 loss, terms = ppo_loss(model, minibatch, clip, config.vf_coef, config.ent_coef, action_key)
@@ -261,10 +259,7 @@ def add_advantages(
         reward: the rewards to use ``[B, T]`` (scaled ones, say); None for ``next/reward``.
     """
     with torch.no_grad():
-        memory = [k for k in model.value_memory if k in steps]
-        after = DictTensor({k: steps[k].flatten(0, 1) for k in memory}) if memory else None
-        next_value = model.value_of(steps["next/observation"].flatten(0, 1), after)
-        next_value = next_value.view(steps.n_elems(), steps.n_timesteps())
+        next_value = model.values_reached(steps)
     value = steps["value"]
     adv = gae(
         steps["next/reward"] if reward is None else reward,
@@ -307,7 +302,7 @@ def ppo_loss(
         ``policy_loss``, ``value_loss``, ``entropy``, ``clip_fraction``.
     """
     params, value = model.heads(model.features(minibatch["observation"])[0])
-    return _objective(model, params, value, minibatch, clip, vf_coef, ent_coef, action_key)
+    return ppo_objective(model, params, value, minibatch, clip, vf_coef, ent_coef, action_key)
 
 
 def ppo_objective(
@@ -316,23 +311,11 @@ def ppo_objective(
     value: torch.Tensor,
     minibatch: DictTensor,
     clip: float,
-    config: Config,
-    action_key: str,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """``ppo_loss`` from the model's outputs already computed (``params`` [N, k], ``value`` [N])."""
-    return _objective(model, params, value, minibatch, clip, config.vf_coef, config.ent_coef, action_key)
-
-
-def _objective(
-    model: ActorCritic,
-    params: torch.Tensor,
-    value: torch.Tensor,
-    minibatch: DictTensor,
-    clip: float,
     vf_coef: float,
     ent_coef: float,
-    action_key: str,
+    action_key: str = "action",
 ) -> tuple[torch.Tensor, dict[str, float]]:
+    """``ppo_loss`` from the model's outputs already computed: ``params`` [N, k] and ``value`` [N]."""
     log_prob = model.log_prob(params, minibatch[action_key])
     ratio = (log_prob - minibatch["log_prob"]).exp()
     advantage = minibatch["advantage"]
