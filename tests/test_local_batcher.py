@@ -637,6 +637,8 @@ def test_infos_must_be_dicttensors_with_one_row_per_env() -> None:
 def test_info_keys_must_not_change_between_resets() -> None:
     with counter_batcher(n_envs=2) as batcher:
         batcher.reset(DictTensor({"start": ints(1, 2)}), DictTensor({"length": ints(3, 3)}))
+        batcher.execute()
+        batcher.get()
         batcher.reset(
             DictTensor({"start": ints(5, 6)}), DictTensor({"length": ints(4, 4)})
         )  # same keys: fine

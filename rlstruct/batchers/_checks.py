@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Mapping
 
 import torch
@@ -30,17 +31,83 @@ def info(owner: str, name: str, value: DictTensor | None, rows: int) -> DictTens
     return value
 
 
-def same_info_keys(
-    owner: str, first: tuple[list[str], list[str]] | None, agent_info: DictTensor, env_info: DictTensor
-) -> tuple[list[str], list[str]]:
-    """The sorted keys of both infos, which must be those of the first reset."""
-    keys = (sorted(agent_info.keys()), sorted(env_info.keys()))
-    if first is not None and keys != first:
+InfoSpec = tuple[
+    dict[str, tuple[torch.dtype, tuple[int, ...]]], dict[str, tuple[torch.dtype, tuple[int, ...]]]
+]
+
+
+def info_spec(agent_info: DictTensor, env_info: DictTensor) -> InfoSpec:
+    """key -> (dtype, row shape) of both infos: what every later reset must keep."""
+    return (
+        {k: (v.dtype, tuple(v.shape[1:])) for k, v in agent_info.items()},
+        {k: (v.dtype, tuple(v.shape[1:])) for k, v in env_info.items()},
+    )
+
+
+def same_info(owner: str, first: InfoSpec | None, agent_info: DictTensor, env_info: DictTensor) -> InfoSpec:
+    """The spec of both infos, which must be that of the first reset: same keys, dtypes and row shapes.
+
+    The batchers store z and w in buffers made at the first reset; a value of
+    another dtype or shape would have to be cast or would not fit, so it is
+    refused, naming the key.
+    """
+    spec = info_spec(agent_info, env_info)
+    if first is None:
+        return spec
+    keys = (sorted(spec[0]), sorted(spec[1]))
+    if keys != (sorted(first[0]), sorted(first[1])):
         raise ValueError(
             f"{owner}.reset: agent_info and env_info must keep the keys of the first reset, "
-            f"{first[0]} and {first[1]}; got {keys[0]} and {keys[1]}"
+            f"{sorted(first[0])} and {sorted(first[1])}; got {keys[0]} and {keys[1]}"
         )
-    return keys
+    for name, now, then in (("agent_info", spec[0], first[0]), ("env_info", spec[1], first[1])):
+        for key in sorted(now):
+            if now[key] != then[key]:
+                raise ValueError(
+                    f"{owner}.reset: {name} key {key!r} must keep the dtype and row shape of the first "
+                    f"reset, {then[key][0]} and {then[key][1]}; got {now[key][0]} and {now[key][1]} "
+                    "(nothing is cast)"
+                )
+    return spec
+
+
+def device(owner: str, value: object) -> torch.device:
+    """A device that tensors can be put on here: refused at construction, not after the work is done."""
+    if not isinstance(value, (str, torch.device)):
+        raise TypeError(f"{owner}: device must be a str or torch.device, got {_describe(value)}")
+    try:
+        result = torch.device(value)
+    except RuntimeError:
+        raise ValueError(
+            f"{owner}: device must name a torch device such as 'cpu' or 'cuda:0', got {value!r}"
+        ) from None
+    if result.type == "meta":
+        raise ValueError(f"{owner}: device must hold data; 'meta' tensors have none, got {value!r}")
+    try:
+        torch.zeros(1).to(result)
+    except (RuntimeError, AssertionError) as error:  # a CPU-only build asserts for "cuda"
+        raise ValueError(f"{owner}: device {value!r} cannot be used on this machine: {error}") from None
+    return result
+
+
+def picklable(owner: str, name: str, value: object) -> bytes:
+    """``value`` pickled, for a worker process; a TypeError naming ``name`` (and the key) if it cannot be."""
+    try:
+        return pickle.dumps(value)
+    except Exception as error:
+        where = ""
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                try:
+                    pickle.dumps(item)
+                except Exception:
+                    where = f" (its key {key!r})"
+                    break
+        raise TypeError(
+            f"{owner}: {name}{where} must be picklable to reach the worker processes (a module-level "
+            f"function or class, not a lambda or a local definition); pickling failed: "
+            f"{type(error).__name__}: {error}"
+        ) from None
 
 
 def weights(

@@ -144,7 +144,8 @@ class LocalBatcher:
         # warn at the first execute() when the agents would act with weights nobody gave them
         self._warn_initial_weights = weights is None and len(self._weights) > 0
         self._version = 0
-        self._info_keys: tuple[list[str], list[str]] | None = None
+        self._info_spec: _checks.InfoSpec | None = None  # fixed by the first batch acquired
+        self._reset_spec: _checks.InfoSpec | None = None  # that of the last reset
         self._started = False
         self._result: Trajectories | None = None
         self._pending = False
@@ -162,25 +163,32 @@ class LocalBatcher:
 
         Args:
             agent_info: z, one row per trajectory slot (``n_elems()`` rows, on
-                the CPU); None for an agent without parameters. Later resets
-                must give the same keys.
+                the CPU); None for an agent without parameters. Once a batch
+                has been acquired, later resets must give the same keys,
+                dtypes and row shapes.
             env_info: w, one row per environment instance (``n_elems()`` rows,
                 on the CPU); None for unparametrised environments.
 
         Raises:
             TypeError, ValueError: for infos that are not DictTensors, have the
-                wrong number of rows, or other keys than at the first reset.
+                wrong number of rows, or other keys, dtypes or row shapes
+                than at the first reset that succeeded (nothing is cast).
+            Exception: whatever the agent or the environment raises. Until a
+                batch has been acquired, such a reset (or an ``execute()``
+                that raised) fixes nothing: the next reset may give other
+                keys. ``execute()`` then needs a reset that succeeded.
             RuntimeError: after ``close``.
         """
         self._check_open("reset")
         agent_info = _checks.info(NAME, "agent_info", agent_info, self.n_elems())
         env_info = _checks.info(NAME, "env_info", env_info, self.n_elems())
-        self._info_keys = _checks.same_info_keys(NAME, self._info_keys, agent_info, env_info)
+        # fixed by the first batch acquired: a reset or execute() that raised (an agent reading a
+        # misspelt key) leaves the next reset free to give other keys
+        self._reset_spec = _checks.same_info(NAME, self._info_spec, agent_info, env_info)
         self._agent_info, self._env_info = agent_info, env_info
-        self._reset_groups()
+        self._started, self._pending, self._result = False, False, None
+        self._reset_groups()  # a reset that raises here leaves nothing to run
         self._started = True
-        self._pending = False
-        self._result = None
 
     def _reset_groups(self) -> None:
         for g, group in enumerate(self._groups):
@@ -199,8 +207,10 @@ class LocalBatcher:
                 the class docstring).
 
         Raises:
-            RuntimeError: before ``reset``, after ``close``, or while the
-                previous batch has not been taken with ``get``.
+            RuntimeError: before ``reset``, after ``close``, while the
+                previous batch has not been taken with ``get``, or after an
+                ``execute()`` or ``reset()`` that raised (until the next reset).
+            Exception: whatever the agent or the environment raises.
         """
         self._check_open("execute")
         if not self._started:
@@ -210,9 +220,15 @@ class LocalBatcher:
         if self._warn_initial_weights:
             self._warn_initial_weights = False
             warnings.warn(_checks.initial_weights_warning(NAME), UserWarning, stacklevel=2)
-        if self.mode == "episodes" and self._result is not None:
-            self._reset_groups()
-        parts = [group.run(self.n_timesteps) for group in self._groups]
+        try:
+            if self.mode == "episodes" and self._result is not None:
+                self._reset_groups()
+            parts = [group.run(self.n_timesteps) for group in self._groups]
+        except BaseException:
+            self._started = False  # the groups stopped mid-step: only a reset() starts them again
+            raise
+        if self._info_spec is None:
+            self._info_spec = self._reset_spec
         info = DictTensor.cat([p[0] for p in parts])
         info.set("policy_version", torch.full((self.n_elems(),), self._version, dtype=torch.int64))
         steps = TemporalDictTensor.cat([p[1] for p in parts])  # a copy: the groups' storage is reused

@@ -216,7 +216,7 @@ class MultiprocessBatcher:
             there.close()
             self._processes.append(process)
             self._conns.append(here)
-        self._info_keys: tuple[list[str], list[str]] | None = None
+        self._info_keys: _checks.InfoSpec | None = None
         self._buffers: (
             tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor, torch.Tensor] | None
         ) = None
@@ -370,7 +370,7 @@ class MultiprocessBatcher:
         rows = self.n_processes * self.n_envs
         agent_info = _checks.info(NAME, "agent_info", agent_info, rows)
         env_info = _checks.info(NAME, "env_info", env_info, rows)
-        self._info_keys = _checks.same_info_keys(NAME, self._info_keys, agent_info, env_info)
+        self._info_keys = _checks.same_info(NAME, self._info_keys, agent_info, env_info)
         self._stop_stream()
         self._drain()
         if self._buffers is None:
