@@ -359,7 +359,7 @@ def test_update_reaches_every_worker_and_matches_local_batcher_after_each_update
             with pytest.raises(error, match=message(text)):
                 batcher.update(weights)
         assert batcher.policy_version() == 2
-        assert all(torch.equal(batcher._weights[k], v) for k, v in mirrored.items())
+        assert all(torch.equal(batcher._weights.tensors[k], v) for k, v in mirrored.items())
         batch = run_once(batcher)
         assert_same(batch, run_once(local))
         assert batch.info["policy_version"].tolist() == [2] * 4
@@ -561,11 +561,10 @@ def test_a_hung_worker_raises_worker_timeout_after_the_timeout() -> None:
         n_envs=2,
         n_timesteps=3,
         n_processes=2,
+        timeout=2.0,  # shorter than starting a worker takes: start-up has its own bound, start_timeout
     )
+    timeout = batcher.timeout
     batcher.reset()
-    # The timeout also bounds the first reset, which waits for the workers to start (they import torch:
-    # about 3 s here); shorten it only once they are up.
-    timeout = batcher.timeout = 2.0
     batcher.execute()
     start = time.monotonic()
     with pytest.raises(
@@ -776,5 +775,12 @@ def test_start_method_must_be_one_multiprocessing_knows() -> None:
 def test_the_agent_factory_is_checked_before_any_worker_starts() -> None:
     before = multiprocessing.active_children()
     with pytest.raises(TypeError, match=message("agent_factory must return an rlstruct.Agent, got a Linear")):
-        MultiprocessBatcher(lambda: torch.nn.Linear(1, 1), {}, CounterEnv, {}, n_envs=1, n_timesteps=1)  # type: ignore[arg-type, return-value]
+        MultiprocessBatcher(
+            torch.nn.Linear,  # type: ignore[arg-type]
+            {"in_features": 1, "out_features": 1},
+            CounterEnv,
+            {},
+            n_envs=1,
+            n_timesteps=1,
+        )
     assert multiprocessing.active_children() == before

@@ -16,6 +16,13 @@ def positive_int(owner: str, name: str, value: object) -> int:
     return value
 
 
+def seconds(owner: str, name: str, value: object) -> float:
+    """A positive, finite number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ValueError(f"{owner}: {name} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
 def info(owner: str, name: str, value: DictTensor | None, rows: int) -> DictTensor:
     """An agent_info or env_info of ``rows`` rows on the CPU (an empty one for None)."""
     if value is None:
@@ -90,24 +97,25 @@ def device(owner: str, value: object) -> torch.device:
     return result
 
 
-def picklable(owner: str, name: str, value: object) -> bytes:
-    """``value`` pickled, for a worker process; a TypeError naming ``name`` (and the key) if it cannot be."""
-    try:
-        return pickle.dumps(value)
-    except Exception as error:
-        where = ""
-        if isinstance(value, Mapping):
-            for key, item in value.items():
-                try:
-                    pickle.dumps(item)
-                except Exception:
-                    where = f" (its key {key!r})"
-                    break
-        raise TypeError(
-            f"{owner}: {name}{where} must be picklable to reach the worker processes (a module-level "
-            f"function or class, not a lambda or a local definition); pickling failed: "
-            f"{type(error).__name__}: {error}"
-        ) from None
+def picklable(owner: str, name: str, value: object) -> None:
+    """``value`` must pickle, to reach a worker process: a TypeError naming ``name`` (and the key) if not.
+
+    In a mapping (``agent_args``, ``env_args``), objects that multiprocessing
+    hands to a process when it starts (an ``Event``, a ``Queue``) are accepted.
+    """
+    items = value.items() if isinstance(value, Mapping) else [(None, value)]
+    for key, item in items:
+        try:
+            pickle.dumps(item)
+        except Exception as error:
+            if key is not None and isinstance(error, RuntimeError) and "through inheritance" in str(error):
+                continue  # pickled by multiprocessing as the worker starts
+            where = "" if key is None else f" (its key {key!r})"
+            raise TypeError(
+                f"{owner}: {name}{where} must be picklable to reach the worker processes (module-level "
+                "functions and classes, not a lambda or a local definition); pickling failed with "
+                f"{type(error).__name__}: {error}"
+            ) from None
 
 
 def weights(

@@ -28,6 +28,32 @@ class Field(NamedTuple):
     views: list[torch.Tensor]  # views[t] is buffer[:, t], made once
 
 
+class Slot(NamedTuple):
+    """Where a group writes a trajectory: the storage and its per-step views."""
+
+    storage: dict[str, torch.Tensor]  # key -> [n_envs, T, ...]
+    fields: dict[str, list[Field]]  # "observation", "output", "next" -> their keys' views
+
+
+def _fields(storage: Mapping[str, torch.Tensor]) -> dict[str, list[Field]]:
+    """The per-step views of a slot's storage, by part.
+
+    The keys say their part: ``next/<k>`` is what an action led to, a key
+    ``k`` with a ``next/k`` twin is an observation key, any other key is an
+    output of the agent (the batcher refuses outputs named as observations).
+    """
+    nexts = {k.removeprefix("next/") for k in storage if k.startswith("next/")}
+    parts: dict[str, list[Field]] = {"observation": [], "output": [], "next": []}
+    for key, value in storage.items():
+        if key.startswith("next/"):
+            part, name = "next", key.removeprefix("next/")
+        else:
+            part, name = ("observation" if key in nexts else "output"), key
+        views = [value[:, t] for t in range(value.shape[1])]
+        parts[part].append(Field(name, value.dtype, torch.Size((value.shape[0], *value.shape[2:])), views))
+    return parts
+
+
 class Group:
     """An agent and an environment, stepped together over whole batches.
 
@@ -75,8 +101,8 @@ class Group:
         # read from the attached storage or learnt by a probe call at the first reset (see _probe)
         self.window_spec: Spec | None = None
         self.windows: StepHistory | None = None  # made at reset, for agents with history only
-        # slot -> (storage: key -> [n_envs, T, ...], fields: part -> Field list, made at a slot's first step)
-        self.slots: dict[int | None, tuple[dict[str, torch.Tensor], dict[str, list[Field]]]] = {}
+        # slot -> its storage and per-step views: attached, or for slot None made at the first step
+        self.slots: dict[int | None, Slot] = {}
         self.n_timesteps = 0
 
     # ------------------------------------------------------------------ checks
@@ -143,43 +169,35 @@ class Group:
             field.views[t].copy_(value)
 
     def attach(self, slots: Mapping[int, Mapping[str, torch.Tensor]]) -> None:
-        """Write into external storage: ``slots[s]`` maps every trajectory key to ``[n_envs, T, ...]``."""
-        self.slots = {s: (dict(storage), {}) for s, storage in slots.items()}
+        """Write into external storage: ``slots[s]`` maps every trajectory key to ``[n_envs, T, ...]``.
+
+        The per-step views of each slot are made here, once.
+        """
+        self.slots = {s: Slot(dict(storage), _fields(storage)) for s, storage in slots.items()}
         if self.history is not None and slots:
             storage = next(iter(slots.values()))
             self.window_spec = {
                 k: (v.dtype, tuple(v.shape[2:])) for k, v in storage.items() if not k.startswith("next/")
             }
 
-    def _bind(
-        self, slot: int | None, observation: DictTensor, output: DictTensor, reached: DictTensor
-    ) -> None:
-        """Make the per-step views of a slot's storage (allocated here for the in-process slot None)."""
-        parts = (("observation", "", observation), ("output", "", output), ("next", "next/", reached))
-        if slot not in self.slots:
-            if slot is not None:
-                raise ValueError(f"{self.name}: no storage attached for slot {slot}")
-            storage = {
-                prefix + k: v.new_zeros((self.n_envs, self.n_timesteps, *v.shape[1:]))
-                for _, prefix, dt in parts
-                for k, v in dt.items()
-            }
-            self.slots[None] = (storage, {})
-        storage, fields = self.slots[slot]
-        produced = {prefix + k for _, prefix, dt in parts for k in dt}
+    def _allocate(self, observation: DictTensor, output: DictTensor, reached: DictTensor) -> Slot:
+        """Storage of this group's own (slot None, in-process batchers), shaped after the first step."""
+        storage = {
+            prefix + k: v.new_zeros((self.n_envs, self.n_timesteps, *v.shape[1:]))
+            for prefix, dt in (("", observation), ("", output), ("next/", reached))
+            for k, v in dt.items()
+        }
+        self.slots[None] = Slot(storage, _fields(storage))
+        return self.slots[None]
+
+    def _check_keys(self, storage: Mapping[str, torch.Tensor], parts: tuple[DictTensor, ...]) -> None:
+        observation, output, reached = parts
+        produced = set(observation.keys()) | set(output.keys()) | {"next/" + k for k in reached}
         if produced != storage.keys():
             raise ValueError(
                 f"{self.name}: the first step has the keys {sorted(produced)}, but the buffer was made for "
                 f"{sorted(storage)} (by the probe step of the first reset)"
             )
-        for part, prefix, dt in parts:
-            fields[part] = []
-            for key in dt:
-                value = storage[prefix + key]
-                views = [value[:, t] for t in range(value.shape[1])]
-                fields[part].append(
-                    Field(key, value.dtype, torch.Size((self.n_envs, *value.shape[2:])), views)
-                )
 
     # ------------------------------------------------------------------ acquisition
 
@@ -248,7 +266,7 @@ class Group:
         )
         lengths = torch.full((n,), n_timesteps, dtype=torch.int64)
         running = torch.ones(n, dtype=torch.bool)
-        fields: dict[str, list[Field]] = {}
+        fields: dict[str, list[Field]] = {}  # bound at step 0
         windows, window = self.windows, None  # None (no work per step) for agents without history
         if windows is not None:
             before = windows.begin(n_timesteps)
@@ -268,10 +286,14 @@ class Group:
                 if t == 0:
                     self._check_observation(reached, "after a step")
                     self._check_observation(self.observation, "after a step")
-                    fields = self.slots[slot][1] if slot in self.slots else {}
-                    if not fields:
-                        self._bind(slot, observation, output, reached)
-                        fields = self.slots[slot][1]
+                    if slot in self.slots:
+                        target = self.slots[slot]
+                    elif slot is None:
+                        target = self._allocate(observation, output, reached)
+                    else:
+                        raise ValueError(f"{self.name}: no storage attached for slot {slot}")
+                    self._check_keys(target.storage, (observation, output, reached))
+                    fields = target.fields
                     if windows is not None:
                         self._check_window(fields)
                 self._write("observation", fields["observation"], observation, t)
@@ -287,7 +309,7 @@ class Group:
                         break
         if windows is not None:
             windows.end(t + 1)  # the steps taken: fewer than n_timesteps when episodes all ended early
-        storage = self.slots[slot][0]
+        storage = self.slots[slot].storage
         if not self.auto_reset:
             padding = torch.arange(n_timesteps).unsqueeze(0) >= lengths.unsqueeze(1)
             if bool(padding.any()):

@@ -3,39 +3,49 @@
 Each slot is FREE (a worker may claim it), WRITING (a worker fills it), READY
 (finished, waiting for the learner, stamped with a sequence number) or
 READING (the learner copies it out). Transitions happen under one lock,
-always with a timeout, so a worker that dies holding it cannot hang anyone.
-The learner takes the READY slot with the smallest sequence number: the
-oldest finished trajectory first. When no slot is FREE, workers wait
-(back-pressure): the buffer never grows.
+always taken with the batcher's timeout, so a worker that dies holding it
+cannot hang anyone. The learner takes the READY slot with the smallest
+sequence number: the oldest finished trajectory first. When no slot is FREE,
+workers wait (back-pressure): the buffer never grows.
+
+Each worker also stamps the board with ``time.monotonic()`` (one clock for
+every process of the machine) whenever it publishes a slot or waits for a
+free one: a worker whose stamp grows older than the timeout is filling one
+trajectory for longer than that, i.e. it hangs or is far too slow, and the
+learner can name it.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
 
 FREE, WRITING, READY, READING = 0, 1, 2, 3
-LOCK_TIMEOUT_S = 10.0
 
 
 class SlotBoard:
-    """The state of ``n_slots`` slots, shared by the learner and the workers.
+    """The state of ``n_slots`` slots and the liveness of ``n_workers`` workers, shared by all processes.
 
     Args:
         n_slots: the number of slots.
+        n_workers: the number of workers.
         ctx: the multiprocessing context whose lock guards the board.
+        timeout: how long anyone waits for the lock before raising ``TimeoutError``.
     """
 
-    def __init__(self, n_slots: int, ctx: Any) -> None:
+    def __init__(self, n_slots: int, n_workers: int, ctx: Any, timeout: float) -> None:
         self.status = torch.full((n_slots,), FREE, dtype=torch.int64).share_memory_()
         self.order = torch.zeros(n_slots, dtype=torch.int64).share_memory_()
         self.counter = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.beats = torch.zeros(n_workers, dtype=torch.float64).share_memory_()
         self.lock = ctx.Lock()
+        self.timeout = timeout
 
     def _locked(self) -> Any:
-        if not self.lock.acquire(timeout=LOCK_TIMEOUT_S):
-            raise TimeoutError(f"the slot board's lock was not released within {LOCK_TIMEOUT_S:g} s")
+        if not self.lock.acquire(timeout=self.timeout):
+            raise TimeoutError(f"the slot board's lock was not released within {self.timeout:g} s")
         return self.lock
 
     def _move(self, source: int, target: int, oldest: bool) -> int | None:
@@ -54,8 +64,8 @@ class SlotBoard:
         """A worker takes a FREE slot to write into (None if all are taken)."""
         return self._move(FREE, WRITING, oldest=False)
 
-    def publish(self, slot: int) -> None:
-        """A worker marks ``slot`` READY, after every other finished slot."""
+    def publish(self, slot: int, worker: int) -> None:
+        """Worker ``worker`` marks ``slot`` READY, after every other finished slot."""
         lock = self._locked()
         try:
             self.counter += 1
@@ -63,6 +73,7 @@ class SlotBoard:
             self.status[slot] = READY
         finally:
             lock.release()
+        self.beat(worker)
 
     def take(self) -> int | None:
         """The learner takes the oldest READY slot to read (None if none is ready)."""
@@ -70,8 +81,26 @@ class SlotBoard:
 
     def release(self, slot: int) -> None:
         """The learner gives ``slot`` back to the workers."""
-        self.status[slot] = FREE
+        lock = self._locked()
+        try:
+            self.status[slot] = FREE
+        finally:
+            lock.release()
 
     def clear(self) -> None:
-        """Every slot FREE again (when no worker is streaming)."""
-        self.status.fill_(FREE)
+        """Every slot FREE again and every worker alive as of now (when no worker is streaming)."""
+        lock = self._locked()
+        try:
+            self.status.fill_(FREE)
+            self.beats.fill_(time.monotonic())
+        finally:
+            lock.release()
+
+    def beat(self, worker: int) -> None:
+        """Worker ``worker`` shows it is alive: it just published, or it waits for a free slot."""
+        self.beats[worker] = time.monotonic()
+
+    def silent(self, timeout: float) -> list[int]:
+        """The workers that showed no sign of life for more than ``timeout`` seconds, the oldest first."""
+        quiet = time.monotonic() - self.beats
+        return [int(w) for w in torch.argsort(quiet, descending=True) if float(quiet[w]) > timeout]

@@ -1,196 +1,223 @@
-"""The loop a ``MultiprocessBatcher`` worker runs, and the protocol it speaks.
+"""The process a ``MultiprocessBatcher`` worker runs, and the protocol it speaks.
 
 One worker owns one ``Group`` (an agent copy and ``n_envs`` environments) and
-a ``Connection`` to the main process. The main process sends commands; the
-worker answers each with one message:
+a ``Connection`` to the main process. It is started with a ``WorkerSpec``;
+the user's factories travel in it as bytes that the worker unpickles itself,
+so that a factory it cannot import (a class defined in a notebook, or under
+``if __name__ == "__main__"``) is reported with its traceback instead of
+killing the process before it runs. Their arguments are pickled by
+multiprocessing as the process starts, which shares what it can share (an
+``Event``, a tensor in shared memory).
+
+The protocol: the worker speaks first, then answers each command with one
+message.
 
 | command | answer |
 |---|---|
-| `("attach", slots, info, lengths, versions)` | `("ok",)`: shared buffers to write into, sent once |
+| (start) | `("ready",)` once its agent and environments are made and hold the shared weights; `("error", traceback)` if it could not start, and it exits |
+| `("attach", buffers, slots)` | `("ok",)`: the `SharedBuffers` to write into and the slots it fills; sent once |
 | `("reset", agent_info, env_info, auto_reset)` | `("ok",)` |
 | `("run", slot, restart)` | `("done", slot)` once the trajectories of ``slot`` are written (after new episodes if ``restart``) |
-| `("stream",)` | nothing: keeps claiming free slots of the ``SlotBoard``, filling them and publishing them until `("stop",)`, answered `("stopped",)` |
+| `("stream",)` | nothing: keeps claiming free slots of the `SlotBoard`, filling and publishing them, until `("stop",)`, answered `("stopped",)` |
 | `("close",)` | the worker exits |
 
-Any exception becomes `("error", traceback_text)` and the worker then waits
-for the next command (normally `close`). The worker exits on its own when
-the main process dies: the connection reaches end-of-file, or the parent's
-process id changes while it waits. SIGINT is ignored, so that Ctrl-C reaches
-the main process only, which then closes the workers.
+After start, an exception becomes `("error", traceback)` and the worker
+waits for the next command (normally `close`). The worker exits on its own
+when the main process dies: the connection reaches end-of-file, or the
+parent's process id changes (checked twice a second while idle or waiting
+for a slot, and while waiting for half-written weights). SIGINT is ignored,
+so that Ctrl-C reaches the main process only, which then closes the workers.
 
-Weights are read from shared tensors guarded by a sequence counter: the main
-process makes it odd while writing and even when done, so a worker that reads
-an odd value or sees it change while copying simply reads again.
+Before it loads the weights, a worker reads their sequence counter (see
+``SharedWeights``); every wait is bounded by the batcher's ``timeout``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pickle
 import signal
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
 import torch
 
-from rlstruct.agent import Agent
 from rlstruct.batchers._group import Group
+from rlstruct.batchers._shared import SharedBuffers, SharedWeights
 from rlstruct.batchers._slots import SlotBoard
-from rlstruct.env import Environment
+from rlstruct.dicttensor import DictTensor
 
 IDLE_POLL_S = 0.5  # how often an idle worker checks that its parent is alive
 WAIT_S = 0.001  # how long a streaming worker sleeps when every slot is taken
 
 
-def load_weights(
-    agent: Agent, weights: Mapping[str, torch.Tensor], counter: torch.Tensor, loaded: int
-) -> int:
-    """Copy the shared weights into ``agent`` if they changed since version ``loaded``; return the version read."""
-    while True:
-        before = int(counter[0])
-        if before == loaded:
-            return loaded
-        if before % 2:  # the main process is writing
-            os.sched_yield()
-            continue
-        agent.load_state_dict(weights)
-        if int(counter[0]) == before:
-            return before
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker is started with.
+
+    Attributes:
+        index: the worker's index, which names it in errors.
+        factories: ``pickle.dumps((agent_factory, env_factory))``.
+        agent_args, env_args: their keyword arguments.
+        n_envs: the environment instances of its group.
+        n_timesteps: T.
+        env_seed: the seed of its first instance (base seed + its global index).
+        agent_seed: the seed of its agent's generator.
+        weights: the shared weights its agent loads.
+        board: the slot board, in "stream" mode.
+        parent: the main process's id.
+        timeout: how long it waits for the weights or the board.
+        inherited: file descriptors of the main process's pipe ends that a
+            forked worker inherited and must close, so that the main
+            process's death reaches it as end-of-file.
+    """
+
+    index: int
+    factories: bytes
+    agent_args: dict[str, Any]
+    env_args: dict[str, Any]
+    n_envs: int
+    n_timesteps: int
+    env_seed: int
+    agent_seed: int
+    weights: SharedWeights
+    board: SlotBoard | None
+    parent: int
+    timeout: float
+    inherited: tuple[int, ...] = ()
 
 
-def _parent_alive(parent: int) -> bool:
-    return os.getppid() == parent
-
-
-def worker_loop(
-    index: int,
-    conn: Connection,
-    agent_factory: Callable[..., Agent],
-    agent_args: Mapping[str, Any],
-    env_factory: Callable[..., Environment],
-    env_args: Mapping[str, Any],
-    n_envs: int,
-    n_timesteps: int,
-    env_seed: int,
-    agent_seed: int,
-    weights: Mapping[str, torch.Tensor],
-    counter: torch.Tensor,
-    parent: int,
-    board: SlotBoard | None,
-) -> None:
+def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     """Run one worker until ``close``, the death of the main process, or a broken connection."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for fd in spec.inherited:
+        with contextlib.suppress(OSError):
+            os.close(fd)
     torch.set_num_threads(1)
-    if os.getppid() != parent:  # "forkserver": the fork server, which exits with the main process
-        parent = os.getppid()
-    group: Group | None = None
-    buffers: tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor] | None = None
-    loaded = -1
+    # "forkserver": the parent is the fork server, which exits with the main process
+    parent = spec.parent if os.getppid() == spec.parent else os.getppid()
     try:
-        while True:
-            if not conn.poll(IDLE_POLL_S):
-                if not _parent_alive(parent):
-                    return
-                continue
-            command = conn.recv()
-            if command[0] == "close":
-                return
-            try:
-                if group is None:
-                    group = Group(
-                        agent_factory,
-                        agent_args,
-                        env_factory,
-                        env_args,
-                        n_envs,
-                        env_seed,
-                        agent_seed,
-                        f"worker {index}",
-                    )
-                    loaded = load_weights(group.agent, weights, counter, loaded)
-                if command[0] == "attach":
-                    _, slots, info, lengths, versions = command
-                    group.attach(slots)
-                    buffers = (info, lengths, versions)
-                    conn.send(("ok",))
-                elif command[0] == "reset":
-                    _, agent_info, env_info, auto_reset = command
-                    group.reset(agent_info, env_info, auto_reset)
-                    conn.send(("ok",))
-                elif buffers is None:
-                    raise RuntimeError(f"{command[0]!r} before 'attach'")
-                elif command[0] == "run":
-                    _, slot, restart = command
-                    if restart:  # "episodes" mode: every batch starts new episodes
-                        group.reset(group.agent_info, group.env_info, group.auto_reset)
-                    loaded = load_weights(group.agent, weights, counter, loaded)
-                    _fill(group, slot, n_timesteps, loaded, *buffers)
-                    conn.send(("done", slot))
-                elif command[0] == "stream":
-                    if board is None:
-                        raise RuntimeError("'stream' without a slot board")
-                    loaded = _stream(
-                        group, conn, board, n_timesteps, weights, counter, loaded, parent, buffers
-                    )
-                    conn.send(("stopped",))
-                else:
-                    raise ValueError(f"unknown command {command[0]!r}")
-            except Exception:
-                conn.send(("error", traceback.format_exc()))
+        worker = _Worker(spec, conn, parent)
+    except Exception:
+        with contextlib.suppress(OSError):
+            conn.send(("error", traceback.format_exc()))
+        return
+    try:
+        conn.send(("ready",))
+        worker.serve()
     except (EOFError, BrokenPipeError, ConnectionResetError):
         return  # the main process is gone
     finally:
-        if group is not None:
-            group.close()
+        worker.group.close()
 
 
-def _fill(
-    group: Group,
-    slot: int,
-    n_timesteps: int,
-    version: int,
-    info: dict[str, torch.Tensor],
-    lengths: torch.Tensor,
-    versions: torch.Tensor,
-) -> None:
-    """Run one trajectory per environment into ``slot`` of the shared buffers."""
-    slot_info, steps = group.run(n_timesteps, slot)
-    rows = slice(slot * group.n_envs, (slot + 1) * group.n_envs)
-    for key, value in slot_info.items():
-        info[key][rows] = value
-    lengths[rows] = steps.lengths
-    versions[slot] = version // 2
+class _Worker:
+    """One group, the connection, and a handler per command."""
 
+    def __init__(self, spec: WorkerSpec, conn: Connection, parent: int) -> None:
+        self.spec, self.conn, self.parent = spec, conn, parent
+        agent_factory, env_factory = pickle.loads(spec.factories)
+        self.group = Group(
+            agent_factory,
+            spec.agent_args,
+            env_factory,
+            spec.env_args,
+            spec.n_envs,
+            spec.env_seed,
+            spec.agent_seed,
+            f"worker {spec.index}",
+        )
+        self.loaded = -1  # the weights counter this agent's weights come from
+        try:
+            self.load_weights()
+        except BaseException:
+            self.group.close()
+            raise
+        self.buffers: SharedBuffers | None = None
 
-def _stream(
-    group: Group,
-    conn: Connection,
-    board: SlotBoard,
-    n_timesteps: int,
-    weights: Mapping[str, torch.Tensor],
-    counter: torch.Tensor,
-    loaded: int,
-    parent: int,
-    buffers: tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor],
-) -> int:
-    """Fill free slots until the main process sends ``stop``; when none is free, wait (back-pressure)."""
-    last_check = time.monotonic()
-    while True:
-        if conn.poll():
-            command = conn.recv()
-            if command[0] != "stop":
-                raise ValueError(f"unexpected command {command[0]!r} while streaming")
-            return loaded
-        slot = board.claim()
-        if slot is None:
-            time.sleep(WAIT_S)  # every slot is full or being read: let the learner catch up
+    def parent_alive(self) -> bool:
+        return os.getppid() == self.parent
+
+    def load_weights(self) -> None:
+        self.loaded = self.spec.weights.load(
+            self.group.agent, self.loaded, self.spec.timeout, self.parent_alive
+        )
+
+    def serve(self) -> None:
+        """Answer commands until ``close``."""
+        handlers: dict[str, Callable[..., tuple[Any, ...]]] = {
+            "attach": self.attach,
+            "reset": self.reset,
+            "run": self.run,
+            "stream": self.stream,
+        }
+        while True:
+            if not self.conn.poll(IDLE_POLL_S):
+                if not self.parent_alive():
+                    return
+                continue
+            command = self.conn.recv()
+            if command[0] == "close":
+                return
+            try:
+                handler = handlers.get(command[0])
+                if handler is None:
+                    raise ValueError(f"unknown command {command[0]!r}")
+                self.conn.send(handler(*command[1:]))
+            except (EOFError, BrokenPipeError, ConnectionResetError):
+                raise
+            except Exception:
+                self.conn.send(("error", traceback.format_exc()))
+
+    def attach(self, buffers: SharedBuffers, slots: list[int]) -> tuple[Any, ...]:
+        self.group.attach({s: buffers.slot_steps(s) for s in slots})
+        self.buffers = buffers
+        return ("ok",)
+
+    def reset(self, agent_info: DictTensor, env_info: DictTensor, auto_reset: bool) -> tuple[Any, ...]:
+        self.group.reset(agent_info, env_info, auto_reset)
+        return ("ok",)
+
+    def run(self, slot: int, restart: bool) -> tuple[Any, ...]:
+        if restart:  # "episodes" mode: every batch starts new episodes
+            self.group.reset(self.group.agent_info, self.group.env_info, self.group.auto_reset)
+        self.fill(slot)
+        return ("done", slot)
+
+    def fill(self, slot: int) -> None:
+        """Run one trajectory per environment into ``slot``, with the latest weights."""
+        if self.buffers is None:
+            raise RuntimeError("a trajectory was asked for before 'attach'")
+        self.load_weights()
+        info, steps = self.group.run(self.spec.n_timesteps, slot)
+        self.buffers.finish(slot, info, steps.lengths, self.loaded // 2)
+
+    def stream(self) -> tuple[Any, ...]:
+        """Fill free slots until the main process sends ``stop``; when none is free, wait (back-pressure)."""
+        board, index = self.spec.board, self.spec.index
+        if board is None:
+            raise RuntimeError("'stream' without a slot board")
+        board.beat(index)
+        last_check = time.monotonic()
+        while True:
+            if self.conn.poll():
+                command = self.conn.recv()
+                if command[0] != "stop":
+                    raise ValueError(f"unexpected command {command[0]!r} while streaming")
+                return ("stopped",)
+            slot = board.claim()
+            if slot is not None:
+                self.fill(slot)
+                board.publish(slot, index)
+                continue
+            board.beat(index)  # waiting for the learner to free a slot is not a hang
+            time.sleep(WAIT_S)
             if time.monotonic() - last_check > IDLE_POLL_S:
-                if not _parent_alive(parent):
+                if not self.parent_alive():
                     raise EOFError
                 last_check = time.monotonic()
-            continue
-        loaded = load_weights(group.agent, weights, counter, loaded)
-        _fill(group, slot, n_timesteps, loaded, *buffers)
-        board.publish(slot)

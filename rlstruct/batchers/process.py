@@ -1,30 +1,28 @@
 """MultiprocessBatcher: agent-environment pairs in worker processes, writing into shared memory.
 
 The contract is ``LocalBatcher``'s (``docs/batchers.md``); the layout of the
-shared buffers, the protocol and the shutdown are in ``docs/multiprocess.md``.
+shared buffers, the failures and the shutdown are in ``docs/multiprocess.md``;
+the protocol the workers speak is in ``rlstruct.batchers._worker``. Each
+worker hands over once per trajectory, through a pipe: why, with the costs
+measured, is in ``docs/performance.md``.
 
-Why pipes. Each worker runs its own agent copy and environments for a whole
-trajectory (``n_timesteps`` steps of ``n_envs`` environments) before it hands
-anything over, so there is one hand-off per worker per trajectory, not per
-step. Measured on a 2-core machine (``benchmarks/handoff.py``), a pipe round
-trip costs about 50 us, a semaphore about 18 us and a shared flag polled with
-``sched_yield`` about 1 us; a trajectory of 64 steps of 8 CartPole
-environments takes about 10 ms, so even the pipe costs under 1%. Pipes win on
-what matters more here: ``poll(timeout)`` bounds every wait, a dead worker
-shows up as end-of-file, and an error travels with its traceback. Busy
-waiting, which collapses once waiting processes outnumber cores, is never used.
+The batcher is in one ``State`` at a time; every method says which states it
+accepts and which it leaves, and any failure of a worker closes it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
+import os
+import pickle
 import time
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import torch
 import torch.multiprocessing as mp
@@ -32,8 +30,9 @@ import torch.multiprocessing as mp
 from rlstruct.agent import Agent
 from rlstruct.batchers import _checks
 from rlstruct.batchers._group import Group
+from rlstruct.batchers._shared import SharedBuffers, SharedWeights
 from rlstruct.batchers._slots import SlotBoard
-from rlstruct.batchers._worker import WAIT_S, worker_loop
+from rlstruct.batchers._worker import WAIT_S, WorkerSpec, worker_main
 from rlstruct.dicttensor import DictTensor, _describe
 from rlstruct.env import Environment
 from rlstruct.errors import WorkerError, WorkerTimeout
@@ -44,6 +43,17 @@ __all__ = ["MultiprocessBatcher"]
 
 Mode = Literal["fixed", "episodes", "stream"]
 NAME = "MultiprocessBatcher"
+EXIT_WAIT_S = 5.0  # how long a worker whose pipe closed may take to exit, for its exit code
+
+
+class State(enum.Enum):
+    """Where a ``MultiprocessBatcher`` stands."""
+
+    STARTING = "starting"  # workers started; no reset has succeeded yet
+    READY = "ready"  # episodes started: execute() may be called
+    RUNNING = "running"  # an execute() is under way or waits to be taken with get()
+    STREAMING = "streaming"  # "stream" mode: the workers fill slots, get() takes them
+    CLOSED = "closed"  # workers stopped, buffers released
 
 
 def _shutdown(processes: list[Any], conns: list[Connection], grace: float) -> None:
@@ -75,10 +85,10 @@ class MultiprocessBatcher:
     Args:
         agent_factory: makes an agent, ``agent_factory(**agent_args)``, in every
             worker (and once here); must be picklable.
-        agent_args: keyword arguments for ``agent_factory``.
+        agent_args: keyword arguments for ``agent_factory``; must be picklable.
         env_factory: makes an environment,
             ``env_factory(n_envs=n_envs, seed=seed, **env_args)``; must be picklable.
-        env_args: keyword arguments for ``env_factory``.
+        env_args: keyword arguments for ``env_factory``; must be picklable.
         n_envs: environment instances per worker.
         n_timesteps: T, as for ``LocalBatcher``.
         mode: "fixed" or "episodes" as for ``LocalBatcher``, or "stream": after
@@ -91,12 +101,18 @@ class MultiprocessBatcher:
             rows the buffer holds (default ``2 * n_processes``; at least
             ``n_processes + 1``). When all are full, workers wait: the buffer
             never grows.
-        timeout: seconds any wait for the workers may last before
-            ``WorkerTimeout`` is raised (and the batcher closed).
+        timeout: seconds a batch may take from ``execute()``, a stream worker
+            may go without publishing a trajectory (waiting for a free slot
+            does not count), and any other wait for the workers may last,
+            before ``WorkerTimeout`` is raised (and the batcher closed).
+        start_timeout: seconds the workers may take to start (import the
+            libraries, make their agent and environments), counted from
+            construction and checked at the first ``reset()``.
         start_method: "spawn" (default: safe once the parent used several
             torch threads), "forkserver" or "fork".
-        device: where ``get()`` puts the trajectories; from CUDA, they go
-            through pinned memory with ``non_blocking=True``.
+        device: where ``get()`` puts the trajectories, checked here: a device
+            this machine cannot use raises at once. From CUDA, they go
+            through pinned staging buffers with ``non_blocking=True``.
         weights: the weights every worker's agent copy loads
             (``load_state_dict``) before it acts, normally the learner's
             ``model.state_dict()`` (on any device); checked as ``update()``
@@ -104,8 +120,9 @@ class MultiprocessBatcher:
             agent made in the main process at construction.
 
     Raises:
-        ValueError, TypeError: for bad arguments (``weights`` included), as
-            ``LocalBatcher``.
+        ValueError, TypeError: for bad arguments (``weights`` and ``device``
+            included), as ``LocalBatcher``; TypeError for a factory or
+            arguments that cannot be pickled, naming which (and the key).
 
     Warns:
         UserWarning: once, at the first ``execute()`` (at ``reset()`` in
@@ -115,6 +132,17 @@ class MultiprocessBatcher:
 
     ``update(weights)`` replaces the weights everywhere; each worker loads
     them before its next trajectory.
+
+    Examples:
+        >>> from rlstruct import GymEnv, MultiprocessBatcher
+        >>> from rlstruct.testing import RandomAgent
+        >>> with MultiprocessBatcher(RandomAgent, {"n_actions": 2}, GymEnv, {"env": "CartPole-v1"},
+        ...                          n_envs=4, n_timesteps=8, n_processes=2) as batcher:
+        ...     batcher.reset()
+        ...     batcher.execute()
+        ...     batch = batcher.get()
+        >>> batch.trajectories["next/reward"].shape
+        torch.Size([8, 8])
     """
 
     def __init__(
@@ -131,10 +159,12 @@ class MultiprocessBatcher:
         n_processes: int = 2,
         n_slots: int | None = None,
         timeout: float = 60.0,
+        start_timeout: float = 120.0,
         start_method: str = "spawn",
         device: torch.device | str = "cpu",
         weights: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
+        self.state = State.CLOSED  # until the workers exist
         self.n_envs = _checks.positive_int(NAME, "n_envs", n_envs)
         self.n_timesteps = _checks.positive_int(NAME, "n_timesteps", n_timesteps)
         self.n_processes = _checks.positive_int(NAME, "n_processes", n_processes)
@@ -150,80 +180,86 @@ class MultiprocessBatcher:
             raise ValueError(
                 f"{NAME}: n_slots is for mode='stream' only, got n_slots={n_slots!r} with mode={mode!r}"
             )
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:  # NaN too
-            raise ValueError(f"{NAME}: timeout must be a positive number of seconds, got {timeout!r}")
+        self.timeout = _checks.seconds(NAME, "timeout", timeout)
+        self.start_timeout = _checks.seconds(NAME, "start_timeout", start_timeout)
         if start_method not in mp.get_all_start_methods():
             raise ValueError(
                 f"{NAME}: start_method must be one of {mp.get_all_start_methods()}, got {start_method!r}"
             )
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"{NAME}: seed must be an int, got {_describe(seed)}")
+        self.device = _checks.device(NAME, device)
+        for name, value in (
+            ("agent_factory", agent_factory),
+            ("agent_args", agent_args),
+            ("env_factory", env_factory),
+            ("env_args", env_args),
+        ):
+            _checks.picklable(NAME, name, value)
         self.mode: Mode = mode
         self.n_slots = n_slots if n_slots is not None else n_processes
-        self.timeout = float(timeout)
-        self.device = torch.device(device)
         self._factories = (agent_factory, dict(agent_args), env_factory, dict(env_args))
         self._seed = seed
-        self._closed = True  # until the workers exist
-        self._processes: list[Any] = []
-        self._conns: list[Connection] = []
 
         agent = agent_factory(**agent_args)
         if not isinstance(agent, Agent):
             raise TypeError(f"agent_factory must return an rlstruct.Agent, got {_describe(agent)}")
-        # The weights every worker loads, in shared memory, and their sequence counter (see _worker).
-        self._weights = {k: v.detach().clone().share_memory_() for k, v in agent.state_dict().items()}
+        self._weights = SharedWeights(agent.state_dict())
         agent.close()
         if weights is not None:
-            _checks.weights(NAME, self._weights, weights, call="__init__")
-            for key, value in self._weights.items():
-                value.copy_(weights[key])
-        self._counter = torch.zeros(1, dtype=torch.int64).share_memory_()
+            _checks.weights(NAME, self._weights.tensors, weights, call="__init__")
+            self._weights.write(weights)
+            self._weights.counter.zero_()  # the weights workers start with are version 0
         # warn when the workers first act if they would act with weights nobody gave them
-        self._warn_initial_weights = weights is None and len(self._weights) > 0
+        self._warn_initial_weights = weights is None and len(self._weights.tensors) > 0
+        self._torn = False  # an update() failed half-way: the shared weights are a mix
         self.discarded = 0
         """Trajectories (slots of ``n_envs x n_timesteps`` steps) that ``get(max_staleness=...)``
         dropped as too old: a learner that counts its env steps can count these too."""
 
         ctx = mp.get_context(start_method)
-        self._board = SlotBoard(self.n_slots, ctx) if mode == "stream" else None
-        self._closed = False
+        self._board = SlotBoard(self.n_slots, n_processes, ctx, self.timeout) if mode == "stream" else None
+        self._processes: list[Any] = []
+        self._conns: list[Connection] = []
         self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._conns, 5.0)
+        self.state = State.STARTING
+        self._start_deadline = time.monotonic() + self.start_timeout
+        # The factories travel as bytes the worker unpickles itself, so that one it cannot import is
+        # reported with its traceback; their arguments go through multiprocessing (Events, shared tensors).
+        factories = pickle.dumps((agent_factory, env_factory))
         for w in range(n_processes):
             here, there = ctx.Pipe()
-            process = ctx.Process(  # type: ignore[attr-defined]
-                target=worker_loop,
-                args=(
-                    w,
-                    there,
-                    agent_factory,
-                    agent_args,
-                    env_factory,
-                    env_args,
-                    n_envs,
-                    n_timesteps,
-                    seed + w * n_envs,
-                    seed + w,
-                    self._weights,
-                    self._counter,
-                    mp.current_process().pid,
-                    self._board,
-                ),
-                name=f"rlstruct-worker-{w}",
-                daemon=True,
+            inherited = (*(c.fileno() for c in self._conns), here.fileno()) if start_method == "fork" else ()
+            spec = WorkerSpec(
+                index=w,
+                factories=factories,
+                agent_args=dict(agent_args),
+                env_args=dict(env_args),
+                n_envs=n_envs,
+                n_timesteps=n_timesteps,
+                env_seed=seed + w * n_envs,
+                agent_seed=seed + w,
+                weights=self._weights,
+                board=self._board,
+                parent=os.getpid(),
+                timeout=self.timeout,
+                inherited=inherited,
             )
-            process.start()
-            there.close()
+            process = ctx.Process(  # type: ignore[attr-defined]
+                target=worker_main, args=(spec, there), name=f"rlstruct-worker-{w}", daemon=True
+            )
             self._processes.append(process)
             self._conns.append(here)
-        self._info_keys: _checks.InfoSpec | None = None
-        self._buffers: (
-            tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor, torch.Tensor] | None
-        ) = None
-        self._started = False
-        self._ran_once = False
-        self._waiting: set[int] = set()
-        self._streaming = False
+            process.start()
+            there.close()
+        self._started = [False] * n_processes  # which workers said "ready"
+        self._info_spec: _checks.InfoSpec | None = None
+        self._buffers: SharedBuffers | None = None
+        self._episodes_run = False  # "episodes" mode: the current episodes were run, the next batch restarts
+        self._pending: set[int] = set()  # RUNNING: the workers whose "done" was not read yet
+        self._deadline = 0.0  # RUNNING: when the batch must be ready
+        self._staging: dict[str, torch.Tensor] = {}  # CUDA: pinned buffers get() copies through
+        self._copied: Any = None  # CUDA: the event after the last copy out of the staging buffers
 
     # ------------------------------------------------------------------ workers
 
@@ -239,40 +275,67 @@ class MultiprocessBatcher:
         self.close()
         return error
 
-    def _receive(self, w: int, deadline: float) -> tuple[Any, ...]:
-        """The next message of worker ``w``, waiting until ``deadline`` (time.monotonic)."""
+    def _died(self, w: int) -> WorkerError:
+        """The error of a worker whose pipe closed or whose process is gone, with its exit code."""
+        process = self._processes[w]
+        process.join(EXIT_WAIT_S)
+        code = "unknown: it has not exited" if process.exitcode is None else str(process.exitcode)
+        if self._started[w]:
+            return WorkerError(f"died (exit code {code})", w, self._envs(w))
+        return WorkerError(
+            f"died before it started (exit code {code}); the reason, if it gave one, is on the "
+            "standard error",
+            w,
+            self._envs(w),
+        )
+
+    def _timed_out(self, w: int, what: str) -> WorkerError:
+        """Kill worker ``w`` (it would not answer "close" either) and close everything."""
+        self._processes[w].kill()
+        return self._fail(WorkerTimeout(what, w, self._envs(w)))
+
+    def _receive(self, w: int, deadline: float, blocking: bool = True) -> tuple[Any, ...] | None:
+        """The next message of worker ``w``, waiting until ``deadline`` (time.monotonic).
+
+        Returns None if ``blocking`` is False and nothing has arrived (before the deadline).
+
+        Raises:
+            WorkerError: if the worker sent an error or died; WorkerTimeout once the deadline passed.
+        """
         conn, process = self._conns[w], self._processes[w]
         while True:
             try:
-                if conn.poll(min(0.1, max(0.0, deadline - time.monotonic()))):
+                wait = min(0.1, max(0.0, deadline - time.monotonic())) if blocking else 0.0
+                if conn.poll(wait):
                     message: tuple[Any, ...] = conn.recv()
                     break
             except (EOFError, OSError):
-                message = ("dead",)
-                break
+                raise self._fail(self._died(w)) from None
             if not process.is_alive():
-                message = ("dead",)
-                break
+                raise self._fail(self._died(w))
             if time.monotonic() >= deadline:
-                process.kill()  # it would not answer "close" either: do not wait the shutdown grace for it
-                raise self._fail(
-                    WorkerTimeout(f"no answer within {self.timeout:g} s (hung or too slow)", w, self._envs(w))
-                )
+                if not self._started[w]:
+                    raise self._timed_out(w, f"did not start within start_timeout={self.start_timeout:g} s")
+                raise self._timed_out(w, f"no answer within {self.timeout:g} s (hung or too slow)")
+            if not blocking:
+                return None
         if message[0] == "error":
-            raise self._fail(WorkerError("raised an exception", w, self._envs(w), message[1]))
-        if message[0] == "dead":
-            process.join(1.0)
-            raise self._fail(WorkerError(f"died (exit code {process.exitcode})", w, self._envs(w)))
+            what = "raised an exception" if self._started[w] else "could not start"
+            raise self._fail(WorkerError(what, w, self._envs(w), message[1]))
+        return message
+
+    def _expect(self, w: int, deadline: float, answer: str) -> tuple[Any, ...]:
+        message = self._receive(w, deadline)
+        assert message is not None  # a blocking receive returns a message or raises
+        if message[0] != answer:
+            raise self._fail(WorkerError(f"answered {message[0]!r} instead of {answer!r}", w, self._envs(w)))
         return message
 
     def _send(self, w: int, command: tuple[Any, ...]) -> None:
         try:
             self._conns[w].send(command)
         except (OSError, ValueError):
-            self._processes[w].join(1.0)
-            raise self._fail(
-                WorkerError(f"died (exit code {self._processes[w].exitcode})", w, self._envs(w))
-            ) from None
+            raise self._fail(self._died(w)) from None
 
     def _all(self, commands: list[tuple[Any, ...]], answer: str) -> None:
         """Send one command to each worker and wait for each to answer ``answer``."""
@@ -280,20 +343,16 @@ class MultiprocessBatcher:
             self._send(w, command)
         deadline = time.monotonic() + self.timeout
         for w in range(self.n_processes):
-            message = self._receive(w, deadline)
-            if message[0] != answer:
-                raise self._fail(
-                    WorkerError(f"answered {message[0]!r} instead of {answer!r}", w, self._envs(w))
-                )
+            self._expect(w, deadline, answer)
 
     def _check_open(self, call: str) -> None:
-        if self._closed:
+        if self.state is State.CLOSED:
             raise RuntimeError(f"{NAME}: {call}() after close()")
 
     # ------------------------------------------------------------------ buffers
 
-    def _allocate(self, agent_info: DictTensor, env_info: DictTensor) -> None:
-        """Infer the specs from one probe step in this process, allocate shared buffers, hand them out."""
+    def _probe(self, agent_info: DictTensor, env_info: DictTensor) -> tuple[DictTensor, DictTensor]:
+        """One step of worker 0's rows in this process: the info and steps every buffer is shaped after."""
         agent_factory, agent_args, env_factory, env_args = self._factories
         probe = Group(
             agent_factory, agent_args, env_factory, env_args, self.n_envs, self._seed, self._seed, "probe"
@@ -302,55 +361,76 @@ class MultiprocessBatcher:
             rows = slice(0, self.n_envs)
             probe.reset(agent_info[rows], env_info[rows], auto_reset=self.mode != "episodes")
             info, steps = probe.run(1)
+            return info, DictTensor(dict(steps.items()))
+        except Exception as error:
+            add_note = getattr(error, "add_note", None)  # Python 3.11+: shown under the traceback
+            if add_note is not None:
+                add_note(
+                    f"{NAME}: raised by the probe step that the first reset() runs in the main process "
+                    "(worker 0's agent and environments) to size the shared buffers; the batcher is "
+                    "unchanged and can be reset again"
+                )
+            raise
         finally:
             probe.close()
-        b, t = self.n_slots * self.n_envs, self.n_timesteps
-        step_buffer = {
-            k: torch.zeros((b, t, *v.shape[2:]), dtype=v.dtype).share_memory_() for k, v in steps.items()
-        }
-        info_buffer = {
-            k: torch.zeros((b, *v.shape[1:]), dtype=v.dtype).share_memory_() for k, v in info.items()
-        }
-        lengths = torch.zeros(b, dtype=torch.int64).share_memory_()
-        versions = torch.zeros(self.n_slots, dtype=torch.int64).share_memory_()
-        self._buffers = (step_buffer, info_buffer, lengths, versions)
-        commands = []
+
+    def _start(self, agent_info: DictTensor, env_info: DictTensor) -> None:
+        """The first reset: probe, wait for the workers to start, allocate the buffers and attach them."""
+        info, steps = self._probe(agent_info, env_info)  # while the workers start
         for w in range(self.n_processes):
-            slots = range(self.n_slots) if self.mode == "stream" else [w]
-            views = {
-                s: {k: v[s * self.n_envs : (s + 1) * self.n_envs] for k, v in step_buffer.items()}
-                for s in slots
-            }
-            commands.append(("attach", views, info_buffer, lengths, versions))
+            if not self._started[w]:
+                self._expect(w, self._start_deadline, "ready")
+                self._started[w] = True
+        self._buffers = SharedBuffers.allocate(info, steps, self.n_slots, self.n_timesteps)
+        commands: list[tuple[Any, ...]] = []
+        for w in range(self.n_processes):
+            slots = list(range(self.n_slots)) if self.mode == "stream" else [w]
+            commands.append(("attach", self._buffers, slots))
         self._all(commands, "ok")
 
-    def _copy_out(self, rows: slice) -> Trajectories:
-        """A copy of some rows of the shared buffers, on ``self.device``."""
-        assert self._buffers is not None
-        step_buffer, info_buffer, lengths, versions = self._buffers
-        copy: Callable[[torch.Tensor], torch.Tensor]
+    def _copy_out(self, slots: slice) -> Trajectories:
+        """A copy of some slots of the shared buffers, on ``self.device``."""
+        buffers = self._attached()
+        rows = slice(slots.start * self.n_envs, slots.stop * self.n_envs)
+        slot_of_row = torch.arange(slots.start, slots.stop).repeat_interleave(self.n_envs)
+        tensors = {("info", k): v[rows] for k, v in buffers.info.items()}
+        tensors |= {("steps", k): v[rows] for k, v in buffers.steps.items()}
+        tensors[("info", "policy_version")] = buffers.versions[slot_of_row]
+        tensors[("lengths", "")] = buffers.lengths[rows]
         if self.device.type == "cuda":
-
-            def copy(v: torch.Tensor) -> torch.Tensor:
-                return v[rows].pin_memory().to(self.device, non_blocking=True)
-
+            out = self._through_pinned_memory(tensors)
         elif self.device.type == "cpu":
-
-            def copy(v: torch.Tensor) -> torch.Tensor:
-                return v[rows].clone()
-
+            out = {k: v.clone() for k, v in tensors.items()}
         else:
-
-            def copy(v: torch.Tensor) -> torch.Tensor:
-                return v[rows].to(self.device)
-
-        slot_of_row = torch.arange(rows.start, rows.stop) // self.n_envs
-        info = {k: copy(v) for k, v in info_buffer.items()}
-        info["policy_version"] = versions[slot_of_row].to(self.device)
-        steps = DictTensor({k: copy(v) for k, v in step_buffer.items()})
-        return Trajectories(
-            DictTensor(info), TemporalDictTensor(steps, copy(lengths), n_timesteps=self.n_timesteps)
+            out = {k: v.to(self.device) for k, v in tensors.items()}
+        info = {k: v for (part, k), v in out.items() if part == "info"}
+        steps = {k: v for (part, k), v in out.items() if part == "steps"}
+        n, device = rows.stop - rows.start, self.device
+        # unchecked constructors: the workers wrote what the buffers were made for, and a check of
+        # the lengths on the device would wait for the transfers
+        trajectories = TemporalDictTensor._new(
+            DictTensor._new(steps, n, device), out[("lengths", "")], self.n_timesteps
         )
+        return Trajectories(DictTensor._new(info, n, device), trajectories)
+
+    def _through_pinned_memory(self, tensors: dict[Any, torch.Tensor]) -> dict[Any, torch.Tensor]:
+        """To CUDA through pinned staging buffers made once, without waiting for the transfers.
+
+        The staging buffers are refilled only after the previous transfers out
+        of them finished (an event recorded after them).
+        """
+        if self._copied is not None:
+            self._copied.synchronize()
+        out = {}
+        for key, value in tensors.items():
+            staging = self._staging.get(str(key))
+            if staging is None or staging.shape != value.shape:
+                staging = self._staging[str(key)] = torch.empty_like(value).pin_memory()
+            staging.copy_(value)
+            out[key] = staging.to(self.device, non_blocking=True)
+        self._copied = torch.cuda.Event()
+        self._copied.record()
+        return out
 
     # ------------------------------------------------------------------ the contract
 
@@ -358,57 +438,70 @@ class MultiprocessBatcher:
         """Start new episodes everywhere with these z and w (see ``LocalBatcher.reset``).
 
         The first call also probes the agent and environment once in this
-        process to size the shared buffers. In "stream" mode, the workers start
-        filling slots at once.
+        process to size the shared buffers, and waits (at most until
+        ``start_timeout`` after construction) for the workers to start. In
+        "stream" mode, the workers start filling slots at once. A batch that
+        was executed and not taken is dropped.
 
         Raises:
-            TypeError, ValueError: as ``LocalBatcher.reset``.
-            WorkerError: if a worker raised or died (the batcher is then closed).
-            RuntimeError: after ``close``.
+            TypeError, ValueError: as ``LocalBatcher.reset``: later resets must
+                keep the keys, dtypes and row shapes of the first one that
+                succeeded; nothing is cast.
+            Exception: whatever the agent or environment raise in the probe
+                step of the first reset, with a note saying so; the batcher is
+                unchanged (the next reset may give other keys).
+            WorkerError: if a worker raised, died or could not start (the
+                batcher is then closed); ``WorkerTimeout`` if it did not start
+                within ``start_timeout`` or answer within ``timeout``.
+            RuntimeError: after ``close``, or after an ``update()`` that failed
+                half-way (until the next ``update()`` succeeds).
         """
         self._check_open("reset")
+        self._check_weights("reset")
         rows = self.n_processes * self.n_envs
         agent_info = _checks.info(NAME, "agent_info", agent_info, rows)
         env_info = _checks.info(NAME, "env_info", env_info, rows)
-        self._info_keys = _checks.same_info(NAME, self._info_keys, agent_info, env_info)
-        self._stop_stream()
-        self._drain()
+        spec = _checks.same_info(NAME, self._info_spec, agent_info, env_info)
+        if self.state is State.STREAMING:
+            self._all([("stop",)] * self.n_processes, "stopped")
+        elif self.state is State.RUNNING:  # the answers of a batch that was never taken
+            for w in sorted(self._pending):
+                self._expect(w, self._deadline, "done")
+            self._pending.clear()
+        self.state = State.READY if self._buffers is not None else State.STARTING
         if self._buffers is None:
-            self._allocate(agent_info, env_info)
+            self._start(agent_info, env_info)
         auto_reset = self.mode != "episodes"
-        commands = []
+        commands: list[tuple[Any, ...]] = []
         for w in range(self.n_processes):
             part = slice(w * self.n_envs, (w + 1) * self.n_envs)
             commands.append(("reset", agent_info[part].clone(), env_info[part].clone(), auto_reset))
         self._all(commands, "ok")
-        self._started, self._ran_once = True, False
+        self._info_spec = spec
+        self._episodes_run = False
+        self.state = State.READY
         if self._board is not None:
             self._warn_if_initial_weights()
             self._board.clear()
             for w in range(self.n_processes):
                 self._send(w, ("stream",))
-            self._streaming = True
-
-    def _drain(self) -> None:
-        """Wait for the answers of an execute() whose batch was never taken."""
-        if self._waiting:
-            deadline = time.monotonic() + self.timeout
-            for w in sorted(self._waiting):
-                self._receive(w, deadline)
-            self._waiting.clear()
-
-    def _stop_stream(self) -> None:
-        if self._streaming:
-            self._streaming = False
-            self._all([("stop",)] * self.n_processes, "stopped")
+            self.state = State.STREAMING
 
     def _warn_if_initial_weights(self) -> None:
         if self._warn_initial_weights:
             self._warn_initial_weights = False
             warnings.warn(_checks.initial_weights_warning(NAME), UserWarning, stacklevel=3)
 
+    def _check_weights(self, call: str) -> None:
+        if self._torn:
+            raise RuntimeError(
+                f"{NAME}: {call}() after an update() that failed half-way; call update() again first"
+            )
+
     def execute(self) -> None:
         """Start acquiring the next batch and return at once ("fixed" and "episodes" modes).
+
+        The batch must be ready within ``timeout`` seconds from here.
 
         Warns:
             UserWarning: at the first call, if the workers act with the agent's
@@ -416,21 +509,31 @@ class MultiprocessBatcher:
 
         Raises:
             RuntimeError: before ``reset``, after ``close``, in "stream" mode,
-                or while the previous batch has not been taken with ``get``.
+                while the previous batch has not been taken with ``get``, or
+                after an ``update()`` that failed half-way.
         """
         self._check_open("execute")
         if self.mode == "stream":
             raise RuntimeError(f"{NAME}: execute() is not used in 'stream' mode; call get()")
-        if not self._started:
+        if self.state is State.STARTING:
             raise RuntimeError(f"{NAME}: call reset() before execute()")
-        if self._waiting:
+        if self.state is State.RUNNING:
             raise RuntimeError(f"{NAME}: execute() called twice; take the first batch with get()")
+        self._check_weights("execute")
         self._warn_if_initial_weights()
-        restart = self.mode == "episodes" and self._ran_once
+        restart = self.mode == "episodes" and self._episodes_run
         for w in range(self.n_processes):
             self._send(w, ("run", w, restart))
-        self._waiting = set(range(self.n_processes))
-        self._ran_once = True
+        self._pending = set(range(self.n_processes))
+        self._deadline = time.monotonic() + self.timeout
+        self._episodes_run = True
+        self.state = State.RUNNING
+
+    @overload
+    def get(self, blocking: Literal[True] = True, max_staleness: int | None = None) -> Trajectories: ...
+
+    @overload
+    def get(self, blocking: bool, max_staleness: int | None = None) -> Trajectories | None: ...
 
     def get(self, blocking: bool = True, max_staleness: int | None = None) -> Trajectories | None:
         """The next batch: a copy of the shared buffers, on ``device``.
@@ -442,14 +545,21 @@ class MultiprocessBatcher:
         made when each row's trajectory started.
 
         Args:
-            blocking: wait (at most ``timeout`` seconds) for the batch; with
-                False, return None at once if it is not ready.
+            blocking: wait for the batch; with False, return None at once if it
+                is not ready (and still raise once it is overdue).
             max_staleness: "stream" mode only: discard finished slots produced
                 by a policy more than this many updates old, and keep waiting.
                 Each discarded slot adds one to ``discarded``.
 
+        Returns:
+            ``Trajectories`` on ``device``; None only when ``blocking`` is False.
+
         Raises:
-            WorkerTimeout: if the batch is not ready within ``timeout`` seconds.
+            WorkerTimeout: once ``timeout`` seconds have passed since
+                ``execute()`` without the batch ("fixed", "episodes"), or a
+                stream worker published nothing for ``timeout`` seconds
+                without waiting for a free slot, naming that worker; blocking
+                or not. The batcher is then closed.
             WorkerError: if a worker raised or died (the batcher is then closed).
             RuntimeError: without a pending ``execute()`` or after ``close``.
         """
@@ -458,88 +568,102 @@ class MultiprocessBatcher:
             return self._get_stream(blocking, max_staleness)
         if max_staleness is not None:
             raise ValueError(f"{NAME}.get: max_staleness is for mode='stream' only")
-        if not self._waiting:
+        if self.state is not State.RUNNING:
             raise RuntimeError(f"{NAME}: get() without a pending execute(); call execute() first")
-        deadline = time.monotonic() + self.timeout
-        for w in sorted(self._waiting):
-            if not blocking and not self._conns[w].poll(0) and self._processes[w].is_alive():
+        for w in sorted(self._pending):
+            message = self._receive(w, self._deadline, blocking)
+            if message is None:
                 return None
-            message = self._receive(w, deadline)
             if message[0] != "done":
                 raise self._fail(WorkerError(f"answered {message[0]!r} instead of 'done'", w, self._envs(w)))
-            self._waiting.discard(w)
-        return self._copy_out(slice(0, self.n_processes * self.n_envs))
+            self._pending.discard(w)
+        self.state = State.READY
+        return self._copy_out(slice(0, self.n_processes))
 
     def _get_stream(self, blocking: bool, max_staleness: int | None) -> Trajectories | None:
-        board = self._board
-        if not self._streaming or board is None:
+        if self.state is not State.STREAMING:
             raise RuntimeError(f"{NAME}: call reset() before get()")
         deadline = time.monotonic() + self.timeout
+        # no local names for the board here: a traceback that kept it alive would keep its
+        # semaphore in /dev/shm as long as the exception lives
         while True:
-            self._check_workers()  # even when slots are ready: the other workers may keep filling them
-            slot = board.take()
+            self._check_stream_workers()  # even when slots are ready: the other workers may keep filling them
+            slot = self._slot_board().take()
             if slot is None:
                 if not blocking:
                     return None
-                if time.monotonic() >= deadline:
-                    raise self._fail(
-                        WorkerTimeout(
-                            f"no trajectory finished within {self.timeout:g} s", 0, range(self.n_envs)
-                        )
-                    )
+                if time.monotonic() >= deadline:  # every worker beats, yet nothing came: name the quietest
+                    quietest = self._slot_board().silent(-1.0)[0]
+                    raise self._timed_out(quietest, f"no trajectory finished within {self.timeout:g} s")
                 time.sleep(WAIT_S)
                 continue
-            assert self._buffers is not None
-            if (
-                max_staleness is not None
-                and self.policy_version() - int(self._buffers[3][slot]) > max_staleness
-            ):
-                board.release(slot)  # too old: let a worker fill it again with the current policy
-                self.discarded += 1
-                continue
-            batch = self._copy_out(slice(slot * self.n_envs, (slot + 1) * self.n_envs))
-            board.release(slot)
-            return batch
+            try:
+                version = int(self._attached().versions[slot])
+                stale = max_staleness is not None and self.policy_version() - version > max_staleness
+                batch = None if stale else self._copy_out(slice(slot, slot + 1))
+            finally:
+                self._slot_board().release(slot)  # too old, or copied: a worker may fill it again
+            if batch is not None:
+                return batch
+            self.discarded += 1
 
-    def _check_workers(self) -> None:
-        """Raise for a worker that reported an error or died while streaming."""
+    def _slot_board(self) -> SlotBoard:
+        assert self._board is not None  # made at construction in "stream" mode, dropped at close
+        return self._board
+
+    def _attached(self) -> SharedBuffers:
+        assert self._buffers is not None  # allocated at the first reset, dropped at close
+        return self._buffers
+
+    def _check_stream_workers(self) -> None:
+        """Raise for a streaming worker that reported an error, died, or published nothing for ``timeout``."""
         for w in range(self.n_processes):
             if self._conns[w].poll(0) or not self._processes[w].is_alive():
-                self._receive(w, time.monotonic())
+                message = self._receive(w, time.monotonic())
+                assert message is not None
+                raise self._fail(WorkerError(f"sent {message[0]!r} while streaming", w, self._envs(w)))
+        silent = self._slot_board().silent(self.timeout)
+        if silent:
+            others = f" (workers {silent} all stopped)" if len(silent) > 1 else ""
+            raise self._timed_out(
+                silent[0], f"published nothing for more than {self.timeout:g} s (hung or too slow){others}"
+            )
 
     def update(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Copy new weights into shared memory; each worker loads them before its next trajectory.
 
-        One copy per tensor, then the version goes up by one.
+        One copy per tensor, then the version goes up by one. If a copy fails
+        or is interrupted (Ctrl-C), no worker loads the half-written weights
+        (they keep those they hold), the version stays, and ``reset`` and
+        ``execute`` refuse to go on until an ``update()`` succeeds.
 
         Raises:
             TypeError, ValueError: if the keys, shapes or dtypes differ from the agent's ``state_dict``.
             RuntimeError: after ``close``.
         """
         self._check_open("update")
-        _checks.weights(NAME, self._weights, weights)
-        self._counter += 1  # odd: writing
-        for key, value in self._weights.items():
-            value.copy_(weights[key])
-        self._counter += 1  # even: done
+        _checks.weights(NAME, self._weights.tensors, weights)
+        self._torn = True
+        self._weights.write(weights)
+        self._torn = False
         self._warn_initial_weights = False
 
     def policy_version(self) -> int:
         """How many times ``update()`` was called."""
-        return int(self._counter[0]) // 2
+        return self._weights.version()
 
     def close(self) -> None:
         """Stop the workers and release the shared memory. Safe to call twice."""
-        if self._closed:
+        if self.state is State.CLOSED:
             return
-        self._closed = True
-        if self._streaming:
-            self._streaming = False
+        if self.state is State.STREAMING:
             for conn in self._conns:
                 with contextlib.suppress(OSError, ValueError):
                     conn.send(("stop",))
+        self.state = State.CLOSED
         self._finalizer()
         self._buffers = None
+        self._staging = {}
         self._board = None  # its lock is a named semaphore in /dev/shm until it is freed
 
     def __enter__(self) -> MultiprocessBatcher:

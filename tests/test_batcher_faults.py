@@ -1,0 +1,424 @@
+"""The batchers under faults and bad input: each promise of docs/multiprocess.md and docs/batchers.md kept.
+
+Every test here stands for a way a batcher was once broken: a refused reset
+that still fixed the keys, z and w cast silently, a hung worker a poll never
+reported, a stream that went on with half its workers, a worker that died
+before it ran with no reason given, factories that cannot be pickled, a
+device that cannot be used. Waits poll with a deadline; environments that
+must block wait on events the test holds.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import sys
+import time
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from fault_helpers import BreakingWeights, EpsilonAgent, HangingAtStartEnv, exiting_agent
+from mp_helpers import ControlledEnv, FailingAgent, LinearAgent, assert_nothing_left_in_shm, shm_entries
+
+from rlstruct import DictTensor, GymEnv, LocalBatcher, MultiprocessBatcher, WorkerError, WorkerTimeout
+from rlstruct.batchers._slots import SlotBoard
+from rlstruct.testing import CounterEnv, CountingAgent
+
+SPAWN = multiprocessing.get_context("spawn")
+DEADLINE_S = 30.0  # how long a test waits for something that normally takes milliseconds
+BATCHERS = [LocalBatcher, MultiprocessBatcher]
+
+
+def message(text: str) -> str:
+    return re.escape(text)
+
+
+def epsilon(*values: float, dtype: torch.dtype = torch.float32) -> DictTensor:
+    return DictTensor({"epsilon": torch.tensor(values, dtype=dtype)})
+
+
+def run_once(batcher: Any) -> Any:
+    batcher.execute()
+    return batcher.get()
+
+
+@pytest.fixture
+def no_new_children() -> Iterator[None]:
+    """The test starts no process that it leaves running."""
+    before = {p.pid for p in multiprocessing.active_children()}
+    yield
+    assert {p.pid for p in multiprocessing.active_children()} <= before
+
+
+# ---------------------------------------------------------------------------- z and w
+
+
+@pytest.mark.parametrize("batcher_class", BATCHERS)
+def test_a_reset_that_raised_fixes_nothing_and_the_batcher_stays_usable(batcher_class: type) -> None:
+    with batcher_class(EpsilonAgent, {}, CounterEnv, {}, n_envs=2, n_timesteps=3, n_processes=2) as batcher:
+        misspelt = DictTensor({"epsilom": torch.full((4,), 0.5)})
+        with pytest.raises(KeyError, match="epsilon"):  # at reset (the probe step) or at the first step
+            batcher.reset(misspelt)
+            run_once(batcher)
+        if batcher_class is MultiprocessBatcher:
+            pids = [p.pid for p in batcher._processes]
+            assert all(p.is_alive() for p in batcher._processes)
+            if sys.version_info >= (3, 11):
+                with pytest.raises(KeyError) as caught:
+                    batcher.reset(misspelt)
+                assert "probe step" in "".join(caught.value.__notes__)
+        with pytest.raises(RuntimeError, match=message("call reset() before execute()")):
+            batcher.execute()
+        batcher.reset(epsilon(0.1, 0.2, 0.3, 0.4))  # the right key: accepted
+        batch = run_once(batcher)
+        assert torch.equal(batch.info["agent_info/epsilon"], torch.tensor([0.1, 0.2, 0.3, 0.4]))
+        assert torch.equal(batch.trajectories["epsilon"][:, 0], torch.tensor([0.1, 0.2, 0.3, 0.4]))
+        if batcher_class is MultiprocessBatcher:
+            assert [p.pid for p in batcher._processes] == pids  # the same workers all along
+
+
+def test_the_multiprocess_batcher_keeps_the_dtypes_of_z_and_w_as_the_local_one_does() -> None:
+    z = epsilon(0.1, 0.2, 0.3, 0.4, dtype=torch.float64)
+    w = DictTensor(
+        {
+            "length": torch.tensor([2, 3, 4, 5]),
+            "gravity": torch.tensor([9.8, 9.8, 1.6, 1.6], dtype=torch.float64),
+        }
+    )
+    batches = []
+    for batcher_class in BATCHERS:
+        with batcher_class(
+            EpsilonAgent, {}, CounterEnv, {}, n_envs=2, n_timesteps=3, n_processes=2
+        ) as batcher:
+            batcher.reset(z, w)
+            batches.append(run_once(batcher))
+            batcher.reset(z, w)  # the same dtypes again: fine
+            batches.append(run_once(batcher))
+    for batch in batches:
+        assert batch.info["agent_info/epsilon"].dtype == torch.float64
+        assert torch.equal(batch.info["agent_info/epsilon"], z["epsilon"])
+        assert batch.info["env_info/length"].dtype == torch.int64
+        assert batch.info["env_info/gravity"].dtype == torch.float64
+        assert torch.equal(batch.info["env_info/gravity"], w["gravity"])
+        assert batch.trajectories["epsilon"].dtype == torch.float64
+    assert batches[0].equal(batches[2]) and batches[1].equal(batches[3])
+
+
+@pytest.mark.parametrize("batcher_class", BATCHERS)
+def test_a_later_z_or_w_of_another_dtype_or_shape_is_refused_naming_the_key(batcher_class: type) -> None:
+    name = batcher_class.__name__
+    w = DictTensor({"length": torch.tensor([2, 3, 4, 5])})
+    with batcher_class(EpsilonAgent, {}, CounterEnv, {}, n_envs=2, n_timesteps=3, n_processes=2) as batcher:
+        batcher.reset(epsilon(0.1, 0.2, 0.3, 0.4), w)
+        first = run_once(batcher)
+        with pytest.raises(
+            ValueError,
+            match=message(
+                f"{name}.reset: agent_info key 'epsilon' must keep the dtype and row shape of the first "
+                "reset, torch.float32 and (); got torch.float64 and () (nothing is cast)"
+            ),
+        ):
+            batcher.reset(epsilon(0.1, 0.2, 0.3, 0.4, dtype=torch.float64), w)
+        with pytest.raises(
+            ValueError,
+            match=message(
+                f"{name}.reset: agent_info key 'epsilon' must keep the dtype and row shape of the first "
+                "reset, torch.float32 and (); got torch.float32 and (2,) (nothing is cast)"
+            ),
+        ):
+            batcher.reset(DictTensor({"epsilon": torch.zeros(4, 2)}), w)
+        with pytest.raises(
+            ValueError,
+            match=message(
+                f"{name}.reset: env_info key 'length' must keep the dtype and row shape of the first "
+                "reset, torch.int64 and (); got torch.float32 and () (nothing is cast)"
+            ),
+        ):
+            batcher.reset(epsilon(0.1, 0.2, 0.3, 0.4), DictTensor({"length": torch.tensor([2.0, 3, 4, 5])}))
+        # refused before anything ran: the batcher goes on, the workers alive
+        batcher.reset(epsilon(0.5, 0.6, 0.7, 0.8), w)
+        again = run_once(batcher)
+        assert torch.equal(again.info["agent_info/epsilon"], torch.tensor([0.5, 0.6, 0.7, 0.8]))
+        assert torch.equal(again.info["env_info/length"], first.info["env_info/length"])
+
+
+# ---------------------------------------------------------------------------- hung workers
+
+
+def test_a_poll_raises_worker_timeout_once_the_timeout_has_passed_since_execute(
+    no_new_children: None,
+) -> None:
+    never = SPAWN.Event()
+    shm_before = shm_entries()
+    batcher = MultiprocessBatcher(
+        CountingAgent,
+        {},
+        ControlledEnv,
+        {"gate": never, "gate_seed": 2},  # worker 1 blocks forever at its second step
+        n_envs=2,
+        n_timesteps=3,
+        n_processes=2,
+        timeout=1.0,
+    )
+    batcher.reset()
+    batcher.execute()
+    start = time.monotonic()
+    with pytest.raises(WorkerTimeout, match=message("worker 1 (envs 2-3): no answer within 1 s")) as caught:
+        while batcher.get(blocking=False) is None:
+            assert time.monotonic() - start < DEADLINE_S, "the poll never reported the hung worker"
+            time.sleep(0.01)  # the caller's other work between polls
+    assert caught.value.worker == 1
+    assert time.monotonic() - start >= 1.0 - 0.05
+    with pytest.raises(RuntimeError, match=message("get() after close()")):
+        batcher.get(blocking=False)
+    assert_nothing_left_in_shm(shm_before)
+
+
+def test_a_silent_stream_worker_is_reported_by_name_while_the_other_one_keeps_publishing(
+    no_new_children: None,
+) -> None:
+    never = SPAWN.Event()
+    shm_before = shm_entries()
+    batcher = MultiprocessBatcher(
+        CountingAgent,
+        {},
+        ControlledEnv,
+        {"gate": never, "gate_seed": 2},  # worker 1 blocks forever at its second step
+        n_envs=2,
+        n_timesteps=3,
+        n_processes=2,
+        mode="stream",
+        timeout=1.5,
+    )
+    taken = 0
+    start = time.monotonic()
+    with pytest.raises(
+        WorkerTimeout, match=message("worker 1 (envs 2-3): published nothing for more than 1.5 s")
+    ) as caught:
+        batcher.reset()
+        while time.monotonic() - start < DEADLINE_S:
+            assert batcher.get().n_elems() == 2
+            taken += 1
+    assert caught.value.worker == 1 and caught.value.envs == range(2, 4)
+    assert taken > 0  # worker 0's slots kept coming until then
+    assert_nothing_left_in_shm(shm_before)
+
+
+def test_a_stream_learner_that_takes_its_time_is_not_a_hung_worker() -> None:
+    """Workers that wait for a free slot show they are alive: a learner away for twice the timeout is fine."""
+    with MultiprocessBatcher(
+        CountingAgent, {}, CounterEnv, {}, n_envs=2, n_timesteps=3, n_processes=2, mode="stream", timeout=0.5
+    ) as batcher:
+        batcher.reset()
+        batcher.get()
+        away = time.monotonic() + 1.0
+        while time.monotonic() < away:
+            time.sleep(0.05)  # the learner's own work; every slot fills meanwhile
+        for _ in range(4):
+            batcher.get()
+
+
+# ---------------------------------------------------------------------------- workers that cannot start
+
+
+def test_a_worker_that_cannot_import_the_agent_class_reports_why(no_new_children: None) -> None:
+    ghost = types.ModuleType("ghost_agents")  # exists in this process only, as a notebook's classes
+    exec(
+        "from rlstruct.testing import CountingAgent\nclass GhostAgent(CountingAgent):\n    pass\n",
+        ghost.__dict__,
+    )
+    sys.modules["ghost_agents"] = ghost
+    try:
+        batcher = MultiprocessBatcher(ghost.GhostAgent, {}, CounterEnv, {}, n_envs=2, n_timesteps=3)
+        with pytest.raises(WorkerError, match=message("worker 0 (envs 0-1): could not start")) as caught:
+            batcher.reset()
+    finally:
+        del sys.modules["ghost_agents"]
+    assert "ModuleNotFoundError: No module named 'ghost_agents'" in caught.value.worker_traceback
+    assert "ModuleNotFoundError" in str(caught.value)
+
+
+def test_a_worker_that_dies_before_it_runs_is_reported_with_its_exit_code(no_new_children: None) -> None:
+    batcher = MultiprocessBatcher(exiting_agent, {"code": 3}, CounterEnv, {}, n_envs=2, n_timesteps=3)
+    with pytest.raises(WorkerError, match=message("died before it started (exit code 3)")):
+        batcher.reset()
+
+
+def test_start_up_has_its_own_bound(no_new_children: None) -> None:
+    # a timeout far below what starting a worker takes (it imports torch): only start_timeout bounds it
+    with MultiprocessBatcher(
+        CountingAgent, {}, CounterEnv, {}, n_envs=2, n_timesteps=3, timeout=0.05, start_timeout=DEADLINE_S
+    ) as batcher:
+        batcher.reset()
+        assert run_once(batcher).trajectories["count"].shape == (4, 3)
+    gate = SPAWN.Event()
+    batcher = MultiprocessBatcher(
+        CountingAgent, {}, HangingAtStartEnv, {"gate": gate}, n_envs=2, n_timesteps=3, start_timeout=2.0
+    )
+    with pytest.raises(WorkerTimeout, match=message("did not start within start_timeout=2 s")):
+        batcher.reset()
+
+
+# ---------------------------------------------------------------------------- bad arguments
+
+
+def make_cartpole(n_envs: int, seed: int) -> GymEnv:
+    return GymEnv("CartPole-v1", n_envs=n_envs, seed=seed)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "text"),
+    [
+        (
+            {"agent_factory": lambda: CountingAgent()},
+            "MultiprocessBatcher: agent_factory must be picklable to reach the worker processes",
+        ),
+        (
+            {"env_factory": lambda n_envs, seed: CounterEnv(n_envs, seed)},
+            "MultiprocessBatcher: env_factory must be picklable to reach the worker processes",
+        ),
+        (
+            {"env_args": {"length": 3, "reward": lambda t: t}},
+            "MultiprocessBatcher: env_args (its key 'reward') must be picklable to reach the worker processes",
+        ),
+        (
+            {"agent_args": {"action": 1, "on_step": lambda: None}},
+            "MultiprocessBatcher: agent_args (its key 'on_step') must be picklable to reach the worker processes",
+        ),
+    ],
+)
+def test_what_cannot_be_pickled_is_refused_naming_the_argument(
+    arguments: dict[str, Any], text: str, no_new_children: None
+) -> None:
+    kwargs: dict[str, Any] = {
+        "agent_factory": CountingAgent,
+        "agent_args": {},
+        "env_factory": CounterEnv,
+        "env_args": {},
+    } | arguments
+    with pytest.raises(TypeError, match=message(text) + ".*pickling failed with"):
+        MultiprocessBatcher(**kwargs, n_envs=1, n_timesteps=1)
+
+
+@pytest.mark.parametrize("batcher_class", BATCHERS)
+@pytest.mark.parametrize(
+    ("device", "error", "text"),
+    [
+        ("meta", ValueError, "device must hold data; 'meta' tensors have none, got 'meta'"),
+        ("gpu", ValueError, "device must name a torch device such as 'cpu' or 'cuda:0', got 'gpu'"),
+        (3, TypeError, "device must be a str or torch.device, got an int"),
+    ]
+    + (
+        []
+        if torch.cuda.is_available()
+        else [("cuda", ValueError, "device 'cuda' cannot be used on this machine")]
+    ),
+)
+def test_an_unusable_device_is_refused_at_construction(
+    batcher_class: type, device: Any, error: type, text: str, no_new_children: None
+) -> None:
+    with pytest.raises(error, match=message(f"{batcher_class.__name__}: {text}")):
+        batcher_class(CountingAgent, {}, CounterEnv, {}, n_envs=1, n_timesteps=1, device=device)
+
+
+# ---------------------------------------------------------------------------- weights
+
+
+def test_an_update_that_fails_half_way_is_never_loaded_and_must_be_redone() -> None:
+    pushes_right = {"linear.weight": torch.zeros(2, 4), "linear.bias": torch.tensor([-20.0, 20.0])}
+    with MultiprocessBatcher(
+        LinearAgent, {}, make_cartpole, {}, n_envs=2, n_timesteps=4, weights=LinearAgent().state_dict()
+    ) as batcher:
+        batcher.reset()
+        before = run_once(batcher)
+        with pytest.raises(KeyboardInterrupt):
+            batcher.update(BreakingWeights(pushes_right, n=4))  # 2 lookups to check, then the 2nd copy
+        assert int(batcher._weights.counter[0]) % 2 == 0  # no worker is left waiting for the writer
+        assert batcher.policy_version() == 0
+        for call in (batcher.execute, batcher.reset):
+            with pytest.raises(RuntimeError, match=message("after an update() that failed half-way")):
+                call()
+        batcher.update(pushes_right)
+        batcher.reset()
+        after = run_once(batcher)
+        assert bool((after.trajectories["action"] == 1).all())
+        assert not bool((before.trajectories["action"] == 1).all())
+        assert bool((after.info["policy_version"] == 1).all())
+
+
+STUCK_WRITER_SCRIPT = """
+from rlstruct import MultiprocessBatcher
+from rlstruct.testing import CounterEnv, CountingAgent
+
+if __name__ == "__main__":
+    batcher = MultiprocessBatcher(
+        CountingAgent, {}, CounterEnv, {}, n_envs=2, n_timesteps=4, n_processes=2, mode="stream", timeout=600
+    )
+    batcher.reset()
+    batcher.get()
+    batcher._weights.counter += 1  # as a main process killed in the middle of update()
+    print(*(process.pid for process in batcher._processes), flush=True)
+    for _ in range(4):
+        batcher.get()  # frees slots: every worker goes on to load the half-written weights
+    import time
+    time.sleep(600)
+"""
+
+
+def test_workers_waiting_for_half_written_weights_exit_when_the_main_process_dies(tmp_path: Path) -> None:
+    from test_multiprocess_batcher import gone, running_script, wait_until
+
+    with running_script(tmp_path, STUCK_WRITER_SCRIPT) as (parent, pids):
+        assert len(pids) == 2
+        os.kill(parent.pid, 9)
+        parent.wait(timeout=DEADLINE_S)
+        wait_until(lambda: all(gone(pid) for pid in pids), "the workers to leave their wait", timeout=15.0)
+
+
+# ---------------------------------------------------------------------------- what a worker holds
+
+
+def test_forked_workers_hold_no_end_of_the_main_process_pipes() -> None:
+    """Else the main process's death would never reach them as end-of-file."""
+    with MultiprocessBatcher(
+        CountingAgent, {}, CounterEnv, {}, n_envs=1, n_timesteps=2, n_processes=3, start_method="fork"
+    ) as batcher:
+        batcher.reset()
+        ours = {f"socket:[{os.fstat(conn.fileno()).st_ino}]" for conn in batcher._conns}
+        for process in batcher._processes:
+            held = {
+                os.readlink(f"/proc/{process.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{process.pid}/fd")
+            }
+            assert not held & ours, f"worker {process.name} holds {held & ours}"
+        assert run_once(batcher).trajectories["count"].shape == (3, 2)
+
+
+def test_the_slot_board_waits_for_its_lock_as_long_as_the_batcher_says() -> None:
+    board = SlotBoard(2, 1, SPAWN, timeout=0.2)
+    board.lock.acquire()  # as a worker that died holding it
+    try:
+        start = time.monotonic()
+        for call in (board.take, board.claim, lambda: board.release(0), board.clear):
+            with pytest.raises(TimeoutError, match=message("not released within 0.2 s")):
+                call()
+        assert time.monotonic() - start >= 4 * 0.2 - 0.05
+    finally:
+        board.lock.release()
+
+
+def test_a_stream_error_kept_alive_keeps_nothing_in_shared_memory(no_new_children: None) -> None:
+    shm_before = shm_entries()
+    batcher = MultiprocessBatcher(
+        FailingAgent, {"fail_seed": 1, "fail_at": 5}, CounterEnv, {}, n_envs=2, n_timesteps=3, mode="stream"
+    )
+    with pytest.raises(WorkerError, match=message("worker 1 (envs 2-3): raised an exception")) as caught:
+        batcher.reset()
+        for _ in range(100):
+            batcher.get()
+    assert "divided by zero" in caught.value.worker_traceback  # the exception and its traceback live on
+    assert_nothing_left_in_shm(shm_before)
