@@ -2,7 +2,7 @@
 
 A worker process echoes a token back through a pipe, a pair of semaphores, or a
 shared flag polled with ``sched_yield``; the median round trip per primitive is
-reported. ``rlstruct.batchers.process`` explains the choice these figures support.
+reported. docs/performance.md ("Hand-off") gives the figures and the choice they support.
 
 Usage:
     python benchmarks/handoff.py [--quick] [--repeats N] [--json PATH]
