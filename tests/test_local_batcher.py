@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
-from mp_helpers import FailingAgent, HistorySumAgent
+from mp_helpers import EpsilonAgent, FailingAgent, HistorySumAgent
 
 from rlstruct import (
     Agent,
@@ -1002,3 +1002,58 @@ def test_stream_mode_warns_about_initial_weights_at_the_first_get_where_the_agen
         with pytest.warns(UserWarning, match="acts with the agent's own initial weights"):
             batcher.get()
         batcher.get()  # once only
+
+
+# ---------------------------------------------------------------------------- z and w across resets
+
+
+@pytest.mark.parametrize("mode", ["fixed", "stream"])
+def test_a_reset_whose_agent_raised_fixes_nothing(mode: str) -> None:
+    def acquire(batcher: LocalBatcher) -> Trajectories:
+        if mode == "fixed":
+            batcher.execute()
+        return batcher.get()
+
+    with counter_batcher(EpsilonAgent, n_envs=2, mode=mode) as batcher:
+        batcher.reset(DictTensor({"epsilom": torch.zeros(2)}))  # misspelt: the agent reads "epsilon"
+        with pytest.raises(KeyError, match=message("DictTensor has no key 'epsilon'")):
+            acquire(batcher)
+        # another dtype than the reset before, too: nothing was fixed while no batch was acquired
+        batcher.reset(DictTensor({"epsilon": torch.tensor([0.25, 0.5], dtype=torch.float64)}))
+        batcher.reset(DictTensor({"epsilon": torch.tensor([0.5, 0.75])}))
+        batch = acquire(batcher)
+        assert batch.trajectories["epsilon"][:, 0].tolist() == [0.5, 0.75]
+        assert batch.info["agent_info/epsilon"].dtype == torch.float32
+
+
+def test_later_resets_keep_the_dtypes_and_row_shapes_of_z_and_w() -> None:
+    epsilon = torch.tensor([0.5, 0.75])
+    with counter_batcher(EpsilonAgent, n_envs=2) as batcher:
+        batcher.reset(DictTensor({"epsilon": epsilon}), DictTensor({"length": ints(3, 3)}))
+        run_once(batcher)
+        with pytest.raises(
+            ValueError,
+            match=message(
+                "LocalBatcher.reset: agent_info key 'epsilon' must keep the dtype and row shape of the first "
+                "reset, torch.float32 and (); got torch.float64 and () (nothing is cast)"
+            ),
+        ):
+            batcher.reset(DictTensor({"epsilon": epsilon.double()}), DictTensor({"length": ints(3, 3)}))
+        with pytest.raises(
+            ValueError,
+            match=message(
+                "LocalBatcher.reset: agent_info key 'epsilon' must keep the dtype and row shape of the first "
+                "reset, torch.float32 and (); got torch.float32 and (2,) (nothing is cast)"
+            ),
+        ):
+            batcher.reset(DictTensor({"epsilon": torch.ones(2, 2)}), DictTensor({"length": ints(3, 3)}))
+        with pytest.raises(
+            ValueError,
+            match=message(
+                "LocalBatcher.reset: env_info key 'length' must keep the dtype and row shape of the first "
+                "reset, torch.int64 and (); got torch.int32 and ()"
+            ),
+        ):
+            batcher.reset(DictTensor({"epsilon": epsilon}), DictTensor({"length": ints(3, 3).int()}))
+        # the refused resets changed nothing: the trajectories go on where they were
+        assert run_once(batcher).trajectories["t"][:, 0].tolist() == [1, 1]
