@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import torch
 import torch.multiprocessing as mp
@@ -432,6 +432,10 @@ class MultiprocessBatcher:
         self._waiting = set(range(self.n_processes))
         self._ran_once = True
 
+    @overload
+    def get(self, blocking: Literal[True] = True, max_staleness: int | None = None) -> Trajectories: ...
+    @overload
+    def get(self, blocking: bool, max_staleness: int | None = None) -> Trajectories | None: ...
     def get(self, blocking: bool = True, max_staleness: int | None = None) -> Trajectories | None:
         """The next batch: a copy of the shared buffers, on ``device``.
 
