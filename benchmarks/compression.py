@@ -60,7 +60,6 @@ def cartpole_rollout() -> Trajectories:
         batcher.reset()
         batcher.execute()
         batch = batcher.get()
-    assert batch is not None
     return batch
 
 

@@ -118,7 +118,6 @@ def collected_batches(agent: ActorCritic, n: int) -> list[Trajectories]:
     for _ in range(n):
         batcher.execute()
         batch = batcher.get()
-        assert batch is not None
         batches.append(batch)
     return batches
 

@@ -1,7 +1,7 @@
 """rlstruct: reinforcement-learning data structures, agents, environments and batchers on PyTorch."""
 
 from rlstruct.agent import Agent, replay_agent
-from rlstruct.batchers import LocalBatcher, MultiprocessBatcher
+from rlstruct.batchers import Batcher, LocalBatcher, MultiprocessBatcher
 from rlstruct.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlstruct.dicttensor import DictTensor, masked_dicttensor
 from rlstruct.env import Environment
@@ -17,6 +17,7 @@ from rlstruct.trajectories import Trajectories
 
 __all__ = [
     "Agent",
+    "Batcher",
     "ClusterError",
     "DictTensor",
     "DistributedError",

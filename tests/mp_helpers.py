@@ -108,6 +108,25 @@ class FailingAgent(CountingAgent):
         return super().forward(state, observation, agent_info, history)
 
 
+class EpsilonAgent(Agent):
+    """Acts 0 and outputs its z ``epsilon`` (``agent_info["epsilon"]``, any dtype and row shape) as ``epsilon``.
+
+    It reads the key at every step, so a z without it (a misspelt key) raises
+    the KeyError of ``DictTensor`` at the first step, as a real agent would.
+    """
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        epsilon = agent_info["epsilon"]
+        action = torch.zeros(observation.n_elems(), dtype=torch.int64)
+        return DictTensor({"action": action, "epsilon": epsilon.clone()}), state
+
+
 class LinearAgent(Agent):
     """Samples CartPole actions from the softmax of a Linear(4, 2) layer, with ``self.generator``.
 

@@ -56,6 +56,21 @@ def test_get_on_cuda_equals_the_cpu_batch(mode: str) -> None:
             assert_on_cuda_and_equal(got, expected)
 
 
+@pytest.mark.parametrize("mode", ["fixed", "stream"])
+def test_local_batcher_get_on_cuda_equals_the_cpu_batch(mode: str) -> None:
+    gpu = LocalBatcher(LinearAgent, {}, GymEnv, ENV, mode=mode, device="cuda", **ARGS)  # type: ignore[arg-type]
+    cpu = LocalBatcher(LinearAgent, {}, GymEnv, ENV, mode=mode, **ARGS)  # type: ignore[arg-type]
+    with gpu, cpu:
+        assert gpu.device == torch.device("cuda")
+        gpu.reset()
+        cpu.reset()
+        for _ in range(4):  # "stream": each group twice
+            if mode == "fixed":
+                gpu.execute()
+                cpu.execute()
+            assert_on_cuda_and_equal(gpu.get(), cpu.get())
+
+
 def test_a_cuda_batch_survives_the_next_execute() -> None:
     """The copy is complete before get() returns: refilling the shared slot does not touch it."""
     with MultiprocessBatcher(LinearAgent, {}, GymEnv, ENV, device="cuda", **ARGS) as batcher:

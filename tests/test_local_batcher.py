@@ -13,9 +13,18 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
-from mp_helpers import HistorySumAgent
+from mp_helpers import EpsilonAgent, FailingAgent, HistorySumAgent
 
-from rlstruct import Agent, DictTensor, Environment, GymEnv, LocalBatcher, TemporalDictTensor, Trajectories
+from rlstruct import (
+    Agent,
+    Batcher,
+    DictTensor,
+    Environment,
+    GymEnv,
+    LocalBatcher,
+    TemporalDictTensor,
+    Trajectories,
+)
 from rlstruct.testing import CounterEnv, CountingAgent, RandomAgent
 
 
@@ -30,9 +39,7 @@ def ints(*values: int) -> torch.Tensor:
 
 def run_once(batcher: LocalBatcher) -> Trajectories:
     batcher.execute()
-    batch = batcher.get()
-    assert batch is not None
-    return batch
+    return batcher.get()
 
 
 def counter_batcher(
@@ -486,7 +493,7 @@ def test_trajectories_are_on_the_cpu_with_the_documented_keys() -> None:
     expected = observation_keys | {"action", "count"} | {f"next/{k}" for k in observation_keys}
     assert set(batch.trajectories.keys()) == expected
     assert set(batch.info.keys()) == {"agent_state/count", "policy_version"}
-    assert batch.device == torch.device("cpu")
+    assert batch.device == torch.device("cpu") == batcher.device
 
 
 # ---------------------------------------------------------------------------- lifecycle errors
@@ -593,7 +600,7 @@ def test_sizes_must_be_positive_ints(name: str, value: Any) -> None:
 
 def test_bad_mode_and_seed_raise() -> None:
     with pytest.raises(
-        ValueError, match=message("LocalBatcher: mode must be 'fixed' or 'episodes', got 'episode'")
+        ValueError, match=message("LocalBatcher: mode must be 'fixed', 'episodes' or 'stream', got 'episode'")
     ):
         counter_batcher(mode="episode")
     with pytest.raises(TypeError, match=message("LocalBatcher: seed must be an int, got a float")):
@@ -829,8 +836,10 @@ def test_policy_version_counts_updates_and_every_group_starts_with_the_same_weig
         batcher.reset()
         with pytest.warns(UserWarning, match="acts with the agent's own initial weights"):
             assert run_once(batcher).info["policy_version"].tolist() == [0, 0, 0, 0]
+        assert batcher.policy_version() == 0
         batcher.update({k: v + 1 for k, v in first.items()})
         batcher.update({k: v + 2 for k, v in first.items()})
+        assert batcher.policy_version() == 2
         assert run_once(batcher).info["policy_version"].tolist() == [2, 2, 2, 2]
 
 
@@ -853,3 +862,198 @@ def test_env_args_may_not_set_what_the_batcher_sets() -> None:
         ValueError, match=message("env_args must not hold 'seed': the batcher sets it (got 3)")
     ):
         LocalBatcher(CountingAgent, {}, CounterEnv, {"seed": 3}, n_envs=1, n_timesteps=1)
+
+
+# ---------------------------------------------------------------------------- the Batcher protocol and device
+
+
+def test_local_batcher_is_a_batcher_whose_get_never_returns_none() -> None:
+    with counter_batcher(n_envs=2, n_processes=2) as batcher:
+        assert isinstance(batcher, Batcher)
+        assert (batcher.n_envs, batcher.n_timesteps, batcher.n_processes) == (2, 4, 2)
+        assert (batcher.mode, batcher.device, batcher.policy_version()) == ("fixed", torch.device("cpu"), 0)
+        batcher.reset()
+        batcher.execute()
+        batch = batcher.get(blocking=False)  # in process, the batch is always ready
+        assert batch is not None and batch.n_elems() == 4
+    assert not isinstance(CounterEnv(), Batcher)
+
+
+def test_device_is_checked_at_construction() -> None:
+    with pytest.raises(
+        ValueError, match=message("LocalBatcher: device must hold data; 'meta' tensors have none, got 'meta'")
+    ):
+        counter_batcher(device="meta")
+    with pytest.raises(
+        ValueError,
+        match=message("LocalBatcher: device must name a torch device such as 'cpu' or 'cuda:0', got 'gpu'"),
+    ):
+        counter_batcher(device="gpu")
+    with pytest.raises(
+        TypeError, match=message("LocalBatcher: device must be a str or torch.device, got an int")
+    ):
+        counter_batcher(device=3)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_device_is_refused_on_a_machine_without_it() -> None:
+    with pytest.raises(
+        ValueError, match=message("LocalBatcher: device 'cuda' cannot be used on this machine")
+    ):
+        counter_batcher(device="cuda")
+
+
+# ---------------------------------------------------------------------------- stream mode
+
+
+@pytest.mark.parametrize(("agent", "agent_args"), [(CountingAgent, {}), (RandomAgent, {"n_actions": 3})])
+def test_stream_gets_are_the_rows_of_the_fixed_batches_group_by_group(agent: Any, agent_args: Any) -> None:
+    z = DictTensor({"start": ints(0, 10, 20, 30)})
+    w = DictTensor({"length": ints(2, 3, 4, 5)})  # episodes end within and across trajectories
+    layout: dict[str, Any] = {"n_envs": 2, "n_timesteps": 3, "n_processes": 2, "seed": 7}
+    with (
+        counter_batcher(agent, agent_args, mode="stream", **layout) as stream,
+        counter_batcher(agent, agent_args, **layout) as fixed,
+    ):
+        assert stream.n_elems() == 2 and fixed.n_elems() == 4
+        stream.reset(z, w)
+        fixed.reset(z, w)
+        expected = []
+        for k in range(3):
+            expected.append(run_once(fixed))
+            if k == 1:
+                fixed.update({})
+        for k in range(6):
+            if k == 4:
+                stream.update({})
+            batch = stream.get()
+            group, round_ = k % 2, k // 2
+            assert batch.trajectories["seed"][:, 0].tolist() == [7 + 2 * group, 8 + 2 * group]
+            assert batch.equal(expected[round_][2 * group : 2 * group + 2])
+        assert expected[2].info["policy_version"].tolist() == [1, 1, 1, 1]
+        # the rounds continue each other: a stream that restarted its groups would not match
+        assert not expected[1].trajectories["t"].equal(expected[0].trajectories["t"])
+
+
+def test_stream_mode_has_no_execute_and_starts_from_group_0_at_every_reset() -> None:
+    with counter_batcher(mode="stream", n_envs=2, n_processes=2, n_timesteps=4) as batcher:
+        with pytest.raises(
+            RuntimeError, match=message("LocalBatcher: execute() is not used in 'stream' mode; call get()")
+        ):
+            batcher.execute()
+        with pytest.raises(RuntimeError, match=message("LocalBatcher: call reset() before get()")):
+            batcher.get()
+        with pytest.raises(
+            ValueError,
+            match=message("LocalBatcher.reset: agent_info must have 4 rows (n_processes * n_envs), got 2"),
+        ):
+            batcher.reset(DictTensor({"start": ints(1, 2)}))
+        batcher.reset()
+        seeds = [batcher.get().trajectories["seed"][:, 0].tolist() for _ in range(3)]
+        assert seeds == [[0, 1], [2, 3], [0, 1]]
+        batcher.get()  # group 1's second trajectory: the next get would be group 0's
+        batcher.reset()
+        again = batcher.get()
+        assert again.trajectories["seed"][:, 0].tolist() == [0, 1]
+        assert again.trajectories["t"][:, 0].tolist() == [0, 0]  # new episodes (length 5, T = 4)
+        assert again.trajectories["initial_state"][:, 0].all()
+
+
+def test_max_staleness_is_for_stream_mode_only_and_discards_nothing_in_process() -> None:
+    with counter_batcher(mode="stream") as stream:
+        stream.reset()
+        stream.update({})
+        stream.update({})
+        batch = stream.get(max_staleness=0)
+        assert batch.info["policy_version"].tolist() == [2, 2]
+        assert stream.discarded == 0
+        with pytest.raises(
+            ValueError, match=message("LocalBatcher.get: max_staleness must be None or an int >= 0, got -1")
+        ):
+            stream.get(max_staleness=-1)
+    for mode in ("fixed", "episodes"):
+        with counter_batcher(mode=mode) as batcher:
+            batcher.reset()
+            batcher.execute()
+            with pytest.raises(
+                ValueError, match=message("LocalBatcher.get: max_staleness is for mode='stream' only")
+            ):
+                batcher.get(max_staleness=1)
+            assert batcher.get().n_elems() == 2  # the refused call did not take the batch
+
+
+def test_a_stream_get_that_raised_needs_a_reset() -> None:
+    with LocalBatcher(
+        FailingAgent, {"fail_seed": 1}, CounterEnv, {}, n_envs=1, n_timesteps=2, n_processes=2, mode="stream"
+    ) as batcher:
+        batcher.reset()
+        assert batcher.get().trajectories["seed"][:, 0].tolist() == [0]
+        with pytest.raises(ValueError, match=message("the agent seeded 1 divided by zero at call 0")):
+            batcher.get()  # group 1, whose agent is seeded 1
+        with pytest.raises(RuntimeError, match=message("LocalBatcher: call reset() before get()")):
+            batcher.get()
+        batcher.reset()
+        assert batcher.get().trajectories["seed"][:, 0].tolist() == [0]
+
+
+def test_stream_mode_warns_about_initial_weights_at_the_first_get_where_the_agents_act() -> None:
+    with LocalBatcher(RandomInitAgent, {}, CounterEnv, {}, n_envs=1, n_timesteps=2, mode="stream") as batcher:
+        batcher.reset()  # nothing acted yet: no warning (warnings are errors in the tests)
+        with pytest.warns(UserWarning, match="acts with the agent's own initial weights"):
+            batcher.get()
+        batcher.get()  # once only
+
+
+# ---------------------------------------------------------------------------- z and w across resets
+
+
+@pytest.mark.parametrize("mode", ["fixed", "stream"])
+def test_a_reset_whose_agent_raised_fixes_nothing(mode: str) -> None:
+    def acquire(batcher: LocalBatcher) -> Trajectories:
+        if mode == "fixed":
+            batcher.execute()
+        return batcher.get()
+
+    with counter_batcher(EpsilonAgent, n_envs=2, mode=mode) as batcher:
+        batcher.reset(DictTensor({"epsilom": torch.zeros(2)}))  # misspelt: the agent reads "epsilon"
+        with pytest.raises(KeyError, match=message("DictTensor has no key 'epsilon'")):
+            acquire(batcher)
+        # another dtype than the reset before, too: nothing was fixed while no batch was acquired
+        batcher.reset(DictTensor({"epsilon": torch.tensor([0.25, 0.5], dtype=torch.float64)}))
+        batcher.reset(DictTensor({"epsilon": torch.tensor([0.5, 0.75])}))
+        batch = acquire(batcher)
+        assert batch.trajectories["epsilon"][:, 0].tolist() == [0.5, 0.75]
+        assert batch.info["agent_info/epsilon"].dtype == torch.float32
+
+
+def test_later_resets_keep_the_dtypes_and_row_shapes_of_z_and_w() -> None:
+    epsilon = torch.tensor([0.5, 0.75])
+    with counter_batcher(EpsilonAgent, n_envs=2) as batcher:
+        batcher.reset(DictTensor({"epsilon": epsilon}), DictTensor({"length": ints(3, 3)}))
+        run_once(batcher)
+        with pytest.raises(
+            ValueError,
+            match=message(
+                "LocalBatcher.reset: agent_info key 'epsilon' must keep the dtype and row shape of the first "
+                "reset, torch.float32 and (); got torch.float64 and () (nothing is cast)"
+            ),
+        ):
+            batcher.reset(DictTensor({"epsilon": epsilon.double()}), DictTensor({"length": ints(3, 3)}))
+        with pytest.raises(
+            ValueError,
+            match=message(
+                "LocalBatcher.reset: agent_info key 'epsilon' must keep the dtype and row shape of the first "
+                "reset, torch.float32 and (); got torch.float32 and (2,) (nothing is cast)"
+            ),
+        ):
+            batcher.reset(DictTensor({"epsilon": torch.ones(2, 2)}), DictTensor({"length": ints(3, 3)}))
+        with pytest.raises(
+            ValueError,
+            match=message(
+                "LocalBatcher.reset: env_info key 'length' must keep the dtype and row shape of the first "
+                "reset, torch.int64 and (); got torch.int32 and ()"
+            ),
+        ):
+            batcher.reset(DictTensor({"epsilon": epsilon}), DictTensor({"length": ints(3, 3).int()}))
+        # the refused resets changed nothing: the trajectories go on where they were
+        assert run_once(batcher).trajectories["t"][:, 0].tolist() == [1, 1]

@@ -215,7 +215,7 @@ def test_fixed_mode_gives_local_batcher_trajectories_and_batches_that_stay_valid
             ValueError, match=message("MultiprocessBatcher.get: max_staleness is for mode='stream' only")
         ):
             batcher.get(max_staleness=1)
-        assert_same(batcher.get(), run_once(local))  # type: ignore[arg-type]
+        assert_same(batcher.get(), run_once(local))
         with pytest.raises(
             ValueError,
             match=message(
@@ -479,7 +479,7 @@ def test_stream_mode_fills_every_slot_then_waits_and_serves_each_worker_in_order
         batcher.update({})
         batcher.update({})
         assert batcher.policy_version() == 2
-        assert batcher.get().info["policy_version"].tolist() == [0, 0]  # type: ignore[union-attr]
+        assert batcher.get().info["policy_version"].tolist() == [0, 0]
         assert batcher.discarded == 0
         fresh = batcher.get(max_staleness=1)  # skips the 2 other old slots, waits for a refilled one
         assert fresh is not None and fresh.info["policy_version"].tolist() == [2, 2]

@@ -63,7 +63,7 @@ def main() -> None:
             batcher.reset(agent_info=epsilons)  # 8 rows, 8 values of z
             batcher.execute()
         in_workers, in_process = workers.get(), local.get()
-        print("identical:", in_workers is not None and in_workers.equal(in_process))
+        print("identical:", in_workers.equal(in_process))
 
     print("\n=== Non-blocking: evaluate in the background while training data keeps coming ===")
     with (
@@ -89,7 +89,6 @@ def main() -> None:
             # ... a learner would take a gradient step on `batch` here ...
             train.update(learner.state_dict())
             report = evaluation.get(blocking=False)  # None until the evaluation is done
-        assert batch is not None
         print(
             f"{train_batches} training batches of {batch.n_elems()} x {n_timesteps} steps while evaluating;"
         )
@@ -110,7 +109,6 @@ def main() -> None:
         start = time.perf_counter()
         for step in range(rounds):
             piece = stream.get(max_staleness=2)  # never older than 2 updates
-            assert piece is not None
             lag = stream.policy_version() - int(piece.info["policy_version"][0])
             print(f"step {step}: {piece.n_elems()} trajectories, policy lag {lag}")
             # ... a learner step on `piece` here, then a new policy version ...

@@ -51,7 +51,6 @@ def main() -> None:
         while env_steps < total_steps:
             # Never learn from data more than 3 updates old: older slots are dropped and refilled.
             batch = batcher.get(max_staleness=3)
-            assert batch is not None
             steps = batch.trajectories
             env_steps += n_envs * n_steps
             lag = batcher.policy_version() - batch.info["policy_version"]  # updates since it was produced

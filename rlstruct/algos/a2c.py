@@ -130,7 +130,6 @@ def train(config: Config) -> dict[str, Any]:
         while env_steps + per_iteration <= config.total_steps:
             batcher.execute()
             batch = batcher.get()
-            assert batch is not None
             steps = batch.trajectories
             env_steps += per_iteration
             episodes.add(steps)

@@ -320,7 +320,6 @@ def train(config: Config) -> dict[str, Any]:
         batcher.execute()
         while True:
             batch = batcher.get()
-            assert batch is not None
             steps = batch.trajectories
             env_steps += per_iteration
             buffer.add_trajectories(steps, keys=TRANSITION_KEYS)

@@ -166,7 +166,6 @@ def train(config: Config) -> dict[str, Any]:
             pieces: list[Trajectories] = []
             for _ in range(config.batch_slots):
                 piece = batcher.get()
-                assert piece is not None  # a blocking get returns a batch or raises
                 episodes[int(piece.info["agent_info/row"][0]) // per_worker].add(piece.trajectories)
                 pieces.append(piece)
             batch = pieces[0] if len(pieces) == 1 else Trajectories.cat(pieces)

@@ -151,7 +151,6 @@ def train(config: Config) -> dict[str, Any]:
         while env_steps + per_iteration <= config.total_steps:  # never more steps than the budget
             batcher.execute()
             batch = batcher.get()
-            assert batch is not None
             steps = batch.trajectories
             mask = steps.mask()
             env_steps += per_iteration

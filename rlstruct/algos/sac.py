@@ -373,7 +373,6 @@ def train(config: Config) -> dict[str, Any]:
         batcher.execute()
         while True:
             batch = batcher.get()
-            assert batch is not None
             steps = batch.trajectories
             env_steps += per_iteration
             # The next batch is collected while the learner trains on this one (one iteration behind).

@@ -1,12 +1,13 @@
 """Batchers: run agent-environment pairs and return batches of ``Trajectories``.
 
-``LocalBatcher`` runs them in the calling process and is the reference
-implementation of the batcher contract (``docs/batchers.md``);
-``MultiprocessBatcher`` runs them in worker processes that write into shared
-memory (``docs/multiprocess.md``).
+``Batcher`` is their contract, a ``typing.Protocol`` (``docs/batchers.md``).
+``LocalBatcher`` implements it in the calling process and is the reference the
+other is tested against; ``MultiprocessBatcher`` implements it with worker
+processes that write into shared memory (``docs/multiprocess.md``).
 """
 
+from rlstruct.batchers.base import Batcher
 from rlstruct.batchers.local import LocalBatcher
 from rlstruct.batchers.process import MultiprocessBatcher
 
-__all__ = ["LocalBatcher", "MultiprocessBatcher"]
+__all__ = ["Batcher", "LocalBatcher", "MultiprocessBatcher"]

@@ -23,7 +23,7 @@ from rlstruct.trajectories import Trajectories
 
 __all__ = ["LocalBatcher"]
 
-Mode = Literal["fixed", "episodes"]
+Mode = Literal["fixed", "episodes", "stream"]
 NAME = "LocalBatcher"
 
 
@@ -35,6 +35,7 @@ class LocalBatcher:
     other: the layout of a multiprocess batcher with the same arguments, which
     is what makes the two give identical trajectories. With the default single
     group, every step is one agent call and one environment step on all rows.
+    It implements the ``Batcher`` protocol.
 
     Args:
         agent_factory: makes an agent: ``agent_factory(**agent_args)``. Must be
@@ -51,7 +52,11 @@ class LocalBatcher:
         mode: "fixed" for trajectories of exactly T steps whose agent state and
             environment state carry over from one ``execute()`` to the next
             (environments reset automatically); "episodes" for whole episodes
-            that all start at each ``execute()`` and last at most T steps.
+            that all start at each ``execute()`` and last at most T steps;
+            "stream", the in-process twin of ``MultiprocessBatcher``'s: no
+            ``execute()``, and every ``get()`` runs the next group (round
+            robin) for T more steps, as in "fixed", and returns its ``n_envs``
+            rows.
         seed: the base seed: environment instance i (counted across groups)
             gets ``seed + i``, the agent of group g gets ``seed + g``.
         n_processes: the number of groups (the layout of a multiprocess batcher).
@@ -61,19 +66,30 @@ class LocalBatcher:
             the weights of group 0's agent, the first one ``agent_factory``
             made, and the first ``execute()`` warns if the agent has any
             parameters or buffers and ``update()`` was not called before it.
+        device: where ``get()`` puts the trajectories (dtypes kept). The
+            agents act on the CPU whatever the device.
+
+    Attributes:
+        discarded: always 0: in process, every trajectory is made with the
+            current weights, so ``get(max_staleness=...)`` never drops one
+            (kept for parity with ``MultiprocessBatcher.discarded``).
 
     Raises:
         ValueError: for a non-positive ``n_envs``, ``n_timesteps`` or
-            ``n_processes``, an unknown ``mode``, or ``weights`` whose keys,
-            shapes or dtypes differ from the agent's ``state_dict``.
+            ``n_processes``, an unknown ``mode``, a ``device`` that cannot
+            hold tensors on this machine ("meta", or "cuda" without one), or
+            ``weights`` whose keys, shapes or dtypes differ from the agent's
+            ``state_dict``.
         TypeError: if the factories do not make an Agent and an Environment,
-            or ``weights`` is not a mapping of tensors.
+            ``device`` is not a str or ``torch.device``, or ``weights`` is not
+            a mapping of tensors.
 
     Warns:
-        UserWarning: once, at the first ``execute()``, if the agent has a
-            non-empty ``state_dict`` and neither ``weights`` nor ``update()``
-            gave it the learner's: the batcher would act with the agent's own
-            initial weights, and nothing else would tell.
+        UserWarning: once, when the agents first act (the first
+            ``execute()``; in "stream" mode the first ``get()``), if the agent
+            has a non-empty ``state_dict`` and neither ``weights`` nor
+            ``update()`` gave it the learner's: the batcher would act with the
+            agent's own initial weights, and nothing else would tell.
 
     Examples:
         >>> from rlstruct import GymEnv, LocalBatcher
@@ -100,15 +116,18 @@ class LocalBatcher:
         seed: int = 0,
         n_processes: int = 1,
         weights: Mapping[str, torch.Tensor] | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.n_envs = _checks.positive_int(NAME, "n_envs", n_envs)
         self.n_timesteps = _checks.positive_int(NAME, "n_timesteps", n_timesteps)
         self.n_processes = _checks.positive_int(NAME, "n_processes", n_processes)
-        if mode not in ("fixed", "episodes"):
-            raise ValueError(f"LocalBatcher: mode must be 'fixed' or 'episodes', got {mode!r}")
+        if mode not in ("fixed", "episodes", "stream"):
+            raise ValueError(f"LocalBatcher: mode must be 'fixed', 'episodes' or 'stream', got {mode!r}")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"LocalBatcher: seed must be an int, got {_describe(seed)}")
         self.mode: Mode = mode
+        self.device = _checks.device(NAME, device)
+        self.discarded = 0
         self._closed = False
         self._groups: list[Group] = []
         try:
@@ -149,51 +168,80 @@ class LocalBatcher:
         self._started = False
         self._result: Trajectories | None = None
         self._pending = False
+        self._next_group = 0  # "stream" mode: the group the next get() runs
 
     def n_elems(self) -> int:
-        """The number of trajectories per batch: ``n_processes * n_envs``."""
-        return self.n_processes * self.n_envs
+        """The number of rows a ``get()`` returns: ``n_processes * n_envs``, or ``n_envs`` in "stream" mode."""
+        return self.n_envs if self.mode == "stream" else self.n_processes * self.n_envs
 
     def _check_open(self, call: str) -> None:
         if self._closed:
             raise RuntimeError(f"LocalBatcher: {call}() after close()")
 
     def reset(self, agent_info: DictTensor | None = None, env_info: DictTensor | None = None) -> None:
-        """Start new episodes everywhere with these z and w.
+        """Start new episodes everywhere with these z and w, dropping a batch not taken.
 
         Args:
-            agent_info: z, one row per trajectory slot (``n_elems()`` rows, on
-                the CPU); None for an agent without parameters. Once a batch
-                has been acquired, later resets must give the same keys,
-                dtypes and row shapes.
-            env_info: w, one row per environment instance (``n_elems()`` rows,
-                on the CPU); None for unparametrised environments.
+            agent_info: z, one row per environment instance
+                (``n_processes * n_envs`` rows, on the CPU); None for an agent
+                without parameters.
+            env_info: w, one row per environment instance (the same rows, on
+                the CPU); None for unparametrised environments.
+
+        Once a batch has been acquired, later resets must keep the keys,
+        dtypes and row shapes of z and w; nothing is cast. Until then, a
+        reset, ``execute()`` or "stream" ``get()`` that raised fixes nothing:
+        the next reset may give other keys (an agent that raised on a
+        misspelt z key, for example).
 
         Raises:
             TypeError, ValueError: for infos that are not DictTensors, have the
                 wrong number of rows, or other keys, dtypes or row shapes
-                than at the first reset that succeeded (nothing is cast).
-            Exception: whatever the agent or the environment raises. Until a
-                batch has been acquired, such a reset (or an ``execute()``
-                that raised) fixes nothing: the next reset may give other
-                keys. ``execute()`` then needs a reset that succeeded.
+                than the resets before the first batch acquired.
+            Exception: whatever the agent or the environment raises;
+                ``execute()`` (``get()`` in "stream" mode) then needs a reset
+                that succeeded.
             RuntimeError: after ``close``.
         """
         self._check_open("reset")
-        agent_info = _checks.info(NAME, "agent_info", agent_info, self.n_elems())
-        env_info = _checks.info(NAME, "env_info", env_info, self.n_elems())
+        rows = self.n_processes * self.n_envs
+        agent_info = _checks.info(NAME, "agent_info", agent_info, rows)
+        env_info = _checks.info(NAME, "env_info", env_info, rows)
         # fixed by the first batch acquired: a reset or execute() that raised (an agent reading a
         # misspelt key) leaves the next reset free to give other keys
         self._reset_spec = _checks.same_info(NAME, self._info_spec, agent_info, env_info)
         self._agent_info, self._env_info = agent_info, env_info
-        self._started, self._pending, self._result = False, False, None
+        self._started, self._pending, self._result, self._next_group = False, False, None, 0
         self._reset_groups()  # a reset that raises here leaves nothing to run
         self._started = True
 
     def _reset_groups(self) -> None:
         for g, group in enumerate(self._groups):
             rows = slice(g * self.n_envs, (g + 1) * self.n_envs)
-            group.reset(self._agent_info[rows], self._env_info[rows], auto_reset=self.mode == "fixed")
+            group.reset(self._agent_info[rows], self._env_info[rows], auto_reset=self.mode != "episodes")
+
+    def _warn_if_initial_weights(self) -> None:
+        if self._warn_initial_weights:
+            self._warn_initial_weights = False
+            warnings.warn(_checks.initial_weights_warning(NAME), UserWarning, stacklevel=3)
+
+    def _run(self, groups: list[Group], restart: bool = False) -> Trajectories:
+        """Run these groups for T steps (after new episodes everywhere if ``restart``).
+
+        Returns their rows, a copy (the groups' storage is reused), on the CPU.
+        """
+        try:
+            if restart:
+                self._reset_groups()
+            parts = [group.run(self.n_timesteps) for group in groups]
+        except BaseException:
+            self._started = False  # the groups stopped mid-step: only a reset() starts them again
+            raise
+        if self._info_spec is None:
+            self._info_spec = self._reset_spec
+        info = DictTensor.cat([p[0] for p in parts])
+        info.set("policy_version", torch.full((info.n_elems(),), self._version, dtype=torch.int64))
+        return Trajectories(info, TemporalDictTensor.cat([p[1] for p in parts]))
 
     def execute(self) -> None:
         """Acquire the next batch of trajectories (here, synchronously).
@@ -207,53 +255,82 @@ class LocalBatcher:
                 the class docstring).
 
         Raises:
-            RuntimeError: before ``reset``, after ``close``, while the
-                previous batch has not been taken with ``get``, or after an
-                ``execute()`` or ``reset()`` that raised (until the next reset).
+            RuntimeError: in "stream" mode, before ``reset``, after ``close``,
+                while the previous batch has not been taken with ``get``, or
+                after an ``execute()`` or ``reset()`` that raised (until the
+                next reset).
             Exception: whatever the agent or the environment raises.
         """
         self._check_open("execute")
+        if self.mode == "stream":
+            raise RuntimeError("LocalBatcher: execute() is not used in 'stream' mode; call get()")
         if not self._started:
             raise RuntimeError("LocalBatcher: call reset() before execute()")
         if self._pending:
             raise RuntimeError("LocalBatcher: execute() called twice; take the first batch with get()")
-        if self._warn_initial_weights:
-            self._warn_initial_weights = False
-            warnings.warn(_checks.initial_weights_warning(NAME), UserWarning, stacklevel=2)
-        try:
-            if self.mode == "episodes" and self._result is not None:
-                self._reset_groups()
-            parts = [group.run(self.n_timesteps) for group in self._groups]
-        except BaseException:
-            self._started = False  # the groups stopped mid-step: only a reset() starts them again
-            raise
-        if self._info_spec is None:
-            self._info_spec = self._reset_spec
-        info = DictTensor.cat([p[0] for p in parts])
-        info.set("policy_version", torch.full((self.n_elems(),), self._version, dtype=torch.int64))
-        steps = TemporalDictTensor.cat([p[1] for p in parts])  # a copy: the groups' storage is reused
-        self._result = Trajectories(info, steps)
+        self._warn_if_initial_weights()
+        self._result = self._run(self._groups, restart=self.mode == "episodes" and self._result is not None)
         self._pending = True
 
-    def get(self, blocking: bool = True) -> Trajectories | None:
-        """The trajectories of the last ``execute()``.
+    def get(self, blocking: bool = True, max_staleness: int | None = None) -> Trajectories:
+        """The next batch, on ``device``.
 
-        The returned tensors belong to the caller: the next ``execute()``
-        writes elsewhere. In-process, the batch is always ready, so
-        ``blocking`` makes no difference.
+        In "fixed" and "episodes" modes, the trajectories of the last
+        ``execute()``. In "stream" mode, runs the next group (round robin
+        from group 0 after each reset) for T more steps, continuing its
+        episodes, and returns its ``n_envs`` rows. The returned tensors belong
+        to the caller: the next run writes elsewhere. In process the batch is
+        always ready, so ``blocking`` makes no difference and the result is
+        never None (``MultiprocessBatcher.get(blocking=False)`` may give None).
+
+        Args:
+            blocking: accepted for the ``Batcher`` protocol; no effect here.
+            max_staleness: "stream" mode only, an int >= 0 or None; nothing is
+                ever discarded here, since every trajectory is made with the
+                current weights.
 
         Returns:
-            ``Trajectories`` of ``n_elems()`` rows and T steps, on the CPU;
-            ``info["policy_version"]`` counts the ``update()`` calls made before.
+            ``Trajectories`` of ``n_elems()`` rows and T steps, on ``device``
+            with the dtypes the agent and environment produced;
+            ``info["policy_version"]`` (int64) counts the ``update()`` calls
+            made before.
+
+        Warns:
+            UserWarning: in "stream" mode, at the first call, as ``execute()``.
 
         Raises:
-            RuntimeError: if no ``execute()`` is waiting to be taken, or after ``close``.
+            ValueError: for ``max_staleness`` outside "stream" mode, or not an
+                int >= 0.
+            RuntimeError: if no ``execute()`` is waiting to be taken ("stream"
+                mode: before ``reset``, or after a ``reset()`` or ``get()``
+                that raised), or after ``close``.
+            Exception: in "stream" mode, whatever the agent or the environment raises.
         """
         self._check_open("get")
-        if not self._pending or self._result is None:
-            raise RuntimeError("LocalBatcher: get() without a pending execute(); call execute() first")
-        self._pending = False
-        return self._result
+        if self.mode != "stream":
+            if max_staleness is not None:
+                raise ValueError("LocalBatcher.get: max_staleness is for mode='stream' only")
+            if not self._pending or self._result is None:
+                raise RuntimeError("LocalBatcher: get() without a pending execute(); call execute() first")
+            self._pending = False
+            return self._to_device(self._result)
+        if max_staleness is not None and (
+            not isinstance(max_staleness, int) or isinstance(max_staleness, bool) or max_staleness < 0
+        ):
+            raise ValueError(
+                f"LocalBatcher.get: max_staleness must be None or an int >= 0, got {max_staleness!r}"
+            )
+        if not self._started:
+            raise RuntimeError("LocalBatcher: call reset() before get()")
+        self._warn_if_initial_weights()
+        batch = self._run([self._groups[self._next_group]])
+        self._next_group = (self._next_group + 1) % self.n_processes
+        return self._to_device(batch)
+
+    def _to_device(self, batch: Trajectories) -> Trajectories:
+        if self.device.type == "cuda":  # as the multiprocess batcher: through pinned memory
+            return batch.pin_memory().to(self.device, non_blocking=True)
+        return batch.to(self.device)
 
     def update(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Load new weights into every agent copy (``load_state_dict``) and count one policy version.
@@ -268,6 +345,10 @@ class LocalBatcher:
             group.agent.load_state_dict(weights)
         self._version += 1
         self._warn_initial_weights = False
+
+    def policy_version(self) -> int:
+        """How many times ``update()`` was called (what ``info["policy_version"]`` of the next batch holds)."""
+        return self._version
 
     def close(self) -> None:
         """Close the environments and agents. Safe to call twice."""

@@ -535,6 +535,10 @@ class MultiprocessBatcher:
     @overload
     def get(self, blocking: bool, max_staleness: int | None = None) -> Trajectories | None: ...
 
+    @overload
+    def get(self, blocking: Literal[True] = True, max_staleness: int | None = None) -> Trajectories: ...
+    @overload
+    def get(self, blocking: bool, max_staleness: int | None = None) -> Trajectories | None: ...
     def get(self, blocking: bool = True, max_staleness: int | None = None) -> Trajectories | None:
         """The next batch: a copy of the shared buffers, on ``device``.
 

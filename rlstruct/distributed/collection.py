@@ -34,7 +34,7 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.algos.run import EpisodeReturns
-from rlstruct.batchers import LocalBatcher, MultiprocessBatcher
+from rlstruct.batchers import Batcher, LocalBatcher, MultiprocessBatcher
 from rlstruct.distributed.codec import Packed, pack, unpack
 from rlstruct.env import Environment
 from rlstruct.trajectories import Trajectories
@@ -109,7 +109,7 @@ class CollectionWorker:
         base = seed + index * n_envs * max(1, n_processes)
         factories = (agent_factory, agent_args, env_factory, env_args)
         layout: dict[str, Any] = {"n_envs": n_envs, "n_timesteps": n_steps, "seed": base}
-        self.batcher: LocalBatcher | MultiprocessBatcher
+        self.batcher: Batcher
         if n_processes == 0:
             self.batcher = LocalBatcher(*factories, **layout)
         else:
@@ -142,7 +142,6 @@ class CollectionWorker:
             self._started = True
         self.batcher.execute()
         batch = self.batcher.get()
-        assert batch is not None  # a blocking get returns a batch or raises
         self.returns.add(batch.trajectories)
         finished, self.returns.finished = self.returns.finished, []
         return Rollout(
