@@ -13,28 +13,13 @@ from typing import Any
 
 import torch
 
-from rlstruct import Agent, DictTensor, TemporalDictTensor
+from rlstruct import Agent
 from rlstruct.testing import CounterEnv, CountingAgent
 
 
 def in_worker() -> bool:
     """Whether this is a worker process (the main process of a test has no parent process)."""
     return multiprocessing.parent_process() is not None
-
-
-class EpsilonAgent(Agent):
-    """Reads z key ``epsilon`` at every step (a KeyError without it) and outputs it, dtype and shape kept."""
-
-    def forward(
-        self,
-        state: DictTensor,
-        observation: DictTensor,
-        agent_info: DictTensor,
-        history: TemporalDictTensor | None = None,
-    ) -> tuple[DictTensor, DictTensor]:
-        epsilon = agent_info["epsilon"]
-        n = observation.n_elems()
-        return DictTensor({"action": torch.zeros(n, dtype=torch.int64), "epsilon": epsilon.clone()}), state
 
 
 def exiting_agent(code: int) -> Agent:

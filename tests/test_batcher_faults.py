@@ -22,8 +22,15 @@ from typing import Any
 
 import pytest
 import torch
-from fault_helpers import BreakingWeights, EpsilonAgent, HangingAtStartEnv, exiting_agent
-from mp_helpers import ControlledEnv, FailingAgent, LinearAgent, assert_nothing_left_in_shm, shm_entries
+from fault_helpers import BreakingWeights, HangingAtStartEnv, exiting_agent
+from mp_helpers import (
+    ControlledEnv,
+    EpsilonAgent,
+    FailingAgent,
+    LinearAgent,
+    assert_nothing_left_in_shm,
+    shm_entries,
+)
 
 from rlstruct import DictTensor, GymEnv, LocalBatcher, MultiprocessBatcher, WorkerError, WorkerTimeout
 from rlstruct.batchers._slots import SlotBoard
@@ -114,8 +121,10 @@ def test_a_later_z_or_w_of_another_dtype_or_shape_is_refused_naming_the_key(batc
     name = batcher_class.__name__
     w = DictTensor({"length": torch.tensor([2, 3, 4, 5])})
     with batcher_class(EpsilonAgent, {}, CounterEnv, {}, n_envs=2, n_timesteps=3, n_processes=2) as batcher:
+        batcher.reset(DictTensor({"epsilon": torch.zeros(4, 3, dtype=torch.float64)}))  # no batch yet: free
         batcher.reset(epsilon(0.1, 0.2, 0.3, 0.4), w)
         first = run_once(batcher)
+        assert first.info["agent_info/epsilon"].dtype == torch.float32
         with pytest.raises(
             ValueError,
             match=message(

@@ -253,7 +253,8 @@ class MultiprocessBatcher:
             process.start()
             there.close()
         self._started = [False] * n_processes  # which workers said "ready"
-        self._info_spec: _checks.InfoSpec | None = None
+        self._info_spec: _checks.InfoSpec | None = None  # z and w as every later reset must give them
+        self._buffers_spec: _checks.InfoSpec | None = None  # z and w as the buffers were made for
         self._buffers: SharedBuffers | None = None
         self._episodes_run = False  # "episodes" mode: the current episodes were run, the next batch restarts
         self._pending: set[int] = set()  # RUNNING: the workers whose "done" was not read yet
@@ -444,9 +445,10 @@ class MultiprocessBatcher:
         was executed and not taken is dropped.
 
         Raises:
-            TypeError, ValueError: as ``LocalBatcher.reset``: later resets must
-                keep the keys, dtypes and row shapes of the first one that
-                succeeded; nothing is cast.
+            TypeError, ValueError: as ``LocalBatcher.reset``: once a batch has
+                been taken, later resets must keep the keys, dtypes and row
+                shapes of z and w; nothing is cast. (Before, a reset with
+                others probes again and makes new buffers.)
             Exception: whatever the agent or environment raise in the probe
                 step of the first reset, with a note saying so; the batcher is
                 unchanged (the next reset may give other keys).
@@ -468,16 +470,16 @@ class MultiprocessBatcher:
             for w in sorted(self._pending):
                 self._expect(w, self._deadline, "done")
             self._pending.clear()
-        self.state = State.READY if self._buffers is not None else State.STARTING
-        if self._buffers is None:
+        self.state = State.STARTING  # until this reset succeeds
+        if self._buffers is None or spec != self._buffers_spec:  # no batch yet: z and w may still change
             self._start(agent_info, env_info)
+            self._buffers_spec = spec
         auto_reset = self.mode != "episodes"
         commands: list[tuple[Any, ...]] = []
         for w in range(self.n_processes):
             part = slice(w * self.n_envs, (w + 1) * self.n_envs)
             commands.append(("reset", agent_info[part].clone(), env_info[part].clone(), auto_reset))
         self._all(commands, "ok")
-        self._info_spec = spec
         self._episodes_run = False
         self.state = State.READY
         if self._board is not None:
@@ -535,10 +537,6 @@ class MultiprocessBatcher:
     @overload
     def get(self, blocking: bool, max_staleness: int | None = None) -> Trajectories | None: ...
 
-    @overload
-    def get(self, blocking: Literal[True] = True, max_staleness: int | None = None) -> Trajectories: ...
-    @overload
-    def get(self, blocking: bool, max_staleness: int | None = None) -> Trajectories | None: ...
     def get(self, blocking: bool = True, max_staleness: int | None = None) -> Trajectories | None:
         """The next batch: a copy of the shared buffers, on ``device``.
 
@@ -582,6 +580,7 @@ class MultiprocessBatcher:
                 raise self._fail(WorkerError(f"answered {message[0]!r} instead of 'done'", w, self._envs(w)))
             self._pending.discard(w)
         self.state = State.READY
+        self._info_spec = self._buffers_spec  # the first batch fixes z and w
         return self._copy_out(slice(0, self.n_processes))
 
     def _get_stream(self, blocking: bool, max_staleness: int | None) -> Trajectories | None:
@@ -608,6 +607,7 @@ class MultiprocessBatcher:
             finally:
                 self._slot_board().release(slot)  # too old, or copied: a worker may fill it again
             if batch is not None:
+                self._info_spec = self._buffers_spec  # the first batch fixes z and w
                 return batch
             self.discarded += 1
 
