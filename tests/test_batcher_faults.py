@@ -224,6 +224,11 @@ def test_a_stream_learner_that_takes_its_time_is_not_a_hung_worker() -> None:
         CountingAgent, {}, CounterEnv, {}, n_envs=2, n_timesteps=3, n_processes=2, mode="stream", timeout=0.5
     ) as batcher:
         batcher.reset()
+        with pytest.raises(
+            ValueError,
+            match=message("MultiprocessBatcher.get: max_staleness must be None or an int >= 0, got -1"),
+        ):
+            batcher.get(max_staleness=-1)
         batcher.get()
         away = time.monotonic() + 1.0
         while time.monotonic() < away:
@@ -430,4 +435,20 @@ def test_a_stream_error_kept_alive_keeps_nothing_in_shared_memory(no_new_childre
         for _ in range(100):
             batcher.get()
     assert "divided by zero" in caught.value.worker_traceback  # the exception and its traceback live on
+    assert_nothing_left_in_shm(shm_before)
+
+
+def test_a_stream_worker_killed_is_reported_at_the_next_get_with_its_exit_code(no_new_children: None) -> None:
+    from test_multiprocess_batcher import wait_until
+
+    shm_before = shm_entries()
+    batcher = MultiprocessBatcher(CountingAgent, {}, CounterEnv, {}, n_envs=2, n_timesteps=3, mode="stream")
+    batcher.reset()
+    batcher.get()
+    victim = batcher._processes[1]
+    os.kill(victim.pid, 9)
+    wait_until(lambda: not victim.is_alive(), "worker 1 to die")
+    with pytest.raises(WorkerError, match=message("worker 1 (envs 2-3): died (exit code -9)")):
+        for _ in range(100):  # the slots worker 0 keeps filling do not hide it
+            batcher.get()
     assert_nothing_left_in_shm(shm_before)

@@ -23,6 +23,12 @@ def seconds(owner: str, name: str, value: object) -> float:
     return float(value)
 
 
+def max_staleness(owner: str, value: object) -> None:
+    """``get(max_staleness=...)`` in "stream" mode: None or an int >= 0."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise ValueError(f"{owner}.get: max_staleness must be None or an int >= 0, got {value!r}")
+
+
 def info(owner: str, name: str, value: DictTensor | None, rows: int) -> DictTensor:
     """An agent_info or env_info of ``rows`` rows on the CPU (an empty one for None)."""
     if value is None:

@@ -314,12 +314,7 @@ class LocalBatcher:
                 raise RuntimeError("LocalBatcher: get() without a pending execute(); call execute() first")
             self._pending = False
             return self._to_device(self._result)
-        if max_staleness is not None and (
-            not isinstance(max_staleness, int) or isinstance(max_staleness, bool) or max_staleness < 0
-        ):
-            raise ValueError(
-                f"LocalBatcher.get: max_staleness must be None or an int >= 0, got {max_staleness!r}"
-            )
+        _checks.max_staleness(NAME, max_staleness)
         if not self._started:
             raise RuntimeError("LocalBatcher: call reset() before get()")
         self._warn_if_initial_weights()

@@ -584,6 +584,7 @@ class MultiprocessBatcher:
         return self._copy_out(slice(0, self.n_processes))
 
     def _get_stream(self, blocking: bool, max_staleness: int | None) -> Trajectories | None:
+        _checks.max_staleness(NAME, max_staleness)
         if self.state is not State.STREAMING:
             raise RuntimeError(f"{NAME}: call reset() before get()")
         deadline = time.monotonic() + self.timeout
