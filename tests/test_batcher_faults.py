@@ -188,6 +188,28 @@ def test_a_poll_raises_worker_timeout_once_the_timeout_has_passed_since_execute(
     assert_nothing_left_in_shm(shm_before)
 
 
+def test_an_error_in_one_worker_is_reported_at_once_while_another_still_runs(no_new_children: None) -> None:
+    never, fail = SPAWN.Event(), SPAWN.Event()
+    fail.set()
+    batcher = MultiprocessBatcher(
+        CountingAgent,
+        {},
+        ControlledEnv,  # worker 0 blocks at its second step; worker 1 raises at its first
+        {"gate": never, "gate_seed": 0, "fail": fail, "fail_seed": 2},
+        n_envs=2,
+        n_timesteps=3,
+        timeout=DEADLINE_S,
+    )
+    batcher.reset()
+    batcher.execute()
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match=message("worker 1 (envs 2-3): raised an exception")) as caught:
+        batcher.get()
+    assert not isinstance(caught.value, WorkerTimeout)
+    assert time.monotonic() - start < DEADLINE_S / 2  # not after worker 0's timeout
+    assert "the simulator of seed 2 crashed on request" in caught.value.worker_traceback
+
+
 def test_a_silent_stream_worker_is_reported_by_name_while_the_other_one_keeps_publishing(
     no_new_children: None,
 ) -> None:
@@ -249,7 +271,7 @@ def test_a_worker_that_cannot_import_the_agent_class_reports_why(no_new_children
     sys.modules["ghost_agents"] = ghost
     try:
         batcher = MultiprocessBatcher(ghost.GhostAgent, {}, CounterEnv, {}, n_envs=2, n_timesteps=3)
-        with pytest.raises(WorkerError, match=message("worker 0 (envs 0-1): could not start")) as caught:
+        with pytest.raises(WorkerError, match=r"worker [01] \(envs [02]-[13]\): could not start") as caught:
             batcher.reset()
     finally:
         del sys.modules["ghost_agents"]
@@ -352,7 +374,7 @@ def test_an_update_that_fails_half_way_is_never_loaded_and_must_be_redone() -> N
         before = run_once(batcher)
         with pytest.raises(KeyboardInterrupt):
             batcher.update(BreakingWeights(pushes_right, n=4))  # 2 lookups to check, then the 2nd copy
-        assert int(batcher._weights.counter[0]) % 2 == 0  # no worker is left waiting for the writer
+        assert int(batcher._weights.counter[0]) % 2 == 1  # marked as being written: no worker loads them
         assert batcher.policy_version() == 0
         for call in (batcher.execute, batcher.reset):
             with pytest.raises(RuntimeError, match=message("after an update() that failed half-way")):
@@ -365,7 +387,8 @@ def test_an_update_that_fails_half_way_is_never_loaded_and_must_be_redone() -> N
         assert bool((after.info["policy_version"] == 1).all())
 
 
-STUCK_WRITER_SCRIPT = """
+STUCK_MAIN_SCRIPT = """
+import sys, time
 from rlstruct import MultiprocessBatcher
 from rlstruct.testing import CounterEnv, CountingAgent
 
@@ -375,19 +398,25 @@ if __name__ == "__main__":
     )
     batcher.reset()
     batcher.get()
-    batcher._weights.counter += 1  # as a main process killed in the middle of update()
+    if sys.argv[1] == "weights":
+        batcher._weights.counter += 1  # as a main process killed in the middle of update()
+    else:
+        batcher._board.lock.acquire()  # as a main process killed while it takes a slot
     print(*(process.pid for process in batcher._processes), flush=True)
-    for _ in range(4):
-        batcher.get()  # frees slots: every worker goes on to load the half-written weights
-    import time
+    if sys.argv[1] == "weights":
+        for _ in range(4):
+            batcher.get()  # frees slots: every worker goes on to load the half-written weights
     time.sleep(600)
 """
 
 
-def test_workers_waiting_for_half_written_weights_exit_when_the_main_process_dies(tmp_path: Path) -> None:
+@pytest.mark.parametrize("held", ["weights", "board"])
+def test_workers_waiting_for_the_main_process_exit_when_it_dies_holding_the_weights_or_the_board(
+    tmp_path: Path, held: str
+) -> None:
     from test_multiprocess_batcher import gone, running_script, wait_until
 
-    with running_script(tmp_path, STUCK_WRITER_SCRIPT) as (parent, pids):
+    with running_script(tmp_path, STUCK_MAIN_SCRIPT, held) as (parent, pids):
         assert len(pids) == 2
         os.kill(parent.pid, 9)
         parent.wait(timeout=DEADLINE_S)

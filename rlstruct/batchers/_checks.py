@@ -97,10 +97,9 @@ def device(owner: str, value: object) -> torch.device:
     if result.type == "meta":
         raise ValueError(f"{owner}: device must hold data; 'meta' tensors have none, got {value!r}")
     try:
-        torch.zeros(1).to(result)
+        return torch.zeros(1).to(result).device  # "cuda" becomes "cuda:0", the device tensors report
     except (RuntimeError, AssertionError) as error:  # a CPU-only build asserts for "cuda"
         raise ValueError(f"{owner}: device {value!r} cannot be used on this machine: {error}") from None
-    return result
 
 
 def picklable(owner: str, name: str, value: object) -> None:

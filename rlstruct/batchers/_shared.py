@@ -17,6 +17,8 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.dicttensor import DictTensor
 
+SPINS = 1000  # how many times a worker yields before it sleeps between looks at the weights counter
+
 
 class SharedWeights:
     """The agent's weights, with a sequence counter that is odd while the main process writes them.
@@ -39,18 +41,16 @@ class SharedWeights:
     def write(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Copy ``weights`` in (main process), one copy per tensor, then count one version.
 
-        If a copy fails or is interrupted, the counter goes back to the
-        version the workers already hold, so that none of them loads the
-        half-written tensors, and the error propagates.
+        If a copy fails or is interrupted, the counter stays odd: the tensors
+        are a mix that no worker may load, and workers that want them wait
+        (at most their timeout) for the next write, which completes it.
         """
-        self.counter += 1  # odd: writing
-        try:
-            for key, value in self.tensors.items():
-                value.copy_(weights[key])
-        except BaseException:
-            self.counter -= 1
-            raise
-        self.counter += 1  # even: done
+        start = int(self.counter[0])
+        writing = start if start % 2 else start + 1  # odd: a previous write failed half-way
+        self.counter.fill_(writing)
+        for key, value in self.tensors.items():
+            value.copy_(weights[key])
+        self.counter.fill_(writing + 1)  # even: done
 
     def load(self, agent: Agent, loaded: int, timeout: float, parent_alive: Callable[[], bool]) -> int:
         """Load the weights into ``agent`` if they changed since counter value ``loaded`` (worker).
@@ -62,7 +62,7 @@ class SharedWeights:
             TimeoutError: if the counter stays odd for ``timeout`` seconds.
             EOFError: if the main process died while it was odd.
         """
-        deadline = time.monotonic() + timeout
+        deadline, spins = time.monotonic() + timeout, 0
         while True:
             before = int(self.counter[0])
             if before == loaded:
@@ -72,7 +72,11 @@ class SharedWeights:
                     raise EOFError("the main process died while writing the weights")
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the shared weights stayed half-written for {timeout:g} s")
-                os.sched_yield()
+                spins += 1
+                if spins < SPINS:
+                    os.sched_yield()  # a write lasts microseconds to milliseconds
+                else:
+                    time.sleep(0.001)  # a write that failed half-way: wait for the next one, not on a core
                 continue
             agent.load_state_dict(self.tensors)
             if int(self.counter[0]) == before:

@@ -4,7 +4,8 @@ Each slot is FREE (a worker may claim it), WRITING (a worker fills it), READY
 (finished, waiting for the learner, stamped with a sequence number) or
 READING (the learner copies it out). Transitions happen under one lock,
 always taken with the batcher's timeout, so a worker that dies holding it
-cannot hang anyone. The learner takes the READY slot with the smallest
+cannot hang anyone; a worker waiting for it also leaves if the main process
+died (holding it, say). The learner takes the READY slot with the smallest
 sequence number: the oldest finished trajectory first. When no slot is FREE,
 workers wait (back-pressure): the buffer never grows.
 
@@ -18,11 +19,13 @@ learner can name it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 FREE, WRITING, READY, READING = 0, 1, 2, 3
+LOOK_S = 0.5  # how often a worker waiting for the lock checks that the main process is alive
 
 
 class SlotBoard:
@@ -42,10 +45,16 @@ class SlotBoard:
         self.beats = torch.zeros(n_workers, dtype=torch.float64).share_memory_()
         self.lock = ctx.Lock()
         self.timeout = timeout
+        self.watch: Callable[[], bool] | None = None
+        """In a worker: whether the main process is alive, checked while waiting for the lock."""
 
     def _locked(self) -> Any:
-        if not self.lock.acquire(timeout=self.timeout):
-            raise TimeoutError(f"the slot board's lock was not released within {self.timeout:g} s")
+        deadline = time.monotonic() + self.timeout
+        while not self.lock.acquire(timeout=min(LOOK_S, max(0.0, deadline - time.monotonic()))):
+            if self.watch is not None and not self.watch():
+                raise EOFError("the main process died holding the slot board's lock")
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"the slot board's lock was not released within {self.timeout:g} s")
         return self.lock
 
     def _move(self, source: int, target: int, oldest: bool) -> int | None:

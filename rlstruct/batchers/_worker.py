@@ -139,6 +139,8 @@ class _Worker:
             self.group.close()
             raise
         self.buffers: SharedBuffers | None = None
+        if spec.board is not None:
+            spec.board.watch = self.parent_alive
 
     def parent_alive(self) -> bool:
         return os.getppid() == self.parent

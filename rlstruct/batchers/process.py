@@ -6,8 +6,8 @@ the protocol the workers speak is in ``rlstruct.batchers._worker``. Each
 worker hands over once per trajectory, through a pipe: why, with the costs
 measured, is in ``docs/performance.md``.
 
-The batcher is in one ``State`` at a time; every method says which states it
-accepts and which it leaves, and any failure of a worker closes it.
+The batcher is in one ``State`` at a time (its docstring says which calls
+each allows); any failure of a worker closes it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
+from multiprocessing import connection as mp_connection
 from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any, Literal, overload
@@ -47,13 +48,20 @@ EXIT_WAIT_S = 5.0  # how long a worker whose pipe closed may take to exit, for i
 
 
 class State(enum.Enum):
-    """Where a ``MultiprocessBatcher`` stands."""
+    """Where a ``MultiprocessBatcher`` stands, and what it allows.
 
-    STARTING = "starting"  # workers started; no reset has succeeded yet
-    READY = "ready"  # episodes started: execute() may be called
-    RUNNING = "running"  # an execute() is under way or waits to be taken with get()
-    STREAMING = "streaming"  # "stream" mode: the workers fill slots, get() takes them
-    CLOSED = "closed"  # workers stopped, buffers released
+    ``NEEDS_RESET``: no episodes to run, before the first reset or after one
+    that raised: ``reset`` and ``update``. ``READY``: ``execute``, ``reset``,
+    ``update``. ``RUNNING``: ``get``, ``reset`` (which drops the batch),
+    ``update``. ``STREAMING``: ``get``, ``reset``, ``update``. ``CLOSED``:
+    ``close`` only.
+    """
+
+    NEEDS_RESET = "needs reset"
+    READY = "ready"
+    RUNNING = "running"
+    STREAMING = "streaming"
+    CLOSED = "closed"
 
 
 def _shutdown(processes: list[Any], conns: list[Connection], grace: float) -> None:
@@ -222,7 +230,7 @@ class MultiprocessBatcher:
         self._processes: list[Any] = []
         self._conns: list[Connection] = []
         self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._conns, 5.0)
-        self.state = State.STARTING
+        self.state = State.NEEDS_RESET
         self._start_deadline = time.monotonic() + self.start_timeout
         # The factories travel as bytes the worker unpickles itself, so that one it cannot import is
         # reported with its traceback; their arguments go through multiprocessing (Events, shared tensors).
@@ -259,7 +267,7 @@ class MultiprocessBatcher:
         self._episodes_run = False  # "episodes" mode: the current episodes were run, the next batch restarts
         self._pending: set[int] = set()  # RUNNING: the workers whose "done" was not read yet
         self._deadline = 0.0  # RUNNING: when the batch must be ready
-        self._staging: dict[str, torch.Tensor] = {}  # CUDA: pinned buffers get() copies through
+        self._staging: dict[Any, torch.Tensor] = {}  # CUDA: pinned buffers get() copies through
         self._copied: Any = None  # CUDA: the event after the last copy out of the staging buffers
 
     # ------------------------------------------------------------------ workers
@@ -295,42 +303,66 @@ class MultiprocessBatcher:
         self._processes[w].kill()
         return self._fail(WorkerTimeout(what, w, self._envs(w)))
 
-    def _receive(self, w: int, deadline: float, blocking: bool = True) -> tuple[Any, ...] | None:
-        """The next message of worker ``w``, waiting until ``deadline`` (time.monotonic).
-
-        Returns None if ``blocking`` is False and nothing has arrived (before the deadline).
+    def _read(self, w: int) -> tuple[Any, ...] | None:
+        """The message worker ``w`` has sent, if any (None while it runs quietly).
 
         Raises:
-            WorkerError: if the worker sent an error or died; WorkerTimeout once the deadline passed.
+            WorkerError: if the message is an error, or the worker died.
         """
-        conn, process = self._conns[w], self._processes[w]
-        while True:
-            try:
-                wait = min(0.1, max(0.0, deadline - time.monotonic())) if blocking else 0.0
-                if conn.poll(wait):
-                    message: tuple[Any, ...] = conn.recv()
-                    break
-            except (EOFError, OSError):
-                raise self._fail(self._died(w)) from None
-            if not process.is_alive():
+        try:
+            if not self._conns[w].poll(0):
+                if self._processes[w].is_alive():
+                    return None
                 raise self._fail(self._died(w))
-            if time.monotonic() >= deadline:
-                if not self._started[w]:
-                    raise self._timed_out(w, f"did not start within start_timeout={self.start_timeout:g} s")
-                raise self._timed_out(w, f"no answer within {self.timeout:g} s (hung or too slow)")
-            if not blocking:
-                return None
+            message: tuple[Any, ...] = self._conns[w].recv()
+        except (EOFError, OSError):
+            raise self._fail(self._died(w)) from None
         if message[0] == "error":
             what = "raised an exception" if self._started[w] else "could not start"
             raise self._fail(WorkerError(what, w, self._envs(w), message[1]))
         return message
 
-    def _expect(self, w: int, deadline: float, answer: str) -> tuple[Any, ...]:
-        message = self._receive(w, deadline)
-        assert message is not None  # a blocking receive returns a message or raises
-        if message[0] != answer:
-            raise self._fail(WorkerError(f"answered {message[0]!r} instead of {answer!r}", w, self._envs(w)))
-        return message
+    def _gather(self, workers: set[int], answer: str, deadline: float, blocking: bool = True) -> bool:
+        """Read ``answer`` from each of ``workers``, taking each out of the set as it answers.
+
+        All are watched at once (pipes and process sentinels), so an error or
+        a death is reported as it happens, whichever worker it is.
+
+        Returns:
+            True once all answered; False if ``blocking`` is False and some
+            have not, before ``deadline`` (time.monotonic).
+
+        Raises:
+            WorkerError: if one sent an error, another answer, or died.
+            WorkerTimeout: once ``deadline`` passed, naming the first that has not answered.
+        """
+        while workers:
+            handles: dict[Any, int] = {}
+            for w in workers:
+                handles[self._conns[w]] = w
+                handles[self._processes[w].sentinel] = w
+            wait = max(0.0, deadline - time.monotonic()) if blocking else 0.0
+            ready = mp_connection.wait(list(handles), timeout=wait)
+            for w in sorted({handles[handle] for handle in ready}):
+                message = self._read(w)
+                if message is None:
+                    continue
+                if message[0] != answer:
+                    raise self._fail(
+                        WorkerError(f"answered {message[0]!r} instead of {answer!r}", w, self._envs(w))
+                    )
+                workers.discard(w)
+            if workers and not ready:
+                if time.monotonic() >= deadline:
+                    w = min(workers)
+                    if not self._started[w]:
+                        raise self._timed_out(
+                            w, f"did not start within start_timeout={self.start_timeout:g} s"
+                        )
+                    raise self._timed_out(w, f"no answer within {self.timeout:g} s (hung or too slow)")
+                if not blocking:
+                    return False
+        return True
 
     def _send(self, w: int, command: tuple[Any, ...]) -> None:
         try:
@@ -342,9 +374,7 @@ class MultiprocessBatcher:
         """Send one command to each worker and wait for each to answer ``answer``."""
         for w, command in enumerate(commands):
             self._send(w, command)
-        deadline = time.monotonic() + self.timeout
-        for w in range(self.n_processes):
-            self._expect(w, deadline, answer)
+        self._gather(set(range(self.n_processes)), answer, time.monotonic() + self.timeout)
 
     def _check_open(self, call: str) -> None:
         if self.state is State.CLOSED:
@@ -368,8 +398,8 @@ class MultiprocessBatcher:
             if add_note is not None:
                 add_note(
                     f"{NAME}: raised by the probe step that the first reset() runs in the main process "
-                    "(worker 0's agent and environments) to size the shared buffers; the batcher is "
-                    "unchanged and can be reset again"
+                    "(worker 0's agent and environments) to size the shared buffers; the workers keep "
+                    "running and the next reset() may give other z and w"
                 )
             raise
         finally:
@@ -378,10 +408,10 @@ class MultiprocessBatcher:
     def _start(self, agent_info: DictTensor, env_info: DictTensor) -> None:
         """The first reset: probe, wait for the workers to start, allocate the buffers and attach them."""
         info, steps = self._probe(agent_info, env_info)  # while the workers start
-        for w in range(self.n_processes):
-            if not self._started[w]:
-                self._expect(w, self._start_deadline, "ready")
-                self._started[w] = True
+        self._gather(
+            {w for w in range(self.n_processes) if not self._started[w]}, "ready", self._start_deadline
+        )
+        self._started = [True] * self.n_processes
         self._buffers = SharedBuffers.allocate(info, steps, self.n_slots, self.n_timesteps)
         commands: list[tuple[Any, ...]] = []
         for w in range(self.n_processes):
@@ -418,19 +448,20 @@ class MultiprocessBatcher:
         """To CUDA through pinned staging buffers made once, without waiting for the transfers.
 
         The staging buffers are refilled only after the previous transfers out
-        of them finished (an event recorded after them).
+        of them finished: an event recorded after them on the stream of
+        ``self.device`` they were queued on.
         """
         if self._copied is not None:
             self._copied.synchronize()
         out = {}
         for key, value in tensors.items():
-            staging = self._staging.get(str(key))
-            if staging is None or staging.shape != value.shape:
-                staging = self._staging[str(key)] = torch.empty_like(value).pin_memory()
+            staging = self._staging.get(key)
+            if staging is None or staging.shape != value.shape or staging.dtype != value.dtype:
+                staging = self._staging[key] = torch.empty_like(value).pin_memory()
             staging.copy_(value)
             out[key] = staging.to(self.device, non_blocking=True)
         self._copied = torch.cuda.Event()
-        self._copied.record()
+        self._copied.record(torch.cuda.current_stream(self.device))
         return out
 
     # ------------------------------------------------------------------ the contract
@@ -450,8 +481,9 @@ class MultiprocessBatcher:
                 shapes of z and w; nothing is cast. (Before, a reset with
                 others probes again and makes new buffers.)
             Exception: whatever the agent or environment raise in the probe
-                step of the first reset, with a note saying so; the batcher is
-                unchanged (the next reset may give other keys).
+                step of the first reset, with a note saying so; the workers keep
+                running, the next reset may give other keys, and ``execute()``
+                waits for a reset that succeeded.
             WorkerError: if a worker raised, died or could not start (the
                 batcher is then closed); ``WorkerTimeout`` if it did not start
                 within ``start_timeout`` or answer within ``timeout``.
@@ -467,10 +499,8 @@ class MultiprocessBatcher:
         if self.state is State.STREAMING:
             self._all([("stop",)] * self.n_processes, "stopped")
         elif self.state is State.RUNNING:  # the answers of a batch that was never taken
-            for w in sorted(self._pending):
-                self._expect(w, self._deadline, "done")
-            self._pending.clear()
-        self.state = State.STARTING  # until this reset succeeds
+            self._gather(self._pending, "done", self._deadline)
+        self.state = State.NEEDS_RESET  # until this reset succeeds
         if self._buffers is None or spec != self._buffers_spec:  # no batch yet: z and w may still change
             self._start(agent_info, env_info)
             self._buffers_spec = spec
@@ -484,7 +514,7 @@ class MultiprocessBatcher:
         self.state = State.READY
         if self._board is not None:
             self._warn_if_initial_weights()
-            self._board.clear()
+            self._on_board("clear")
             for w in range(self.n_processes):
                 self._send(w, ("stream",))
             self.state = State.STREAMING
@@ -517,7 +547,7 @@ class MultiprocessBatcher:
         self._check_open("execute")
         if self.mode == "stream":
             raise RuntimeError(f"{NAME}: execute() is not used in 'stream' mode; call get()")
-        if self.state is State.STARTING:
+        if self.state is State.NEEDS_RESET:
             raise RuntimeError(f"{NAME}: call reset() before execute()")
         if self.state is State.RUNNING:
             raise RuntimeError(f"{NAME}: execute() called twice; take the first batch with get()")
@@ -530,6 +560,7 @@ class MultiprocessBatcher:
         self._deadline = time.monotonic() + self.timeout
         self._episodes_run = True
         self.state = State.RUNNING
+        self._info_spec = self._buffers_spec  # the first batch fixes z and w, as in LocalBatcher
 
     @overload
     def get(self, blocking: Literal[True] = True, max_staleness: int | None = None) -> Trajectories: ...
@@ -572,27 +603,22 @@ class MultiprocessBatcher:
             raise ValueError(f"{NAME}.get: max_staleness is for mode='stream' only")
         if self.state is not State.RUNNING:
             raise RuntimeError(f"{NAME}: get() without a pending execute(); call execute() first")
-        for w in sorted(self._pending):
-            message = self._receive(w, self._deadline, blocking)
-            if message is None:
-                return None
-            if message[0] != "done":
-                raise self._fail(WorkerError(f"answered {message[0]!r} instead of 'done'", w, self._envs(w)))
-            self._pending.discard(w)
+        if not self._gather(self._pending, "done", self._deadline, blocking):
+            return None
         self.state = State.READY
-        self._info_spec = self._buffers_spec  # the first batch fixes z and w
         return self._copy_out(slice(0, self.n_processes))
 
     def _get_stream(self, blocking: bool, max_staleness: int | None) -> Trajectories | None:
         _checks.max_staleness(NAME, max_staleness)
         if self.state is not State.STREAMING:
             raise RuntimeError(f"{NAME}: call reset() before get()")
+        self._check_weights("get")
         deadline = time.monotonic() + self.timeout
         # no local names for the board here: a traceback that kept it alive would keep its
         # semaphore in /dev/shm as long as the exception lives
         while True:
             self._check_stream_workers()  # even when slots are ready: the other workers may keep filling them
-            slot = self._slot_board().take()
+            slot = self._on_board("take")
             if slot is None:
                 if not blocking:
                     return None
@@ -606,11 +632,26 @@ class MultiprocessBatcher:
                 stale = max_staleness is not None and self.policy_version() - version > max_staleness
                 batch = None if stale else self._copy_out(slice(slot, slot + 1))
             finally:
-                self._slot_board().release(slot)  # too old, or copied: a worker may fill it again
+                self._on_board("release", slot)  # too old, or copied: a worker may fill it again
             if batch is not None:
                 self._info_spec = self._buffers_spec  # the first batch fixes z and w
                 return batch
             self.discarded += 1
+
+    def _on_board(self, call: str, *args: int) -> Any:
+        """``SlotBoard.<call>(*args)``; a lock held past the timeout closes the batcher, naming a worker.
+
+        A worker that died holding the lock is reported as dead; otherwise the
+        quietest worker is named. The error is raised outside the ``except``
+        block, so that it does not keep the board (and its semaphore) alive.
+        """
+        try:
+            return getattr(self._slot_board(), call)(*args)
+        except TimeoutError:
+            pass
+        self._check_stream_workers()
+        quietest = self._slot_board().silent(-1.0)[0]
+        raise self._timed_out(quietest, f"the slot board's lock stayed taken for {self.timeout:g} s")
 
     def _slot_board(self) -> SlotBoard:
         assert self._board is not None  # made at construction in "stream" mode, dropped at close
@@ -623,13 +664,12 @@ class MultiprocessBatcher:
     def _check_stream_workers(self) -> None:
         """Raise for a streaming worker that reported an error, died, or published nothing for ``timeout``."""
         for w in range(self.n_processes):
-            if self._conns[w].poll(0) or not self._processes[w].is_alive():
-                message = self._receive(w, time.monotonic())
-                assert message is not None
+            message = self._read(w)
+            if message is not None:
                 raise self._fail(WorkerError(f"sent {message[0]!r} while streaming", w, self._envs(w)))
         silent = self._slot_board().silent(self.timeout)
         if silent:
-            others = f" (workers {silent} all stopped)" if len(silent) > 1 else ""
+            others = f" (so did workers {silent[1:]})" if len(silent) > 1 else ""
             raise self._timed_out(
                 silent[0], f"published nothing for more than {self.timeout:g} s (hung or too slow){others}"
             )
@@ -638,9 +678,11 @@ class MultiprocessBatcher:
         """Copy new weights into shared memory; each worker loads them before its next trajectory.
 
         One copy per tensor, then the version goes up by one. If a copy fails
-        or is interrupted (Ctrl-C), no worker loads the half-written weights
-        (they keep those they hold), the version stays, and ``reset`` and
-        ``execute`` refuse to go on until an ``update()`` succeeds.
+        or is interrupted (Ctrl-C), the weights stay marked as being written:
+        no worker loads them (a worker that wants them waits, at most
+        ``timeout`` seconds), the version stays, and ``reset``, ``execute``
+        and a streaming ``get`` refuse to go on until an ``update()``
+        succeeds.
 
         Raises:
             TypeError, ValueError: if the keys, shapes or dtypes differ from the agent's ``state_dict``.
