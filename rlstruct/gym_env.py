@@ -3,7 +3,9 @@
 Each instance is made by ``gymnasium.make(env_id, **kwargs)`` or by a factory
 ``env(**kwargs)``, where ``kwargs`` is the instance's row of env_info (0-d
 values as Python numbers, others as tensors) merged over the constant
-``make_kwargs``: w can be a gravity, a task id, a level. An instance is made
+``make_kwargs``: w can be a gravity, a task id, a level. A float32 (or
+narrower) value arrives as the shortest decimal it holds (9.8, not
+9.800000190734863). An instance is made
 again when its row of env_info changes at a ``reset``, and kept otherwise.
 
 Instance i is seeded with ``seed + i`` at its first reset (the batchers pass
@@ -86,9 +88,22 @@ SEED_KEY = "seed"
 """The key of env_info that reseeds each instance at every reset instead of making it."""
 
 
+def _number(value: torch.Tensor) -> Any:
+    """A 0-d tensor as a Python number; a float narrower than 64 bits as the shortest decimal it holds.
+
+    float32(9.8) is 9.800000190734863 as a Python float; the environment gets
+    9.8, the number the user wrote.
+    """
+    if value.dtype in (torch.float16, torch.bfloat16, torch.float32):
+        return float(str(value.float().numpy()))
+    return value.item()
+
+
 def _row_kwargs(env_info: DictTensor, i: int) -> dict[str, Any]:
     # rows are copied: a view would follow later in-place edits of env_info, hiding them from _same_kwargs
-    return {k: (v[i].item() if v.dim() == 1 else v[i].clone()) for k, v in env_info.items() if k != SEED_KEY}
+    return {
+        k: (_number(v[i]) if v.dim() == 1 else v[i].clone()) for k, v in env_info.items() if k != SEED_KEY
+    }
 
 
 def _same_kwargs(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

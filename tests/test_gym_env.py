@@ -313,6 +313,17 @@ def test_factory_receives_env_info_rows_merged_over_make_kwargs() -> None:
     env.close()
 
 
+def test_float32_env_info_reaches_the_environment_as_the_decimal_the_user_wrote() -> None:
+    recorder = Recorder()
+    env = GymEnv(recorder, n_envs=3)
+    gravity = torch.tensor([9.8, 1.62, 3.721])  # float32: 9.800000190734863 as a plain Python float
+    env.reset(DictTensor({"gravity": gravity, "wind": torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)}))
+    assert [m["gravity"] for m in recorder.made] == [9.8, 1.62, 3.721]
+    assert [m["wind"] for m in recorder.made] == [0.1, 0.2, 0.3]  # float64 values as they are
+    assert all(type(m["gravity"]) is float for m in recorder.made)
+    env.close()
+
+
 def test_instances_are_made_again_only_when_their_row_changes() -> None:
     recorder = Recorder()
     env = GymEnv(recorder, n_envs=3)
