@@ -8,16 +8,18 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from rlstruct import DictTensor, GymEnv, LocalBatcher, TemporalDictTensor, replay_agent
 from rlstruct.algos import ALGORITHMS, a2c, dqn, impala, ppo, sac
+from rlstruct.algos import run as run_module
 from rlstruct.algos.config import TrainConfig, field_docs, parse_config
 from rlstruct.algos.evaluation import env_spaces
 from rlstruct.algos.policies import ActorCritic, run_memory
-from rlstruct.algos.run import EpisodeReturns, check_config
+from rlstruct.algos.run import EpisodeReturns, Run, check_config
 from rlstruct.checkpoint import load_checkpoint
 from rlstruct.cli import main as cli_main
 
@@ -95,6 +97,99 @@ def test_cli_rejects_an_unknown_algorithm(capsys: pytest.CaptureFixture[str]) ->
     assert cli_main(["train", "nope", "--env", "CartPole-v1"]) == 2
     assert "unknown algorithm 'nope'; choose one of" in capsys.readouterr().err
     assert cli_main(["--help"]) == 0
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["train", "--help"], ["train", "-h"]])
+def test_cli_help_at_every_level_prints_the_usage(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_main(argv) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("usage: rlstruct train {a2c,dqn,impala,ppo,sac}") and out.err == ""
+
+
+@pytest.mark.parametrize(
+    ("env", "fix"),
+    [
+        (
+            "InvertedPendulumBulletEnv-v0",
+            "Bullet environments need the module prefix and the bullet extra: "
+            "--env pybullet_envs_gymnasium:InvertedPendulumBulletEnv-v0 (pip install -e '.[bullet]')",
+        ),
+        ("CartPol-v1", "did you mean 'CartPole-v1'?"),
+    ],
+)
+def test_cli_names_the_likely_fix_for_an_unknown_environment_in_one_line(
+    env: str, fix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_main(["train", "ppo", "--env", env]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rlstruct: unknown environment {env!r} (") and err.endswith(f"; {fix}\n")
+    assert err.count("\n") == 1
+
+
+ACTOR_CRITIC: tuple[Any, dict[str, Any]] = (
+    ActorCritic,
+    {"obs_dim": 4, "n_actions": 2, "action_low": None, "action_high": None},
+)
+
+
+def test_a_mean_training_return_of_zero_is_shown_and_logged(tmp_path: Path) -> None:
+    run = Run("ppo", ppo.Config(env="CartPole-v1", run_dir=str(tmp_path), progress=False), *ACTOR_CRITIC)
+    with run:
+        episodes = EpisodeReturns(2)
+        episodes.finished = [0.0, 0.0]
+        run.episode_return = 3.0
+        run.add_returns(episodes)
+        assert run.episode_return == 0.0 and episodes.finished == []
+        run.add_returns(episodes)  # nothing new: the last mean stays
+        assert run.episode_return == 0.0
+        run.step(16, ActorCritic(**ACTOR_CRITIC[1]), loss=1.0)
+    with (run.dir / "progress.csv").open() as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["train_return_mean"] == "0.0"
+
+
+def test_a_run_that_cannot_start_its_evaluator_closes_its_logger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed = []
+
+    class Recording(run_module.Logger):
+        def close(self) -> None:
+            closed.append(self)
+            super().close()
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("no evaluator today")
+
+    monkeypatch.setattr(run_module, "Logger", Recording)
+    monkeypatch.setattr(run_module, "Evaluator", broken)
+    with pytest.raises(RuntimeError, match="no evaluator today"):
+        Run("ppo", ppo.Config(env="CartPole-v1", run_dir=str(tmp_path), progress=False), *ACTOR_CRITIC)
+    assert len(closed) == 1
+
+
+@pytest.mark.parametrize("algo", [a2c, dqn, impala, ppo, sac])
+def test_a_batcher_that_cannot_start_still_closes_the_run(
+    algo: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed = []
+    close = run_module.Run.close
+
+    def recording(self: Run) -> None:
+        closed.append(self)
+        close(self)
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise OSError("no processes today")
+
+    monkeypatch.setattr(algo, "MultiprocessBatcher", broken)
+    monkeypatch.setattr(run_module.Run, "close", recording)
+    env = "Pendulum-v1" if algo is sac else "CartPole-v1"
+    with pytest.raises(OSError, match="no processes today"):
+        algo.train(algo.Config(env=env, progress=False, run_dir=str(tmp_path)))
+    assert len(closed) == 1
 
 
 # ---------------------------------------------------------------------------- the actor-critic
@@ -261,7 +356,15 @@ def test_ppo_smoke_run_writes_its_run_directory_and_json(tmp_path: Path) -> None
     assert {"config.json", "progress.csv", "checkpoint.pt", "learning_curve.png"} <= names
     assert any(n.startswith("events.out.tfevents") for n in names)
     header = (run_dir / "progress.csv").read_text().splitlines()[0].split(",")
-    assert {"policy_loss", "value_loss", "entropy", "eval_return_mean", "sps"} <= set(header)
+    assert {"policy_loss", "value_loss", "entropy", "eval_return_mean", "sps", "train_return_mean"} <= set(
+        header
+    )
+    with (run_dir / "progress.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    trained = [row for row in rows if row["train_return_mean"]]
+    assert trained and all(float(row["train_return_mean"]) >= 8 for row in trained)
+    evaluations = [row for row in rows if row["eval_return_mean"]]
+    assert evaluations and all(row["env_steps"] == row["step"] for row in evaluations)
 
 
 @pytest.mark.parametrize("memory", ["gru", "lstm"])

@@ -169,6 +169,18 @@ def transitions(n: int = 32) -> DictTensor:
     )
 
 
+def test_an_actor_step_that_raises_leaves_the_critic_learning(monkeypatch: pytest.MonkeyPatch) -> None:
+    step, agent, critic, _, _ = learner()
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(agent, "sample", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        step.step(transitions(), sac.Config(env="Pendulum-v1"), target_entropy=-2.0)
+    assert all(p.requires_grad for p in critic.parameters())
+
+
 def test_one_update_moves_targets_by_polyak_and_leaves_no_frozen_critic() -> None:
     step, _, critic, target, _ = learner()
     before = [p.clone() for p in target.parameters()]

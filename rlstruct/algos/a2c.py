@@ -109,21 +109,22 @@ def train(config: Config) -> dict[str, Any]:
     action_key = "action" if spaces.n_actions is not None else "raw_action"
 
     run = Run("a2c", config, ActorCritic, agent_args)
-    batcher = MultiprocessBatcher(
-        ActorCritic,
-        agent_args,
-        GymEnv,
-        {"env": config.env},
-        n_envs=config.n_envs // config.n_processes,
-        n_timesteps=config.n_steps,
-        n_processes=config.n_processes,
-        seed=config.seed,
-        device=device,
-    )
-    episodes = EpisodeReturns(config.n_envs)
-    scaler = RewardScaler(config.n_envs, config.gamma).to(device) if config.scale_rewards else None
-    env_steps = 0
+    batcher: MultiprocessBatcher | None = None  # closed below, with the run, even if it fails to start
     try:
+        batcher = MultiprocessBatcher(
+            ActorCritic,
+            agent_args,
+            GymEnv,
+            {"env": config.env},
+            n_envs=config.n_envs // config.n_processes,
+            n_timesteps=config.n_steps,
+            n_processes=config.n_processes,
+            seed=config.seed,
+            device=device,
+        )
+        episodes = EpisodeReturns(config.n_envs)
+        scaler = RewardScaler(config.n_envs, config.gamma).to(device) if config.scale_rewards else None
+        env_steps = 0
         batcher.update(run.weights(model))
         batcher.reset()
         run.begin()
@@ -133,7 +134,7 @@ def train(config: Config) -> dict[str, Any]:
             steps = batch.trajectories
             env_steps += per_iteration
             episodes.add(steps)
-            run.episode_return = episodes.pop_mean() or run.episode_return
+            run.add_returns(episodes)
 
             # The agent's outputs again, with gradients, in one call (ActorCritic.forward_sequence).
             out = replay_agent(model, batch)
@@ -194,7 +195,8 @@ def train(config: Config) -> dict[str, Any]:
         extra = {} if scaler is None else {"reward_scaler": scaler.state_dict()}
         return run.finish(model, env_steps, optimizer=optimizer, rng=rng_state(model.generator), **extra)
     finally:
-        batcher.close()
+        if batcher is not None:
+            batcher.close()
         run.close()
 
 

@@ -297,22 +297,23 @@ def train(config: Config) -> dict[str, Any]:
         buffer = ReplayBuffer(config.buffer_size, device=device, generator=generator)
 
     run = Run("dqn", config, QNetwork, agent_args)
-    batcher = MultiprocessBatcher(
-        QNetwork,
-        agent_args,
-        GymEnv,
-        {"env": config.env},
-        n_envs=config.n_envs // config.n_processes,
-        n_timesteps=config.n_steps,
-        n_processes=config.n_processes,
-        seed=config.seed,
-        device=device,
-    )
-    episodes = EpisodeReturns(config.n_envs)
-    per_iteration = config.n_envs * config.n_steps
-    n_updates = max(1, round(config.train_ratio * per_iteration))
-    env_steps, grad_steps = 0, 0
+    batcher: MultiprocessBatcher | None = None  # closed below, with the run, even if it fails to start
     try:
+        batcher = MultiprocessBatcher(
+            QNetwork,
+            agent_args,
+            GymEnv,
+            {"env": config.env},
+            n_envs=config.n_envs // config.n_processes,
+            n_timesteps=config.n_steps,
+            n_processes=config.n_processes,
+            seed=config.seed,
+            device=device,
+        )
+        episodes = EpisodeReturns(config.n_envs)
+        per_iteration = config.n_envs * config.n_steps
+        n_updates = max(1, round(config.train_ratio * per_iteration))
+        env_steps, grad_steps = 0, 0
         model.epsilon.fill_(config.eps_start)
         batcher.update(run.weights(model))
         batcher.reset()
@@ -324,7 +325,7 @@ def train(config: Config) -> dict[str, Any]:
             env_steps += per_iteration
             buffer.add_trajectories(steps, keys=TRANSITION_KEYS)
             episodes.add(steps)
-            run.episode_return = episodes.pop_mean() or run.episode_return
+            run.add_returns(episodes)
             progress = env_steps / config.total_steps
             more = env_steps + per_iteration <= config.total_steps  # never more steps than the budget
 
@@ -358,7 +359,8 @@ def train(config: Config) -> dict[str, Any]:
             rng=rng_state(generator, model.generator),
         )
     finally:
-        batcher.close()
+        if batcher is not None:
+            batcher.close()
         run.close()
 
 

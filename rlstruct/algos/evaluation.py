@@ -13,6 +13,7 @@ how many came before.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -45,14 +46,40 @@ class EnvSpaces:
     """The time limit of an episode (1000 where the environment declares none)."""
 
 
+class UnknownEnvironment(ValueError):
+    """An environment id that gymnasium cannot make, with the likely fix in one line.
+
+    Attributes:
+        env: the id as given.
+    """
+
+    def __init__(self, env: str, error: BaseException) -> None:
+        name = env.split(":")[-1]
+        if ":" not in env and "Bullet" in name:
+            hint = (
+                f"Bullet environments need the module prefix and the bullet extra: "
+                f"--env pybullet_envs_gymnasium:{name} (pip install -e '.[bullet]')"
+            )
+        else:
+            close = difflib.get_close_matches(name, list(gym.registry), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "see gymnasium.pprint_registry() for the ids"
+        super().__init__(f"unknown environment {env!r} ({type(error).__name__}: {error}); {hint}")
+        self.env = env
+
+
 def env_spaces(env: str) -> EnvSpaces:
     """Read the spaces and time limit of environment ``env`` (made once, then closed).
 
     Raises:
+        UnknownEnvironment: (a ValueError) for an id gymnasium cannot make,
+            with the likely fix.
         ValueError: for an observation space that is not a Box, or an action
             space that is neither Discrete nor Box.
     """
-    instance = gym.make(env)
+    try:
+        instance = gym.make(env)
+    except (gym.error.Error, ModuleNotFoundError) as error:
+        raise UnknownEnvironment(env, error) from error
     try:
         obs, act = instance.observation_space, instance.action_space
         limit = instance.spec.max_episode_steps if instance.spec is not None else None

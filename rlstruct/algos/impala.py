@@ -141,24 +141,25 @@ def train(config: Config) -> dict[str, Any]:
     optimizer = torch.optim.RMSprop(model.parameters(), lr=config.lr, alpha=0.99, eps=1e-5)
 
     run = Run("impala", config, ActorCritic, agent_args)
-    batcher = MultiprocessBatcher(
-        ActorCritic,
-        agent_args,
-        GymEnv,
-        {"env": config.env},
-        n_envs=per_worker,
-        n_timesteps=config.n_steps,
-        mode="stream",
-        n_slots=config.n_slots,
-        n_processes=config.n_processes,
-        seed=config.seed,
-        device=device,
-    )
-    # A slot holds the rows of one worker; the row index (in z, unused by the agent) tells which,
-    # so that training episodes are followed across the slots of each worker.
-    episodes = [EpisodeReturns(per_worker) for _ in range(config.n_processes)]
-    env_steps = 0
+    batcher: MultiprocessBatcher | None = None  # closed below, with the run, even if it fails to start
     try:
+        batcher = MultiprocessBatcher(
+            ActorCritic,
+            agent_args,
+            GymEnv,
+            {"env": config.env},
+            n_envs=per_worker,
+            n_timesteps=config.n_steps,
+            mode="stream",
+            n_slots=config.n_slots,
+            n_processes=config.n_processes,
+            seed=config.seed,
+            device=device,
+        )
+        # A slot holds the rows of one worker; the row index (in z, unused by the agent) tells which,
+        # so that training episodes are followed across the slots of each worker.
+        episodes = [EpisodeReturns(per_worker) for _ in range(config.n_processes)]
+        env_steps = 0
         batcher.update(run.weights(model))
         batcher.reset(agent_info=DictTensor({"row": torch.arange(config.n_envs)}))
         run.begin()
@@ -170,11 +171,7 @@ def train(config: Config) -> dict[str, Any]:
                 pieces.append(piece)
             batch = pieces[0] if len(pieces) == 1 else Trajectories.cat(pieces)
             env_steps += per_update
-            finished = [r for e in episodes for r in e.finished]
-            for e in episodes:
-                e.finished = []
-            if finished:
-                run.episode_return = sum(finished) / len(finished)
+            run.add_returns(*episodes)
             lag = (batcher.policy_version() - batch.info["policy_version"]).float()
 
             lr = (
@@ -197,7 +194,8 @@ def train(config: Config) -> dict[str, Any]:
             )
         return run.finish(model, env_steps, optimizer=optimizer, rng=rng_state(model.generator))
     finally:
-        batcher.close()
+        if batcher is not None:
+            batcher.close()
         run.close()
 
 

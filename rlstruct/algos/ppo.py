@@ -130,21 +130,22 @@ def train(config: Config) -> dict[str, Any]:
     action_key = "action" if spaces.n_actions is not None else "raw_action"
 
     run = Run("ppo", config, ActorCritic, agent_args)
-    batcher = MultiprocessBatcher(
-        ActorCritic,
-        agent_args,
-        GymEnv,
-        {"env": config.env},
-        n_envs=config.n_envs // config.n_processes,
-        n_timesteps=config.n_steps,
-        n_processes=config.n_processes,
-        seed=config.seed,
-        device=device,
-    )
-    episodes = EpisodeReturns(config.n_envs)
-    scaler = RewardScaler(config.n_envs, config.gamma).to(device) if config.scale_rewards else None
-    env_steps, per_iteration = 0, config.n_envs * config.n_steps
+    batcher: MultiprocessBatcher | None = None  # closed below, with the run, even if it fails to start
     try:
+        batcher = MultiprocessBatcher(
+            ActorCritic,
+            agent_args,
+            GymEnv,
+            {"env": config.env},
+            n_envs=config.n_envs // config.n_processes,
+            n_timesteps=config.n_steps,
+            n_processes=config.n_processes,
+            seed=config.seed,
+            device=device,
+        )
+        episodes = EpisodeReturns(config.n_envs)
+        scaler = RewardScaler(config.n_envs, config.gamma).to(device) if config.scale_rewards else None
+        env_steps, per_iteration = 0, config.n_envs * config.n_steps
         batcher.update(run.weights(model))
         batcher.reset()
         run.begin()
@@ -155,7 +156,7 @@ def train(config: Config) -> dict[str, Any]:
             mask = steps.mask()
             env_steps += per_iteration
             episodes.add(steps)
-            run.episode_return = episodes.pop_mean() or run.episode_return
+            run.add_returns(episodes)
 
             reward = None if scaler is None else scaler(steps["next/reward"], steps["next/done"], mask)
             add_advantages(model, steps, config.gamma, config.gae_lambda, reward)
@@ -180,7 +181,8 @@ def train(config: Config) -> dict[str, Any]:
             model, env_steps, optimizer=optimizer, rng=rng_state(generator, model.generator), **extra
         )
     finally:
-        batcher.close()
+        if batcher is not None:
+            batcher.close()
         run.close()
 
 

@@ -20,6 +20,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import torch
@@ -124,17 +125,22 @@ class Run:
         self.logger = Logger(
             self.dir, config=config, progress=config.progress, total_steps=config.total_steps
         )
-        self.evaluator = Evaluator(
-            agent_factory,
-            agent_args,
-            config.env,
-            n_episodes=config.eval_episodes,
-            max_steps=env_spaces(config.env).max_episode_steps,
-            seed=config.seed + EVAL_SEED_OFFSET,
-        )
+        try:
+            self.evaluator = Evaluator(
+                agent_factory,
+                agent_args,
+                config.env,
+                n_episodes=config.eval_episodes,
+                max_steps=env_spaces(config.env).max_episode_steps,
+                seed=config.seed + EVAL_SEED_OFFSET,
+            )
+        except BaseException:
+            self.logger.close()  # no file left open by a run that could not start
+            raise
         self._next_eval = config.eval_every
         self.last_eval: EvalResult | None = None
         self.episode_return: float | None = None
+        self._new_return: float | None = None  # a training return not logged yet
         self.setup_s = 0.0
 
     def begin(self) -> None:
@@ -147,6 +153,19 @@ class Run:
         self.setup_s = now - self.start
         self.start = now
 
+    def add_returns(self, *episodes: EpisodeReturns) -> None:
+        """Take the mean return of the training episodes that finished since the last call, across ``episodes``.
+
+        It is shown on the progress line and logged (``train_return_mean``) at
+        the next ``step``; when no episode finished, the last mean stays shown
+        (a mean of exactly 0.0 is a mean like any other).
+        """
+        finished = [r for e in episodes for r in e.finished]
+        for e in episodes:
+            e.finished = []
+        if finished:
+            self.episode_return = self._new_return = sum(finished) / len(finished)
+
     def weights(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The model's state dict on the CPU (what batchers and the evaluator load)."""
         return cpu_weights(model)
@@ -158,6 +177,9 @@ class Run:
         if env_steps >= self._next_eval and self.evaluator.start(self.weights(model), env_steps):
             self._next_eval = env_steps + self.config.eval_every
         wall = time.monotonic() - self.start
+        if self._new_return is not None:
+            scalars = {"train_return_mean": self._new_return, **scalars}
+            self._new_return = None
         self.logger.log(
             env_steps, env_steps=env_steps, wall_s=wall, sps=env_steps / max(wall, 1e-9), **scalars
         )
@@ -168,7 +190,12 @@ class Run:
 
     def _log_eval(self, result: EvalResult) -> None:
         self.last_eval = result
-        self.logger.log(result.env_steps, eval_return_mean=result.mean, eval_return_std=result.std)
+        self.logger.log(
+            result.env_steps,
+            env_steps=result.env_steps,
+            eval_return_mean=result.mean,
+            eval_return_std=result.std,
+        )
 
     def finish(self, model: torch.nn.Module, env_steps: int, **checkpoint: Any) -> dict[str, Any]:
         """Final evaluation, checkpoint, plot and JSON; returns the results.
@@ -201,7 +228,8 @@ class Run:
             "setup_s": round(self.setup_s, 3),
             "run_dir": str(self.dir),
         }
-        plot = self.logger.plot("eval_return_mean", x="step")
+        curves = ["eval_return_mean"] + (["train_return_mean"] if self.episode_return is not None else [])
+        plot = self.logger.plot(curves, x="step")
         if self.config.json is not None:
             Path(self.config.json).write_text(json.dumps(results, indent=2) + "\n")
         print(
@@ -214,8 +242,18 @@ class Run:
 
     def close(self) -> None:
         """Stop the evaluator and close the logger. Safe to call twice."""
-        self.evaluator.close()
-        self.logger.close()
+        try:
+            self.evaluator.close()
+        finally:
+            self.logger.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 def cpu_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -352,20 +352,21 @@ def train(config: Config) -> dict[str, Any]:
     learner = Learner(actor, critic, target, log_alpha, critic_optimizer, actor_optimizer, generator)
 
     run = Run("sac", config, SquashedGaussianActor, agent_args)
-    batcher = MultiprocessBatcher(
-        SquashedGaussianActor,
-        agent_args,
-        GymEnv,
-        {"env": config.env},
-        n_envs=config.n_envs // config.n_processes,
-        n_timesteps=config.n_steps,
-        n_processes=config.n_processes,
-        seed=config.seed,
-        device=device,
-    )
-    episodes = EpisodeReturns(config.n_envs)
-    env_steps, owed = 0, 0.0  # owed: gradient steps due and not yet taken
+    batcher: MultiprocessBatcher | None = None  # closed below, with the run, even if it fails to start
     try:
+        batcher = MultiprocessBatcher(
+            SquashedGaussianActor,
+            agent_args,
+            GymEnv,
+            {"env": config.env},
+            n_envs=config.n_envs // config.n_processes,
+            n_timesteps=config.n_steps,
+            n_processes=config.n_processes,
+            seed=config.seed,
+            device=device,
+        )
+        episodes = EpisodeReturns(config.n_envs)
+        env_steps, owed = 0, 0.0  # owed: gradient steps due and not yet taken
         actor.uniform.fill_(config.learning_starts > 0)
         batcher.update(run.weights(actor))
         batcher.reset()
@@ -382,7 +383,7 @@ def train(config: Config) -> dict[str, Any]:
                 batcher.update(run.weights(actor))
                 batcher.execute()
             episodes.add(steps)
-            run.episode_return = episodes.pop_mean() or run.episode_return
+            run.add_returns(episodes)
             buffer.add_trajectories(steps, REPLAY_KEYS)
             stats: dict[str, torch.Tensor] = {}
             if env_steps >= config.learning_starts:
@@ -404,7 +405,8 @@ def train(config: Config) -> dict[str, Any]:
             rng=rng_state(generator, actor.generator),
         )
     finally:
-        batcher.close()
+        if batcher is not None:
+            batcher.close()
         run.close()
 
 
@@ -469,14 +471,16 @@ class Learner:
 
         # Actor and temperature: one backward pass, their parameters are disjoint.
         self.critic.requires_grad_(False)
-        action, log_prob = self.actor.sample(observation, self.generator)
-        q_pi = self.critic(observation, action).min(0).values
-        actor_loss = (alpha * log_prob - q_pi).mean()
-        alpha_loss = -self.log_alpha * (log_prob.detach().mean() + target_entropy)
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        (actor_loss + alpha_loss).backward()
-        self.actor_optimizer.step()
-        self.critic.requires_grad_(True)
+        try:  # the critic learns again even if this step raises (an interrupt, a nan check)
+            action, log_prob = self.actor.sample(observation, self.generator)
+            q_pi = self.critic(observation, action).min(0).values
+            actor_loss = (alpha * log_prob - q_pi).mean()
+            alpha_loss = -self.log_alpha * (log_prob.detach().mean() + target_entropy)
+            self.actor_optimizer.zero_grad(set_to_none=True)
+            (actor_loss + alpha_loss).backward()
+            self.actor_optimizer.step()
+        finally:
+            self.critic.requires_grad_(True)
 
         with torch.no_grad():
             torch._foreach_lerp_(self._target_params, self._critic_params, config.tau)
