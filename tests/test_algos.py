@@ -173,7 +173,7 @@ def test_a_run_that_cannot_start_its_evaluator_closes_its_logger(
 @pytest.mark.parametrize("algo", [a2c, dqn, impala, ppo, sac])
 def test_a_batcher_that_cannot_start_still_closes_the_run(
     algo: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> None:  # every algorithm makes its batcher with Run.collector
     closed = []
     close = run_module.Run.close
 
@@ -184,7 +184,7 @@ def test_a_batcher_that_cannot_start_still_closes_the_run(
     def broken(*args: Any, **kwargs: Any) -> None:
         raise OSError("no processes today")
 
-    monkeypatch.setattr(algo, "MultiprocessBatcher", broken)
+    monkeypatch.setattr(run_module, "MultiprocessBatcher", broken)
     monkeypatch.setattr(run_module.Run, "close", recording)
     env = "Pendulum-v1" if algo is sac else "CartPole-v1"
     with pytest.raises(OSError, match="no processes today"):

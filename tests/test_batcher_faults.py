@@ -159,21 +159,26 @@ def test_a_later_z_or_w_of_another_dtype_or_shape_is_refused_naming_the_key(batc
 # ---------------------------------------------------------------------------- hung workers
 
 
+def worker_1_hangs(never: Any, **kwargs: Any) -> MultiprocessBatcher:
+    """2 workers of 2 CounterEnvs; worker 1 blocks forever at its second step (``never`` is never set)."""
+    return MultiprocessBatcher(
+        CountingAgent,
+        {},
+        ControlledEnv,
+        {"gate": never, "gate_seed": 2},
+        n_envs=2,
+        n_timesteps=3,
+        n_processes=2,
+        **kwargs,
+    )
+
+
 def test_a_poll_raises_worker_timeout_once_the_timeout_has_passed_since_execute(
     no_new_children: None,
 ) -> None:
     never = SPAWN.Event()
     shm_before = shm_entries()
-    batcher = MultiprocessBatcher(
-        CountingAgent,
-        {},
-        ControlledEnv,
-        {"gate": never, "gate_seed": 2},  # worker 1 blocks forever at its second step
-        n_envs=2,
-        n_timesteps=3,
-        n_processes=2,
-        timeout=1.0,
-    )
+    batcher = worker_1_hangs(never, timeout=1.0)
     batcher.reset()
     batcher.execute()
     start = time.monotonic()
@@ -215,17 +220,7 @@ def test_a_silent_stream_worker_is_reported_by_name_while_the_other_one_keeps_pu
 ) -> None:
     never = SPAWN.Event()
     shm_before = shm_entries()
-    batcher = MultiprocessBatcher(
-        CountingAgent,
-        {},
-        ControlledEnv,
-        {"gate": never, "gate_seed": 2},  # worker 1 blocks forever at its second step
-        n_envs=2,
-        n_timesteps=3,
-        n_processes=2,
-        mode="stream",
-        timeout=1.5,
-    )
+    batcher = worker_1_hangs(never, mode="stream", timeout=1.5)
     taken = 0
     start = time.monotonic()
     with pytest.raises(

@@ -27,7 +27,6 @@ from rlstruct.algos.policies import ActorCritic
 from rlstruct.algos.run import EpisodeReturns, Run, check_config, check_layout, explained_variance
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
-from rlstruct.gym_env import GymEnv
 from rlstruct.normalize import RewardScaler
 from rlstruct.returns import gae
 
@@ -111,17 +110,7 @@ def train(config: Config) -> dict[str, Any]:
     run = Run("a2c", config, ActorCritic, agent_args)
     batcher: MultiprocessBatcher | None = None  # closed below, with the run, even if it fails to start
     try:
-        batcher = MultiprocessBatcher(
-            ActorCritic,
-            agent_args,
-            GymEnv,
-            {"env": config.env},
-            n_envs=config.n_envs // config.n_processes,
-            n_timesteps=config.n_steps,
-            n_processes=config.n_processes,
-            seed=config.seed,
-            device=device,
-        )
+        batcher = run.collector(device, config.n_envs, config.n_steps)
         episodes = EpisodeReturns(config.n_envs)
         scaler = RewardScaler(config.n_envs, config.gamma).to(device) if config.scale_rewards else None
         env_steps = 0

@@ -34,7 +34,6 @@ from rlstruct.algos.run import EpisodeReturns, Run, check_config, check_layout
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor
-from rlstruct.gym_env import GymEnv
 from rlstruct.replay import PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.temporal import TemporalDictTensor
 
@@ -299,17 +298,7 @@ def train(config: Config) -> dict[str, Any]:
     run = Run("dqn", config, QNetwork, agent_args)
     batcher: MultiprocessBatcher | None = None  # closed below, with the run, even if it fails to start
     try:
-        batcher = MultiprocessBatcher(
-            QNetwork,
-            agent_args,
-            GymEnv,
-            {"env": config.env},
-            n_envs=config.n_envs // config.n_processes,
-            n_timesteps=config.n_steps,
-            n_processes=config.n_processes,
-            seed=config.seed,
-            device=device,
-        )
+        batcher = run.collector(device, config.n_envs, config.n_steps)
         episodes = EpisodeReturns(config.n_envs)
         per_iteration = config.n_envs * config.n_steps
         n_updates = max(1, round(config.train_ratio * per_iteration))

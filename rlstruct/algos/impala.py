@@ -36,7 +36,6 @@ from rlstruct.algos.run import EpisodeReturns, Run, check_config, check_layout, 
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor
-from rlstruct.gym_env import GymEnv
 from rlstruct.returns import vtrace
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
@@ -143,19 +142,7 @@ def train(config: Config) -> dict[str, Any]:
     run = Run("impala", config, ActorCritic, agent_args)
     batcher: MultiprocessBatcher | None = None  # closed below, with the run, even if it fails to start
     try:
-        batcher = MultiprocessBatcher(
-            ActorCritic,
-            agent_args,
-            GymEnv,
-            {"env": config.env},
-            n_envs=per_worker,
-            n_timesteps=config.n_steps,
-            mode="stream",
-            n_slots=config.n_slots,
-            n_processes=config.n_processes,
-            seed=config.seed,
-            device=device,
-        )
+        batcher = run.collector(device, config.n_envs, config.n_steps, mode="stream", n_slots=config.n_slots)
         # A slot holds the rows of one worker; the row index (in z, unused by the agent) tells which,
         # so that training episodes are followed across the slots of each worker.
         episodes = [EpisodeReturns(per_worker) for _ in range(config.n_processes)]

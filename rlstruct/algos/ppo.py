@@ -39,7 +39,6 @@ from rlstruct.algos.run import EpisodeReturns, Run, check_config, check_layout, 
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor
-from rlstruct.gym_env import GymEnv
 from rlstruct.normalize import RewardScaler
 from rlstruct.returns import gae
 from rlstruct.temporal import TemporalDictTensor
@@ -132,17 +131,7 @@ def train(config: Config) -> dict[str, Any]:
     run = Run("ppo", config, ActorCritic, agent_args)
     batcher: MultiprocessBatcher | None = None  # closed below, with the run, even if it fails to start
     try:
-        batcher = MultiprocessBatcher(
-            ActorCritic,
-            agent_args,
-            GymEnv,
-            {"env": config.env},
-            n_envs=config.n_envs // config.n_processes,
-            n_timesteps=config.n_steps,
-            n_processes=config.n_processes,
-            seed=config.seed,
-            device=device,
-        )
+        batcher = run.collector(device, config.n_envs, config.n_steps)
         episodes = EpisodeReturns(config.n_envs)
         scaler = RewardScaler(config.n_envs, config.gamma).to(device) if config.scale_rewards else None
         env_steps, per_iteration = 0, config.n_envs * config.n_steps

@@ -28,7 +28,9 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.algos.config import TrainConfig
 from rlstruct.algos.evaluation import EvalResult, Evaluator, env_spaces
+from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import save_checkpoint
+from rlstruct.gym_env import GymEnv
 from rlstruct.logger import Logger, make_run_dir
 from rlstruct.temporal import TemporalDictTensor
 
@@ -119,6 +121,7 @@ class Run:
         agent_args: Mapping[str, Any],
     ) -> None:
         self.algo, self.config = algo, config
+        self.agent_factory, self.agent_args = agent_factory, dict(agent_args)
         self.start = time.monotonic()
         env_name = config.env.split(":")[-1].replace("/", "_")
         self.dir = make_run_dir(config.run_dir, f"{algo}-{env_name}-s{config.seed}")
@@ -152,6 +155,29 @@ class Run:
         now = time.monotonic()
         self.setup_s = now - self.start
         self.start = now
+
+    def collector(
+        self, device: torch.device, n_envs: int, n_timesteps: int, **options: Any
+    ) -> MultiprocessBatcher:
+        """The batcher that collects for training: ``n_envs`` environments of ``config.env`` in all.
+
+        They are split over ``config.n_processes`` workers, seeded with the
+        run's seed, each running the run's agent; ``options`` go to
+        ``MultiprocessBatcher`` (``mode="stream"``, ``n_slots``).
+        """
+        config = self.config
+        return MultiprocessBatcher(
+            self.agent_factory,
+            self.agent_args,
+            GymEnv,
+            {"env": config.env},
+            n_envs=n_envs // config.n_processes,
+            n_timesteps=n_timesteps,
+            n_processes=config.n_processes,
+            seed=config.seed,
+            device=device,
+            **options,
+        )
 
     def add_returns(self, *episodes: EpisodeReturns) -> None:
         """Take the mean return of the training episodes that finished since the last call, across ``episodes``.

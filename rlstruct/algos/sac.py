@@ -49,7 +49,6 @@ from rlstruct.algos.run import EpisodeReturns, Run, check_config, check_layout
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor
-from rlstruct.gym_env import GymEnv
 from rlstruct.replay import ReplayBuffer
 from rlstruct.temporal import TemporalDictTensor
 
@@ -354,17 +353,7 @@ def train(config: Config) -> dict[str, Any]:
     run = Run("sac", config, SquashedGaussianActor, agent_args)
     batcher: MultiprocessBatcher | None = None  # closed below, with the run, even if it fails to start
     try:
-        batcher = MultiprocessBatcher(
-            SquashedGaussianActor,
-            agent_args,
-            GymEnv,
-            {"env": config.env},
-            n_envs=config.n_envs // config.n_processes,
-            n_timesteps=config.n_steps,
-            n_processes=config.n_processes,
-            seed=config.seed,
-            device=device,
-        )
+        batcher = run.collector(device, config.n_envs, config.n_steps)
         episodes = EpisodeReturns(config.n_envs)
         env_steps, owed = 0, 0.0  # owed: gradient steps due and not yet taken
         actor.uniform.fill_(config.learning_starts > 0)
