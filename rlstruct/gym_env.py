@@ -41,6 +41,7 @@ Examples:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -82,6 +83,30 @@ def _leaf_value(observation: Any, key: str, is_dict: bool) -> Any:
 
 def _numpy_dtype(space: gym.Space[Any]) -> np.dtype[Any]:
     return np.dtype(np.int64) if isinstance(space, gym.spaces.Discrete) else np.dtype(space.dtype)
+
+
+def resolve_env(env: str | Callable[..., gym.Env[Any, Any]]) -> str | Callable[..., gym.Env[Any, Any]]:
+    """What makes the environment ``env`` names: the id itself, or the callable ``"module:name"`` names.
+
+    ``"module:EnvId"`` imports ``module`` (which may register ``EnvId``); if
+    ``EnvId`` is then a registered id, the string is returned for
+    ``gymnasium.make``, else if ``module`` has a callable ``EnvId`` (a factory
+    function or an Env class), that callable. Anything else is returned as it
+    is, for ``gymnasium.make`` to report.
+
+    Raises:
+        ModuleNotFoundError: if ``module`` cannot be imported.
+    """
+    if not isinstance(env, str) or ":" not in env:
+        return env
+    module_name, _, name = env.partition(":")
+    if name in gym.registry:
+        return env
+    module = importlib.import_module(module_name)
+    factory = getattr(module, name, None)
+    if name not in gym.registry and callable(factory):
+        return factory  # type: ignore[no-any-return]
+    return env
 
 
 SEED_KEY = "seed"
@@ -126,8 +151,9 @@ class GymEnv(Environment):
 
     Args:
         env: a registered environment id (``"CartPole-v1"``, or
-            ``"module:EnvId"`` to import the module that registers it) or a
-            callable returning a ``gymnasium.Env``.
+            ``"module:EnvId"`` to import the module that registers it), a
+            callable returning a ``gymnasium.Env``, or ``"module:factory"``
+            naming such a callable (see ``resolve_env``).
         n_envs: the number of instances.
         seed: the seed of instance 0; instance i gets ``seed + i``.
         reward_dtype: the dtype of ``reward`` (gymnasium rewards are Python floats).
@@ -159,7 +185,7 @@ class GymEnv(Environment):
             )
         self.n_envs = n_envs
         self.name = env if isinstance(env, str) else getattr(env, "__name__", repr(env))
-        self._make = env
+        self._make = resolve_env(env)
         self._make_kwargs = make_kwargs
         self._seed = seed
         self._reward_dtype = reward_dtype

@@ -7,6 +7,8 @@ import dataclasses
 import json
 import math
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -108,24 +110,43 @@ def test_cli_help_at_every_level_prints_the_usage(
     assert out.out.startswith("usage: rlstruct train {a2c,dqn,impala,ppo,sac}") and out.err == ""
 
 
-@pytest.mark.parametrize(
-    ("env", "fix"),
-    [
-        (
-            "InvertedPendulumBulletEnv-v0",
-            "Bullet environments need the module prefix and the bullet extra: "
-            "--env pybullet_envs_gymnasium:InvertedPendulumBulletEnv-v0 (pip install -e '.[bullet]')",
-        ),
-        ("CartPol-v1", "did you mean 'CartPole-v1'?"),
-    ],
-)
 def test_cli_names_the_likely_fix_for_an_unknown_environment_in_one_line(
-    env: str, fix: str, capsys: pytest.CaptureFixture[str]
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert cli_main(["train", "ppo", "--env", env]) == 2
+    assert cli_main(["train", "ppo", "--env", "CartPol-v1"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"rlstruct: unknown environment {env!r} (") and err.endswith(f"; {fix}\n")
-    assert err.count("\n") == 1
+    assert err.startswith("rlstruct: unknown environment 'CartPol-v1' (")
+    assert err.endswith("; did you mean 'CartPole-v1'?\n") and err.count("\n") == 1
+    # a Bullet id typed without its module, in a fresh process (where nothing imported the module yet)
+    env = "InvertedPendulumBulletEnv-v0"
+    done = subprocess.run(
+        [sys.executable, "-m", "rlstruct.cli", "train", "sac", "--env", env],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    fix = (
+        "Bullet environments need the module prefix and the bullet extra: "
+        f"--env pybullet_envs_gymnasium:{env} (pip install -e '.[bullet]')"
+    )
+    assert done.stderr.startswith(f"rlstruct: unknown environment {env!r} (")
+    assert done.stderr.endswith(f"; {fix}\n") and done.stderr.count("\n") == 1
+
+
+def test_cli_trains_on_an_environment_made_by_a_module_level_factory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["train", "ppo", "--env", "rlstruct.envs:make_cartpole_novel", "--total-steps", "512"]
+    argv += ["--n-envs", "4", "--n-steps", "32", "--n-epochs", "1", "--minibatch-size", "64"]
+    argv += ["--eval-every", "256", "--eval-episodes", "2", "--run-dir", str(tmp_path), "--no-progress"]
+    assert cli_main(argv) == 0
+    (run_dir,) = tmp_path.iterdir()
+    assert run_dir.name.startswith("ppo-make_cartpole_novel-s0-")
+    assert "final greedy return" in capsys.readouterr().out
+    assert env_spaces("rlstruct.envs:make_cartpole_novel").obs_dim == 2  # no velocities: the factory's env
+    assert cli_main(["train", "ppo", "--env", "rlstruct.envs:make_nothing"]) == 2
+    assert "unknown environment 'rlstruct.envs:make_nothing'" in capsys.readouterr().err
 
 
 ACTOR_CRITIC: tuple[Any, dict[str, Any]] = (

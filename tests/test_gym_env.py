@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from rlstruct import Agent, DictTensor, GymEnv, LocalBatcher, TemporalDictTensor
+from rlstruct.gym_env import resolve_env
 
 spaces = gym.spaces
 
@@ -311,6 +312,17 @@ def test_factory_receives_env_info_rows_merged_over_make_kwargs() -> None:
     assert [m["colour"] for m in recorder.made] == ["red", "red"]
     assert recorder.made[1]["goal"].equal(goal[1])  # other rows stay tensors
     env.close()
+
+
+def test_a_module_factory_named_by_a_string_makes_the_instances() -> None:
+    env = GymEnv("rlstruct.envs:make_cartpole_novel", n_envs=2)  # a function, not a registered id
+    first = env.reset(DictTensor(batch_size=2))
+    assert first["observation"].shape == (2, 2)  # cart position and pole angle only
+    env.close()
+    assert resolve_env("CartPole-v1") == "CartPole-v1"
+    assert (
+        resolve_env("rlstruct.envs:CueMemory-v0") == "rlstruct.envs:CueMemory-v0"
+    )  # registered: for gym.make
 
 
 def test_float32_env_info_reaches_the_environment_as_the_decimal_the_user_wrote() -> None:

@@ -25,7 +25,7 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.dicttensor import DictTensor
-from rlstruct.gym_env import GymEnv
+from rlstruct.gym_env import GymEnv, resolve_env
 
 __all__ = ["EnvSpaces", "EvalResult", "Evaluator", "env_spaces"]
 
@@ -77,7 +77,8 @@ def env_spaces(env: str) -> EnvSpaces:
             space that is neither Discrete nor Box.
     """
     try:
-        instance = gym.make(env)
+        maker = resolve_env(env)
+        instance = gym.make(maker) if isinstance(maker, str) else maker()
     except (gym.error.Error, ModuleNotFoundError) as error:
         raise UnknownEnvironment(env, error) from error
     try:
