@@ -38,6 +38,10 @@ class SharedWeights:
         """How many writes were completed."""
         return int(self.counter[0]) // 2
 
+    def half_written(self) -> bool:
+        """Whether the last write failed half-way (the counter stayed odd): no complete version to load."""
+        return int(self.counter[0]) % 2 == 1
+
     def write(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Copy ``weights`` in (main process), one copy per tensor, then count one version.
 

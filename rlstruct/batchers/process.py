@@ -220,7 +220,6 @@ class MultiprocessBatcher:
             self._weights.counter.zero_()  # the weights workers start with are version 0
         # warn when the workers first act if they would act with weights nobody gave them
         self._warn_initial_weights = weights is None and len(self._weights.tensors) > 0
-        self._torn = False  # an update() failed half-way: the shared weights are a mix
         self.discarded = 0
         """Trajectories (slots of ``n_envs x n_timesteps`` steps) that ``get(max_staleness=...)``
         dropped as too old: a learner that counts its env steps can count these too."""
@@ -525,7 +524,7 @@ class MultiprocessBatcher:
             warnings.warn(_checks.initial_weights_warning(NAME), UserWarning, stacklevel=3)
 
     def _check_weights(self, call: str) -> None:
-        if self._torn:
+        if self._weights.half_written():
             raise RuntimeError(
                 f"{NAME}: {call}() after an update() that failed half-way; call update() again first"
             )
@@ -690,9 +689,7 @@ class MultiprocessBatcher:
         """
         self._check_open("update")
         _checks.weights(NAME, self._weights.tensors, weights)
-        self._torn = True
         self._weights.write(weights)
-        self._torn = False
         self._warn_initial_weights = False
 
     def policy_version(self) -> int:
