@@ -118,6 +118,16 @@ def batcher_rate(batcher: Any, transitions: int) -> float:
     return batcher.n_elems() * T * batches / (time.perf_counter() - start)
 
 
+def stream_rate(batcher: Any, transitions: int) -> float:
+    """Transitions per second of a "stream" batcher, from a reset (no slot filled while others ran)."""
+    gets = max(1, transitions // (batcher.n_elems() * T))
+    batcher.reset()  # stops the workers, frees every slot and starts streaming again
+    start = time.perf_counter()
+    for _ in range(gets):
+        batcher.get()
+    return batcher.n_elems() * T * gets / (time.perf_counter() - start)
+
+
 def _floor_process(
     env_id: str, agent_args: dict[str, Any], n_envs: int, steps: int, go: Any, out: Any
 ) -> None:
@@ -190,6 +200,9 @@ def main() -> None:
     mp64 = MultiprocessBatcher(
         MLPAgent, {}, GymEnv, cartpole, n_envs=64, n_timesteps=T, n_processes=2, weights=weights
     )
+    stream8 = MultiprocessBatcher(
+        MLPAgent, {}, GymEnv, cartpole, n_envs=8, n_timesteps=T, n_processes=2, weights=weights, mode="stream"
+    )
     local = LocalBatcher(MLPAgent, {}, GymEnv, cartpole, n_envs=16, n_timesteps=T, weights=weights)
     sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 16)
     async_ = gym.vector.AsyncVectorEnv([lambda: gym.make("CartPole-v1")] * n_async)
@@ -197,6 +210,8 @@ def main() -> None:
         batcher.reset()
         batcher.execute()
         batcher.get()  # warm: buffers allocated, workers running
+    stream8.reset()
+    stream8.get()
     try:
         rates = interleaved(
             {
@@ -207,11 +222,12 @@ def main() -> None:
                 "local": lambda: batcher_rate(local, transitions),
                 "mp8": lambda: batcher_rate(mp8, transitions),
                 "mp64": lambda: batcher_rate(mp64, transitions),
+                "stream8": lambda: stream_rate(stream8, transitions),
             },
             repeats,
         )
     finally:
-        for closing in (mp8, mp64, local, sync, async_):
+        for closing in (mp8, mp64, stream8, local, sync, async_):
             closing.close()
 
     rows = [
@@ -236,6 +252,13 @@ def main() -> None:
             higher_is_better=True,
         ),
         Row("Multiprocess 2 x 8 vs Sync(16)", rates["mp8"], "steps/s", rates["sync"], higher_is_better=True),
+        Row(
+            "Multiprocess 2 x 8 stream vs its floor",
+            rates["stream8"],
+            "steps/s",
+            rates["floor 2 x 8"],
+            higher_is_better=True,
+        ),
         Row(
             "Multiprocess 2 x 64 vs its floor",
             rates["mp64"],

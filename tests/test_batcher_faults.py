@@ -10,10 +10,12 @@ must block wait on events the test holds.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import re
 import sys
+import threading
 import time
 import types
 from collections.abc import Iterator
@@ -295,6 +297,28 @@ def test_start_up_has_its_own_bound(no_new_children: None) -> None:
         batcher.reset()
 
 
+def test_a_worker_that_cannot_be_started_stops_the_ones_already_started(
+    monkeypatch: pytest.MonkeyPatch, no_new_children: None
+) -> None:
+    """Starting worker 1 raises (as spawning from an unguarded __main__ does): the error reaches the
+    caller, and worker 0, already running, is stopped when the half-made batcher is collected."""
+    start = multiprocessing.process.BaseProcess.start
+    started: list[Any] = []
+
+    def start_once(process: Any) -> None:
+        if started:
+            raise RuntimeError("cannot start another process")
+        start(process)
+        started.append(process)
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", start_once)
+    with pytest.raises(RuntimeError, match="cannot start another process"):
+        MultiprocessBatcher(CountingAgent, {}, CounterEnv, {}, n_envs=1, n_timesteps=2)
+    gc.collect()  # runs the finalizer of the batcher that was never returned
+    started[0].join(DEADLINE_S)
+    assert started[0].exitcode is not None
+
+
 # ---------------------------------------------------------------------------- bad arguments
 
 
@@ -436,8 +460,48 @@ def test_forked_workers_hold_no_end_of_the_main_process_pipes() -> None:
         assert run_once(batcher).trajectories["count"].shape == (3, 2)
 
 
+def _in_thread(call: Any) -> tuple[threading.Thread, list[Any]]:
+    result: list[Any] = []
+    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    thread.start()
+    return thread, result
+
+
+def test_slot_board_waits_block_until_the_other_side_moves_not_until_a_poll() -> None:
+    """A worker waiting for a free slot gets it when the learner releases one; the learner's
+    wait for a ready slot ends when a worker publishes; neither waits out its timeout."""
+    board = SlotBoard(1, 1, SPAWN, timeout=5.0)
+    assert board.claim() == 0 and board.claim() is None  # the only slot is taken
+    start = time.monotonic()
+    waiting, claimed = _in_thread(lambda: board.claim(wait=30.0))
+    taker, taken = _in_thread(lambda: board.take(wait=30.0))
+    board.publish(0, worker=0)  # the worker's slot is ready: the learner's wait ends
+    taker.join(timeout=10.0)
+    assert taken == [0]
+    assert waiting.is_alive()  # no slot is free yet
+    board.release(0)  # the learner gives it back: the worker's wait ends
+    waiting.join(timeout=10.0)
+    assert claimed == [0]
+    assert time.monotonic() - start < 10.0
+
+
+def test_slot_board_wake_ends_a_wait_without_a_slot_and_clear_restores_the_counts() -> None:
+    board = SlotBoard(2, 1, SPAWN, timeout=5.0)
+    assert board.claim() == 0 and board.claim() == 1
+    waiting, claimed = _in_thread(lambda: board.claim(wait=30.0))
+    board.wake(1)
+    waiting.join(timeout=10.0)
+    assert claimed == [None]  # woken to read its pipe, no slot claimed
+    board.wake(3)  # tokens that match no slot
+    board.publish(0, worker=0)
+    board.clear()
+    assert board.take() is None  # the READY slot and its token are gone
+    assert [board.claim(), board.claim(), board.claim()] == [0, 1, None]
+
+
 def test_the_slot_board_waits_for_its_lock_as_long_as_the_batcher_says() -> None:
     board = SlotBoard(2, 1, SPAWN, timeout=0.2)
+    board.ready.release()  # as if a slot were READY: take() goes on to the lock
     board.lock.acquire()  # as a worker that died holding it
     try:
         start = time.monotonic()

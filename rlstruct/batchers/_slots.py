@@ -9,6 +9,12 @@ died (holding it, say). The learner takes the READY slot with the smallest
 sequence number: the oldest finished trajectory first. When no slot is FREE,
 workers wait (back-pressure): the buffer never grows.
 
+Nobody polls: two counting semaphores hold the number of FREE and of READY
+slots, so a worker blocks on ``free`` until the learner releases a slot and
+the learner blocks on ``ready`` until a worker publishes one. Each wait
+lasts at most ``WAIT_S`` before the waiter looks at its pipe, the other
+processes' liveness and its deadline, then waits again.
+
 Each worker also stamps the board with ``time.monotonic()`` (one clock for
 every process of the machine) whenever it publishes a slot or waits for a
 free one: a worker whose stamp grows older than the timeout is filling one
@@ -26,6 +32,7 @@ import torch
 
 FREE, WRITING, READY, READING = 0, 1, 2, 3
 LOOK_S = 0.5  # how often a worker waiting for the lock checks that the main process is alive
+WAIT_S = 0.05  # the longest one wait for a FREE or READY slot lasts before the waiter looks around
 
 
 class SlotBoard:
@@ -44,6 +51,9 @@ class SlotBoard:
         self.counter = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.beats = torch.zeros(n_workers, dtype=torch.float64).share_memory_()
         self.lock = ctx.Lock()
+        self.free = ctx.Semaphore(n_slots)  # one token per FREE slot not yet claimed
+        self.ready = ctx.Semaphore(0)  # one token per READY slot not yet taken
+        self.n_slots = n_slots
         self.timeout = timeout
         self.watch: Callable[[], bool] | None = None
         """In a worker: whether the main process is alive, checked while waiting for the lock."""
@@ -69,9 +79,11 @@ class SlotBoard:
         finally:
             lock.release()
 
-    def claim(self) -> int | None:
-        """A worker takes a FREE slot to write into (None if all are taken)."""
-        return self._move(FREE, WRITING, oldest=False)
+    def claim(self, wait: float = 0.0) -> int | None:
+        """A worker takes a FREE slot to write into, waiting at most ``wait`` seconds for one (else None)."""
+        if not self.free.acquire(timeout=wait):
+            return None
+        return self._move(FREE, WRITING, oldest=False)  # None after a token of wake()
 
     def publish(self, slot: int, worker: int) -> None:
         """Worker ``worker`` marks ``slot`` READY, after every other finished slot."""
@@ -82,10 +94,13 @@ class SlotBoard:
             self.status[slot] = READY
         finally:
             lock.release()
+        self.ready.release()
         self.beat(worker)
 
-    def take(self) -> int | None:
-        """The learner takes the oldest READY slot to read (None if none is ready)."""
+    def take(self, wait: float = 0.0) -> int | None:
+        """The learner takes the oldest READY slot to read, waiting at most ``wait`` seconds for one (else None)."""
+        if not self.ready.acquire(timeout=wait):
+            return None
         return self._move(READY, READING, oldest=True)
 
     def release(self, slot: int) -> None:
@@ -95,12 +110,27 @@ class SlotBoard:
             self.status[slot] = FREE
         finally:
             lock.release()
+        self.free.release()
+
+    def wake(self, n_workers: int) -> None:
+        """Wake ``n_workers`` workers waiting for a free slot, so that they read their pipe now.
+
+        The tokens it adds match no FREE slot (``claim`` then returns None);
+        ``clear`` removes them.
+        """
+        for _ in range(n_workers):
+            self.free.release()
 
     def clear(self) -> None:
         """Every slot FREE again and every worker alive as of now (when no worker is streaming)."""
         lock = self._locked()
         try:
+            for semaphore in (self.free, self.ready):
+                while semaphore.acquire(block=False):
+                    pass
             self.status.fill_(FREE)
+            for _ in range(self.n_slots):
+                self.free.release()
             self.beats.fill_(time.monotonic())
         finally:
             lock.release()

@@ -49,11 +49,10 @@ import torch
 
 from rlstruct.batchers._group import Group
 from rlstruct.batchers._shared import SharedBuffers, SharedWeights
-from rlstruct.batchers._slots import SlotBoard
+from rlstruct.batchers._slots import WAIT_S, SlotBoard
 from rlstruct.dicttensor import DictTensor
 
 IDLE_POLL_S = 0.5  # how often an idle worker checks that its parent is alive
-WAIT_S = 0.001  # how long a streaming worker sleeps when every slot is taken
 
 
 @dataclass(frozen=True)
@@ -212,13 +211,12 @@ class _Worker:
                 if command[0] != "stop":
                     raise ValueError(f"unexpected command {command[0]!r} while streaming")
                 return ("stopped",)
-            slot = board.claim()
+            slot = board.claim(WAIT_S)  # blocks until the learner frees a slot, or WAIT_S passed
             if slot is not None:
                 self.fill(slot)
                 board.publish(slot, index)
                 continue
             board.beat(index)  # waiting for the learner to free a slot is not a hang
-            time.sleep(WAIT_S)
             if time.monotonic() - last_check > IDLE_POLL_S:
                 if not self.parent_alive():
                     raise EOFError

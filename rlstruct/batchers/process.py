@@ -32,8 +32,8 @@ from rlstruct.agent import Agent
 from rlstruct.batchers import _checks
 from rlstruct.batchers._group import Group
 from rlstruct.batchers._shared import SharedBuffers, SharedWeights
-from rlstruct.batchers._slots import SlotBoard
-from rlstruct.batchers._worker import WAIT_S, WorkerSpec, worker_main
+from rlstruct.batchers._slots import WAIT_S, SlotBoard
+from rlstruct.batchers._worker import WorkerSpec, worker_main
 from rlstruct.dicttensor import DictTensor, _describe
 from rlstruct.env import Environment
 from rlstruct.errors import WorkerError, WorkerTimeout
@@ -255,9 +255,14 @@ class MultiprocessBatcher:
             process = ctx.Process(  # type: ignore[attr-defined]
                 target=worker_main, args=(spec, there), name=f"rlstruct-worker-{w}", daemon=True
             )
-            self._processes.append(process)
+            try:
+                process.start()
+            except BaseException:  # the workers started so far are stopped by the finalizer
+                here.close()
+                there.close()
+                raise
+            self._processes.append(process)  # only started processes: the finalizer joins them
             self._conns.append(here)
-            process.start()
             there.close()
         self._started = [False] * n_processes  # which workers said "ready"
         self._info_spec: _checks.InfoSpec | None = None  # z and w as every later reset must give them
@@ -496,7 +501,10 @@ class MultiprocessBatcher:
         env_info = _checks.info(NAME, "env_info", env_info, rows)
         spec = _checks.same_info(NAME, self._info_spec, agent_info, env_info)
         if self.state is State.STREAMING:
-            self._all([("stop",)] * self.n_processes, "stopped")
+            for w in range(self.n_processes):
+                self._send(w, ("stop",))
+            self._on_board("wake", self.n_processes)  # workers waiting for a free slot read "stop" now
+            self._gather(set(range(self.n_processes)), "stopped", time.monotonic() + self.timeout)
         elif self.state is State.RUNNING:  # the answers of a batch that was never taken
             self._gather(self._pending, "done", self._deadline)
         self.state = State.NEEDS_RESET  # until this reset succeeds
@@ -617,14 +625,14 @@ class MultiprocessBatcher:
         # semaphore in /dev/shm as long as the exception lives
         while True:
             self._check_stream_workers()  # even when slots are ready: the other workers may keep filling them
-            slot = self._on_board("take")
+            wait = min(WAIT_S, max(0.0, deadline - time.monotonic())) if blocking else 0.0
+            slot = self._on_board("take", wait)  # blocks until a worker publishes, or `wait` passed
             if slot is None:
                 if not blocking:
                     return None
                 if time.monotonic() >= deadline:  # every worker beats, yet nothing came: name the quietest
                     quietest = self._slot_board().silent(-1.0)[0]
                     raise self._timed_out(quietest, f"no trajectory finished within {self.timeout:g} s")
-                time.sleep(WAIT_S)
                 continue
             try:
                 version = int(self._attached().versions[slot])
@@ -637,7 +645,7 @@ class MultiprocessBatcher:
                 return batch
             self.discarded += 1
 
-    def _on_board(self, call: str, *args: int) -> Any:
+    def _on_board(self, call: str, *args: float) -> Any:
         """``SlotBoard.<call>(*args)``; a lock held past the timeout closes the batcher, naming a worker.
 
         A worker that died holding the lock is reported as dead; otherwise the
@@ -704,6 +712,8 @@ class MultiprocessBatcher:
             for conn in self._conns:
                 with contextlib.suppress(OSError, ValueError):
                     conn.send(("stop",))
+            if self._board is not None:
+                self._board.wake(self.n_processes)  # no worker waits out its WAIT_S for a free slot
         self.state = State.CLOSED
         self._finalizer()
         self._buffers = None
