@@ -28,11 +28,22 @@ class Field(NamedTuple):
     views: list[torch.Tensor]  # views[t] is buffer[:, t], made once
 
 
+PARTS = ("observation", "output", "next")
+
+
 class Slot(NamedTuple):
     """Where a group writes a trajectory: the storage and its per-step views."""
 
     storage: dict[str, torch.Tensor]  # key -> [n_envs, T, ...]
     fields: dict[str, list[Field]]  # "observation", "output", "next" -> their keys' views
+    steps: list[list[torch.Tensor]]  # steps[t]: step t of every field, parts in PARTS order
+
+
+def _slot(storage: Mapping[str, torch.Tensor]) -> Slot:
+    fields = _fields(storage)
+    n_timesteps = next(iter(storage.values())).shape[1] if storage else 0
+    steps = [[f.views[t] for part in PARTS for f in fields[part]] for t in range(n_timesteps)]
+    return Slot(dict(storage), fields, steps)
 
 
 def _fields(storage: Mapping[str, torch.Tensor]) -> dict[str, list[Field]]:
@@ -157,23 +168,30 @@ class Group:
             "nothing is cast into the buffer"
         )
 
-    def _write(self, part: str, fields: list[Field], dt: DictTensor, t: int) -> None:
-        """Copy step ``t`` of one part into the buffer: one copy per key, after checking dtype and shape."""
-        data = dt._data
-        if len(data) != len(fields):
-            raise self._mismatch(part, fields, dt, t)
-        for field in fields:
-            value = data.get(field.key)
-            if value is None or value.dtype is not field.dtype or value.shape != field.shape:
+    def _write(self, slot: Slot, parts: tuple[DictTensor, DictTensor, DictTensor], t: int) -> None:
+        """Copy step ``t`` of every part into the slot, after checking every key's dtype and shape.
+
+        All copies go in one ``torch._foreach_copy_`` call: one call from
+        Python per step rather than one per key.
+        """
+        sources = []
+        for part, dt in zip(PARTS, parts, strict=True):
+            data, fields = dt._data, slot.fields[part]
+            if len(data) != len(fields):
                 raise self._mismatch(part, fields, dt, t)
-            field.views[t].copy_(value)
+            for field in fields:
+                value = data.get(field.key)
+                if value is None or value.dtype is not field.dtype or value.shape != field.shape:
+                    raise self._mismatch(part, fields, dt, t)
+                sources.append(value)
+        torch._foreach_copy_(slot.steps[t], sources)
 
     def attach(self, slots: Mapping[int, Mapping[str, torch.Tensor]]) -> None:
         """Write into external storage: ``slots[s]`` maps every trajectory key to ``[n_envs, T, ...]``.
 
         The per-step views of each slot are made here, once.
         """
-        self.slots = {s: Slot(dict(storage), _fields(storage)) for s, storage in slots.items()}
+        self.slots = {s: _slot(storage) for s, storage in slots.items()}
         if self.history is not None and slots:
             storage = next(iter(slots.values()))
             self.window_spec = {
@@ -187,7 +205,7 @@ class Group:
             for prefix, dt in (("", observation), ("", output), ("next/", reached))
             for k, v in dt.items()
         }
-        self.slots[None] = Slot(storage, _fields(storage))
+        self.slots[None] = _slot(storage)
         return self.slots[None]
 
     def _check_keys(self, storage: Mapping[str, torch.Tensor], parts: tuple[DictTensor, ...]) -> None:
@@ -266,7 +284,6 @@ class Group:
         )
         lengths = torch.full((n,), n_timesteps, dtype=torch.int64)
         running = torch.ones(n, dtype=torch.bool)
-        fields: dict[str, list[Field]] = {}  # bound at step 0
         windows, window = self.windows, None  # None (no work per step) for agents without history
         if windows is not None:
             before = windows.begin(n_timesteps)
@@ -293,12 +310,9 @@ class Group:
                     else:
                         raise ValueError(f"{self.name}: no storage attached for slot {slot}")
                     self._check_keys(target.storage, (observation, output, reached))
-                    fields = target.fields
                     if windows is not None:
-                        self._check_window(fields)
-                self._write("observation", fields["observation"], observation, t)
-                self._write("output", fields["output"], output, t)
-                self._write("next", fields["next"], reached, t)
+                        self._check_window(target.fields)
+                self._write(target, (observation, output, reached), t)
                 if windows is not None:
                     windows.push(t, observation | output)
                 if not self.auto_reset:
