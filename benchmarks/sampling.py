@@ -21,6 +21,11 @@ alike; the median is reported.
 - The time from constructing a 2 x 8 batcher to its first batch (target 1 s).
 - A Bullet row (HalfCheetahBulletEnv-v0, 2 x 4) against its floor (target
   0.95), when the ``bullet`` extra is installed.
+- ``MultiprocessBatcher`` 2 x 8 in "stream" mode against the 2 x 8 floor.
+- 84x84x4 uint8 observations (``FramesEnv``, whose step costs next to
+  nothing), 2 x 4: the floor, ``AsyncVectorEnv(8)`` with shared memory (the
+  batcher's target is 3x it), and the batcher with the "full" and the
+  "compact" storage layout.
 
 Usage:
     python benchmarks/sampling.py [--quick] [--repeats N] [--json PATH]
@@ -46,13 +51,41 @@ from rlstruct import Agent, DictTensor, GymEnv, LocalBatcher, MultiprocessBatche
 T = 64
 
 
+class FramesEnv(gym.Env[np.ndarray, np.int64]):
+    """An Atari-sized environment whose step costs nearly nothing: 84x84x4 uint8 frames, 100-step episodes.
+
+    Each step returns one of 16 frames made at construction (a copy, as a
+    real environment returns a new array), so that the rows measure moving
+    the observations, not making them.
+    """
+
+    observation_space = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
+    action_space = gym.spaces.Discrete(4)
+
+    def __init__(self) -> None:
+        self.frames = np.random.default_rng(0).integers(0, 256, (16, 84, 84, 4), dtype=np.uint8)
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self.frames[0].copy(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.t += 1
+        return self.frames[self.t % 16].copy(), 1.0, False, self.t >= 100, {}
+
+
 class MLPAgent(Agent):
     """The policy every row uses: an MLP and categorical sampling (or a tanh Gaussian for Box actions)."""
 
-    def __init__(self, n_inputs: int = 4, n_actions: int = 2, continuous: bool = False) -> None:
+    def __init__(
+        self, n_inputs: int = 4, n_actions: int = 2, continuous: bool = False, pixels: bool = False
+    ) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.continuous = continuous
+        self.pixels = pixels  # frames [B, 84, 84, 4] uint8, read every 8th pixel: 11 x 11 x 4 inputs
         self.net = torch.nn.Sequential(
             torch.nn.Linear(n_inputs, 64),
             torch.nn.Tanh(),
@@ -62,6 +95,8 @@ class MLPAgent(Agent):
         )
 
     def act(self, observation: torch.Tensor) -> torch.Tensor:
+        if self.pixels:
+            observation = observation[:, ::8, ::8, :].flatten(1).float() / 255
         out = self.net(observation)
         if self.continuous:
             return torch.tanh(out + torch.randn(out.shape, generator=self.generator))
@@ -86,7 +121,8 @@ def vector_env_rate(envs: gym.vector.VectorEnv, agent: MLPAgent, transitions: in
     """
     n = envs.num_envs
     shape = envs.single_observation_space.shape or ()
-    obs_buf = torch.zeros((n, T, *shape))
+    obs_dtype = torch.from_numpy(np.zeros(0, envs.single_observation_space.dtype)).dtype
+    obs_buf = torch.zeros((n, T, *shape), dtype=obs_dtype)
     act_buf = torch.zeros((n, T, *(envs.single_action_space.shape or ())))
     rew_buf, done_buf = torch.zeros(n, T), torch.zeros(n, T, dtype=torch.bool)
     observation, _ = envs.reset(seed=0)
@@ -96,7 +132,7 @@ def vector_env_rate(envs: gym.vector.VectorEnv, agent: MLPAgent, transitions: in
     with torch.no_grad():
         while counted < transitions:
             for t in range(T):
-                obs = torch.from_numpy(observation).float()
+                obs = torch.from_numpy(observation)  # float32, or uint8 frames the agent reads itself
                 action = agent.act(obs)
                 observation, reward, terminated, truncated, _ = envs.step(action.numpy())
                 obs_buf[:, t] = obs
@@ -129,19 +165,24 @@ def stream_rate(batcher: Any, transitions: int) -> float:
 
 
 def _floor_process(
-    env_id: str, agent_args: dict[str, Any], n_envs: int, steps: int, go: Any, out: Any
+    env_id: str | Callable[[], gym.Env[Any, Any]],
+    agent_args: dict[str, Any],
+    n_envs: int,
+    steps: int,
+    go: Any,
+    out: Any,
 ) -> None:
     """One process of the floor: ``n_envs`` environments and the policy, nothing stored, nothing sent."""
     torch.set_num_threads(1)
     agent = MLPAgent(**agent_args)
     agent.seed(0)
-    envs = [gym.make(env_id) for _ in range(n_envs)]
+    envs = [gym.make(env_id) if isinstance(env_id, str) else env_id() for _ in range(n_envs)]
     observations = [env.reset(seed=i)[0] for i, env in enumerate(envs)]
     go.wait()
     start = time.perf_counter()
     with torch.no_grad():
         for _ in range(steps):
-            actions = agent.act(torch.from_numpy(np.stack(observations)).float()).numpy()
+            actions = agent.act(torch.from_numpy(np.stack(observations))).numpy()
             for i, env in enumerate(envs):
                 observation, _, terminated, truncated, _ = env.step(actions[i])
                 observations[i] = env.reset()[0] if terminated or truncated else observation
@@ -149,7 +190,11 @@ def _floor_process(
 
 
 def floor_rate(
-    env_id: str, agent_args: dict[str, Any], n_processes: int, n_envs: int, transitions: int
+    env_id: str | Callable[[], gym.Env[Any, Any]],
+    agent_args: dict[str, Any],
+    n_processes: int,
+    n_envs: int,
+    transitions: int,
 ) -> float:
     """Transitions per second of ``n_processes`` processes stepping ``n_envs`` environments with the policy."""
     ctx = multiprocessing.get_context("fork")  # only gymnasium and the policy: nothing threaded to fear
@@ -175,6 +220,70 @@ def interleaved(measures: dict[str, Callable[[], float]], repeats: int) -> dict[
         for name, measure in measures.items():
             samples[name].append(measure())
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def image_rows(transitions: int, repeats: int) -> list[Row]:
+    """84x84x4 uint8 frames, 2 x 4: the floor, AsyncVectorEnv(8) with shared memory, both layouts."""
+    pixels = {"n_inputs": 11 * 11 * 4, "n_actions": 4, "pixels": True}
+    weights = MLPAgent(**pixels).state_dict()
+    frames = {"env": FramesEnv}
+    batchers = {
+        layout: MultiprocessBatcher(
+            MLPAgent, pixels, GymEnv, frames, n_envs=4, n_timesteps=T, weights=weights, layout=layout
+        )
+        for layout in ("full", "compact")
+    }
+    async_ = gym.vector.AsyncVectorEnv([FramesEnv] * 8, shared_memory=True)
+    try:
+        for batcher in batchers.values():
+            batcher.reset()
+            batcher.execute()
+            batcher.get()
+        rates = interleaved(
+            {
+                "floor": lambda: floor_rate(FramesEnv, pixels, 2, 4, transitions),
+                "async": lambda: vector_env_rate(async_, MLPAgent(**pixels), transitions),
+                "full": lambda: batcher_rate(batchers["full"], transitions),
+                "compact": lambda: batcher_rate(batchers["compact"], transitions),
+            },
+            repeats,
+        )
+    finally:
+        for closing in (*batchers.values(), async_):
+            closing.close()
+    return [
+        Row("84x84x4 floor: 2 processes x 4 envs + policy", rates["floor"], "steps/s", higher_is_better=True),
+        Row("84x84x4 AsyncVectorEnv(8), shared memory", rates["async"], "steps/s", higher_is_better=True),
+        Row(
+            "84x84x4 Multiprocess 2 x 4 vs Async(8)",
+            rates["full"],
+            "steps/s",
+            rates["async"],
+            3.0,
+            higher_is_better=True,
+        ),
+        Row(
+            "84x84x4 Multiprocess 2 x 4 vs its floor",
+            rates["full"],
+            "steps/s",
+            rates["floor"],
+            higher_is_better=True,
+        ),
+        Row(
+            "84x84x4 Multiprocess 2 x 4 compact vs full",
+            rates["compact"],
+            "steps/s",
+            rates["full"],
+            higher_is_better=True,
+        ),
+        Row(
+            "84x84x4 Multiprocess 2 x 4 compact vs its floor",
+            rates["compact"],
+            "steps/s",
+            rates["floor"],
+            higher_is_better=True,
+        ),
+    ]
 
 
 def main() -> None:
@@ -317,6 +426,7 @@ def main() -> None:
                 higher_is_better=True,
             )
         )
+    rows += image_rows(transitions // 8, repeats)
     for library in ("envpool", "torchrl"):
         if importlib.util.find_spec(library) is not None:
             print(f"{library} is installed, but this benchmark has no row for it yet")

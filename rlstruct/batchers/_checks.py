@@ -84,6 +84,11 @@ def same_info(owner: str, first: InfoSpec | None, agent_info: DictTensor, env_in
     return spec
 
 
+def layout(owner: str, value: object) -> None:
+    if value not in ("full", "compact"):
+        raise ValueError(f"{owner}: layout must be 'full' or 'compact', got {value!r}")
+
+
 def device(owner: str, value: object) -> torch.device:
     """A device that tensors can be put on here: refused at construction, not after the work is done."""
     if not isinstance(value, (str, torch.device)):

@@ -8,7 +8,7 @@ why they produce the same trajectories for the same seeds and layout.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 
@@ -29,6 +29,42 @@ class Field(NamedTuple):
 
 
 PARTS = ("observation", "output", "next")
+Layout = Literal["full", "compact"]
+STORED = "next/stored"
+"""The key of a compact layout that says, per row and step, whether the ``next/`` keys were written."""
+
+
+def filled_next(steps: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The ``next/`` keys of a compact layout, as the full layout holds them (new tensors).
+
+    Where ``steps[STORED]`` is False at step t, ``next/k`` at t equals ``k``
+    at t + 1 and was not written; it is read from there. The last step is
+    always stored. Works on any device.
+    """
+    stored = steps[STORED][:, :-1]
+    any_stored = bool(stored.any())
+    filled = {}
+    for key, value in steps.items():
+        if not key.startswith("next/") or key == STORED:
+            continue
+        full = torch.empty_like(value)
+        full[:, :-1] = steps[key.removeprefix("next/")][:, 1:]  # one copy, as the full layout's
+        full[:, -1] = value[:, -1]
+        if any_stored:  # the few steps where an episode ended or was reset
+            full[:, :-1][stored] = value[:, :-1][stored]
+        filled[key] = full
+    return filled
+
+
+def full_layout(steps: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``steps`` in the full layout: the compact one's ``next/`` keys filled in and ``STORED`` dropped.
+
+    The full layout itself is returned as it is; the keys keep their order.
+    """
+    if STORED not in steps:
+        return dict(steps)
+    filled = filled_next(steps)
+    return {k: filled.get(k, v) for k, v in steps.items() if k != STORED}
 
 
 class Slot(NamedTuple):
@@ -37,13 +73,17 @@ class Slot(NamedTuple):
     storage: dict[str, torch.Tensor]  # key -> [n_envs, T, ...]
     fields: dict[str, list[Field]]  # "observation", "output", "next" -> their keys' views
     steps: list[list[torch.Tensor]]  # steps[t]: step t of every field, parts in PARTS order
+    heads: list[list[torch.Tensor]]  # heads[t]: step t of the observation and output fields only
+    stored: torch.Tensor | None  # compact layout: [n_envs, T] bool, whether step t's next/ keys were written
 
 
 def _slot(storage: Mapping[str, torch.Tensor]) -> Slot:
-    fields = _fields(storage)
+    stored = storage.get(STORED)
+    fields = _fields({k: v for k, v in storage.items() if k != STORED})
     n_timesteps = next(iter(storage.values())).shape[1] if storage else 0
     steps = [[f.views[t] for part in PARTS for f in fields[part]] for t in range(n_timesteps)]
-    return Slot(dict(storage), fields, steps)
+    heads = [[f.views[t] for part in PARTS[:2] for f in fields[part]] for t in range(n_timesteps)]
+    return Slot(dict(storage), fields, steps, heads, stored)
 
 
 def _fields(storage: Mapping[str, torch.Tensor]) -> dict[str, list[Field]]:
@@ -76,6 +116,10 @@ class Group:
         env_seed: the seed of the first instance (base seed + its global index).
         agent_seed: the seed of the agent's generator.
         name: how errors refer to this group (for example "worker 1").
+        layout: "full" writes every key at every step; "compact" writes the
+            ``next/`` keys only at the steps where they differ from the next
+            step's keys (an instance was reset or ended there, or the step is
+            the last), and records which in ``STORED``.
     """
 
     def __init__(
@@ -88,8 +132,10 @@ class Group:
         env_seed: int,
         agent_seed: int,
         name: str,
+        layout: Layout = "full",
     ) -> None:
         self.name = name
+        self.compact = layout == "compact"
         self.n_envs = n_envs
         for reserved in ("n_envs", "seed"):
             if reserved in env_args:
@@ -168,14 +214,17 @@ class Group:
             "nothing is cast into the buffer"
         )
 
-    def _write(self, slot: Slot, parts: tuple[DictTensor, DictTensor, DictTensor], t: int) -> None:
-        """Copy step ``t`` of every part into the slot, after checking every key's dtype and shape.
+    def _write(
+        self, slot: Slot, parts: tuple[DictTensor, DictTensor, DictTensor], t: int, with_next: bool
+    ) -> None:
+        """Copy step ``t`` of every part (of the first two unless ``with_next``) into the slot.
 
-        All copies go in one ``torch._foreach_copy_`` call: one call from
-        Python per step rather than one per key.
+        Every key's dtype and shape is checked first; all copies then go in
+        one ``torch._foreach_copy_`` call: one call from Python per step
+        rather than one per key.
         """
         sources = []
-        for part, dt in zip(PARTS, parts, strict=True):
+        for part, dt in zip(PARTS if with_next else PARTS[:2], parts, strict=False):
             data, fields = dt._data, slot.fields[part]
             if len(data) != len(fields):
                 raise self._mismatch(part, fields, dt, t)
@@ -184,7 +233,7 @@ class Group:
                 if value is None or value.dtype is not field.dtype or value.shape != field.shape:
                     raise self._mismatch(part, fields, dt, t)
                 sources.append(value)
-        torch._foreach_copy_(slot.steps[t], sources)
+        torch._foreach_copy_(slot.steps[t] if with_next else slot.heads[t], sources)
 
     def attach(self, slots: Mapping[int, Mapping[str, torch.Tensor]]) -> None:
         """Write into external storage: ``slots[s]`` maps every trajectory key to ``[n_envs, T, ...]``.
@@ -205,12 +254,16 @@ class Group:
             for prefix, dt in (("", observation), ("", output), ("next/", reached))
             for k, v in dt.items()
         }
+        if self.compact:
+            storage[STORED] = torch.zeros((self.n_envs, self.n_timesteps), dtype=torch.bool)
         self.slots[None] = _slot(storage)
         return self.slots[None]
 
     def _check_keys(self, storage: Mapping[str, torch.Tensor], parts: tuple[DictTensor, ...]) -> None:
         observation, output, reached = parts
         produced = set(observation.keys()) | set(output.keys()) | {"next/" + k for k in reached}
+        if self.compact:
+            produced.add(STORED)
         if produced != storage.keys():
             raise ValueError(
                 f"{self.name}: the first step has the keys {sorted(produced)}, but the buffer was made for "
@@ -290,6 +343,7 @@ class Group:
             if before is not None:  # history=n: the window carries over; the trajectory records it
                 info = info | before.to_dicttensor().prepend_key("history/")
                 info.set("history_length", before.lengths)
+        last, stored = n_timesteps - 1, [False] * n_timesteps  # compact: which steps' next/ keys were written
         with torch.no_grad():
             for t in range(n_timesteps):
                 observation = self.observation
@@ -299,7 +353,8 @@ class Group:
                 output, self.state = agent(state, observation, self.agent_info, window)
                 if t == 0:
                     self._check_output(output, self.state, observation)
-                reached, self.observation = self.env.step(output)
+                reached, following = self.env.step(output)
+                self.observation = following
                 if t == 0:
                     self._check_observation(reached, "after a step")
                     self._check_observation(self.observation, "after a step")
@@ -312,18 +367,26 @@ class Group:
                     self._check_keys(target.storage, (observation, output, reached))
                     if windows is not None:
                         self._check_window(target.fields)
-                self._write(target, (observation, output, reached), t)
-                if windows is not None:
-                    windows.push(t, observation | output)
+                ended = False  # episodic mode: whether a running instance ended at this step
                 if not self.auto_reset:
                     finished = running & reached["done"]
+                    ended = bool(finished.any())
                     lengths[finished] = t + 1
                     running &= ~finished
-                    if not bool(running.any()):
-                        break
+                # compact: step t's next/ keys are step t + 1's keys, unless an instance was reset
+                # (another observation follows), one ended (padding follows) or t is the last step
+                with_next = not self.compact or t == last or following is not reached or ended
+                self._write(target, (observation, output, reached), t, with_next)
+                stored[t] = with_next
+                if windows is not None:
+                    windows.push(t, observation | output)
+                if not self.auto_reset and not bool(running.any()):
+                    break
         if windows is not None:
             windows.end(t + 1)  # the steps taken: fewer than n_timesteps when episodes all ended early
         storage = self.slots[slot].storage
+        if self.compact:
+            storage[STORED].copy_(torch.tensor(stored).expand(n, n_timesteps))
         if not self.auto_reset:
             padding = torch.arange(n_timesteps).unsqueeze(0) >= lengths.unsqueeze(1)
             if bool(padding.any()):

@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from rlstruct.batchers._group import Group
+from rlstruct.batchers._group import Group, Layout
 from rlstruct.batchers._shared import SharedBuffers, SharedWeights
 from rlstruct.batchers._slots import WAIT_S, SlotBoard
 from rlstruct.dicttensor import DictTensor
@@ -74,6 +74,7 @@ class WorkerSpec:
         inherited: file descriptors of the main process's pipe ends that a
             forked worker inherited and must close, so that the main
             process's death reaches it as end-of-file.
+        layout: the storage layout its group writes ("full" or "compact").
     """
 
     index: int
@@ -89,6 +90,7 @@ class WorkerSpec:
     parent: int
     timeout: float
     inherited: tuple[int, ...] = ()
+    layout: Layout = "full"
 
 
 def worker_main(spec: WorkerSpec, conn: Connection) -> None:
@@ -130,6 +132,7 @@ class _Worker:
             spec.env_seed,
             spec.agent_seed,
             f"worker {spec.index}",
+            layout=spec.layout,
         )
         self.loaded = -1  # the weights counter this agent's weights come from
         try:

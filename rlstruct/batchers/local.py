@@ -15,7 +15,7 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.batchers import _checks
-from rlstruct.batchers._group import Group
+from rlstruct.batchers._group import Group, Layout, full_layout
 from rlstruct.dicttensor import DictTensor, _describe
 from rlstruct.env import Environment
 from rlstruct.temporal import TemporalDictTensor
@@ -68,6 +68,14 @@ class LocalBatcher:
             parameters or buffers and ``update()`` was not called before it.
         device: where ``get()`` puts the trajectories (dtypes kept). The
             agents act on the CPU whatever the device.
+        layout: how the trajectories are stored while they are made: "full"
+            writes every key at every step; "compact" writes the ``next/``
+            keys only at the steps where they differ from the following
+            step's keys (an episode ended or was reset there, or the step is
+            the last) and fills in the others when ``get()`` copies the batch
+            out. ``get()`` returns the same trajectories either way; compact
+            saves the writes of the observations' second copy, which pays
+            for large observations (images). See docs/batchers.md.
 
     Attributes:
         discarded: always 0: in process, every trajectory is made with the
@@ -117,8 +125,10 @@ class LocalBatcher:
         n_processes: int = 1,
         weights: Mapping[str, torch.Tensor] | None = None,
         device: torch.device | str = "cpu",
+        layout: Layout = "full",
     ) -> None:
         self.n_envs = _checks.positive_int(NAME, "n_envs", n_envs)
+        _checks.layout(NAME, layout)
         self.n_timesteps = _checks.positive_int(NAME, "n_timesteps", n_timesteps)
         self.n_processes = _checks.positive_int(NAME, "n_processes", n_processes)
         if mode not in ("fixed", "episodes", "stream"):
@@ -142,6 +152,7 @@ class LocalBatcher:
                         env_seed=seed + g * n_envs,
                         agent_seed=seed + g,
                         name=f"group {g}",
+                        layout=layout,
                     )
                 )
         except BaseException:
@@ -241,7 +252,9 @@ class LocalBatcher:
             self._info_spec = self._reset_spec
         info = DictTensor.cat([p[0] for p in parts])
         info.set("policy_version", torch.full((info.n_elems(),), self._version, dtype=torch.int64))
-        return Trajectories(info, TemporalDictTensor.cat([p[1] for p in parts]))
+        steps = TemporalDictTensor.cat([p[1] for p in parts])
+        data = DictTensor._new(full_layout(steps._dt._data), steps.n_elems(), torch.device("cpu"))
+        return Trajectories(info, TemporalDictTensor._new(data, steps.lengths, self.n_timesteps))
 
     def execute(self) -> None:
         """Acquire the next batch of trajectories (here, synchronously).

@@ -30,7 +30,7 @@ import torch.multiprocessing as mp
 
 from rlstruct.agent import Agent
 from rlstruct.batchers import _checks
-from rlstruct.batchers._group import Group
+from rlstruct.batchers._group import STORED, Group, Layout, filled_next, full_layout
 from rlstruct.batchers._shared import SharedBuffers, SharedWeights
 from rlstruct.batchers._slots import WAIT_S, SlotBoard
 from rlstruct.batchers._worker import WorkerSpec, worker_main
@@ -126,6 +126,10 @@ class MultiprocessBatcher:
             ``model.state_dict()`` (on any device); checked as ``update()``
             checks them, before any worker starts. None: the weights of the
             agent made in the main process at construction.
+        layout: "full" or "compact", as for ``LocalBatcher``: with "compact",
+            the workers write the ``next/`` keys only where they differ from
+            the following step's keys, and ``get()`` fills in the others as
+            it copies the batch out (on ``device``). The batches are the same.
 
     Raises:
         ValueError, TypeError: for bad arguments (``weights`` and ``device``
@@ -171,6 +175,7 @@ class MultiprocessBatcher:
         start_method: str = "spawn",
         device: torch.device | str = "cpu",
         weights: Mapping[str, torch.Tensor] | None = None,
+        layout: Layout = "full",
     ) -> None:
         self.state = State.CLOSED  # until the workers exist
         self.n_envs = _checks.positive_int(NAME, "n_envs", n_envs)
@@ -197,6 +202,8 @@ class MultiprocessBatcher:
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"{NAME}: seed must be an int, got {_describe(seed)}")
         self.device = _checks.device(NAME, device)
+        _checks.layout(NAME, layout)
+        self.layout: Layout = layout
         for name, value in (
             ("agent_factory", agent_factory),
             ("agent_args", agent_args),
@@ -251,6 +258,7 @@ class MultiprocessBatcher:
                 parent=os.getpid(),
                 timeout=self.timeout,
                 inherited=inherited,
+                layout=layout,
             )
             process = ctx.Process(  # type: ignore[attr-defined]
                 target=worker_main, args=(spec, there), name=f"rlstruct-worker-{w}", daemon=True
@@ -390,7 +398,15 @@ class MultiprocessBatcher:
         """One step of worker 0's rows in this process: the info and steps every buffer is shaped after."""
         agent_factory, agent_args, env_factory, env_args = self._factories
         probe = Group(
-            agent_factory, agent_args, env_factory, env_args, self.n_envs, self._seed, self._seed, "probe"
+            agent_factory,
+            agent_args,
+            env_factory,
+            env_args,
+            self.n_envs,
+            self._seed,
+            self._seed,
+            "probe",
+            layout=self.layout,
         )
         try:
             rows = slice(0, self.n_envs)
@@ -429,17 +445,24 @@ class MultiprocessBatcher:
         rows = slice(slots.start * self.n_envs, slots.stop * self.n_envs)
         slot_of_row = torch.arange(slots.start, slots.stop).repeat_interleave(self.n_envs)
         tensors = {("info", k): v[rows] for k, v in buffers.info.items()}
-        tensors |= {("steps", k): v[rows] for k, v in buffers.steps.items()}
+        steps = {k: v[rows] for k, v in buffers.steps.items()}
         tensors[("info", "policy_version")] = buffers.versions[slot_of_row]
         tensors[("lengths", "")] = buffers.lengths[rows]
-        if self.device.type == "cuda":
-            out = self._through_pinned_memory(tensors)
-        elif self.device.type == "cpu":
+        if self.device.type == "cpu":
+            # a compact layout's next/ keys are filled in straight from the shared buffers
+            filled = filled_next(steps) if STORED in steps else {}
+            tensors |= {("steps", k): v for k, v in steps.items() if k not in filled and k != STORED}
             out = {k: v.clone() for k, v in tensors.items()}
-        else:
-            out = {k: v.to(self.device) for k, v in tensors.items()}
+            out |= {("steps", k): v for k, v in filled.items()}
+            steps = {k: out[("steps", k)] for k in steps if k != STORED}
+        else:  # the compact layout crosses to the device as it is, and is filled in there
+            tensors |= {("steps", k): v for k, v in steps.items()}
+            if self.device.type == "cuda":
+                out = self._through_pinned_memory(tensors)
+            else:
+                out = {k: v.to(self.device) for k, v in tensors.items()}
+            steps = full_layout({k: v for (part, k), v in out.items() if part == "steps"})
         info = {k: v for (part, k), v in out.items() if part == "info"}
-        steps = {k: v for (part, k), v in out.items() if part == "steps"}
         n, device = rows.stop - rows.start, self.device
         # unchecked constructors: the workers wrote what the buffers were made for, and a check of
         # the lengths on the device would wait for the transfers
