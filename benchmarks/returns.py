@@ -128,14 +128,33 @@ def cases(b: Batch, padded: bool) -> list[tuple[str, Callable[[], object], Calla
     all_cases = [
         (
             "discounted_returns",
-            lambda: discounted_returns(r, term, done, GAMMA, nv, mask),
+            lambda: discounted_returns(r, terminated=term, done=done, gamma=GAMMA, next_value=nv, mask=mask),
             lambda: loop_discounted_returns(b),
         ),
-        ("td_lambda", lambda: td_lambda(r, nv, term, done, GAMMA, LAM, mask), lambda: loop_td_lambda(b)),
-        ("gae", lambda: gae(r, v, nv, term, done, GAMMA, LAM, mask), lambda: loop_gae(b)),
+        (
+            "td_lambda",
+            lambda: td_lambda(r, next_value=nv, terminated=term, done=done, gamma=GAMMA, lam=LAM, mask=mask),
+            lambda: loop_td_lambda(b),
+        ),
+        (
+            "gae",
+            lambda: gae(
+                r, value=v, next_value=nv, terminated=term, done=done, gamma=GAMMA, lam=LAM, mask=mask
+            ),
+            lambda: loop_gae(b),
+        ),
         (
             "vtrace",
-            lambda: vtrace(b["log_rho"], r, v, nv, term, done, GAMMA, mask=mask),
+            lambda: vtrace(
+                r,
+                log_rho=b["log_rho"],
+                value=v,
+                next_value=nv,
+                terminated=term,
+                done=done,
+                gamma=GAMMA,
+                mask=mask,
+            ),
             lambda: loop_vtrace(b),
         ),
     ]
@@ -196,7 +215,7 @@ def main() -> None:
             def ours(
                 r: Tensor = r, v: Tensor = v, nv: Tensor = nv, term: Tensor = term, done: Tensor = done
             ) -> Tensor:
-                return gae(r, v, nv, term, done, GAMMA, LAM)
+                return gae(r, value=v, next_value=nv, terminated=term, done=done, gamma=GAMMA, lam=LAM)
 
             label = f"gae [{n_rows}, {steps}] vs TorchRL vec GAE"
             if not torch.allclose(ours(), theirs(), rtol=1e-4, atol=1e-4):

@@ -10,6 +10,12 @@ t. Every tensor has shape [B, T] and lives on one device; the float inputs share
 one floating dtype, which the outputs keep; ``terminated``, ``done`` and
 ``mask`` are bool.
 
+Each function takes ``reward`` by position and every other argument by name
+(``gae(reward, value=..., next_value=..., terminated=..., done=..., gamma=...,
+lam=...)``): ``terminated`` and ``done``, like ``value`` and ``next_value``,
+share a shape and a dtype, so arguments swapped by position would give wrong
+targets without an error.
+
 Where the recursions stop:
 
 - **termination** (``terminated[:, t]``): the episode ended in a terminal
@@ -49,11 +55,13 @@ Examples:
     >>> from rlstruct.returns import discounted_returns, gae
     >>> reward = torch.tensor([[1.0, 1.0, 1.0]])
     >>> terminated = torch.tensor([[False, False, True]])
-    >>> discounted_returns(reward, terminated, terminated, gamma=0.5)
+    >>> discounted_returns(reward, terminated=terminated, done=terminated, gamma=0.5)
     tensor([[1.7500, 1.5000, 1.0000]])
     >>> value = torch.tensor([[1.0, 1.0, 1.0]])
     >>> next_value = torch.tensor([[1.0, 1.0, 9.0]])  # 9.0 is never used: step 2 terminates
-    >>> gae(reward, value, next_value, terminated, terminated, gamma=0.5, lam=1.0)
+    >>> gae(
+    ...     reward, value=value, next_value=next_value, terminated=terminated, done=terminated, gamma=0.5, lam=1.0
+    ... )
     tensor([[0.7500, 0.5000, 0.0000]])
 """
 
@@ -74,6 +82,7 @@ Tensor = torch.Tensor
 @torch.no_grad()
 def discounted_returns(
     reward: Tensor,
+    *,
     terminated: Tensor,
     done: Tensor,
     gamma: float,
@@ -111,7 +120,9 @@ def discounted_returns(
         >>> reward = torch.ones(1, 4)
         >>> done = torch.tensor([[False, True, False, False]])  # truncated at step 1
         >>> next_value = torch.tensor([[0.0, 10.0, 0.0, 20.0]])
-        >>> discounted_returns(reward, torch.zeros_like(done), done, 0.5, next_value)
+        >>> discounted_returns(
+        ...     reward, terminated=torch.zeros_like(done), done=done, gamma=0.5, next_value=next_value
+        ... )
         tensor([[ 4.0000,  6.0000,  6.5000, 11.0000]])
     """
     _check_tensors(
@@ -133,6 +144,7 @@ def discounted_returns(
 @torch.no_grad()
 def td_lambda(
     reward: Tensor,
+    *,
     next_value: Tensor,
     terminated: Tensor,
     done: Tensor,
@@ -167,7 +179,8 @@ def td_lambda(
         >>> import torch
         >>> reward, next_value = torch.ones(1, 2), torch.tensor([[2.0, 4.0]])
         >>> no = torch.zeros(1, 2, dtype=torch.bool)
-        >>> td_lambda(reward, next_value, no, no, gamma=1.0, lam=0.5)  # G_1 = 1 + 4; G_0 = 1 + (2 + 5) / 2
+        >>> # G_1 = 1 + 4; G_0 = 1 + (2 + 5) / 2
+        >>> td_lambda(reward, next_value=next_value, terminated=no, done=no, gamma=1.0, lam=0.5)
         tensor([[4.5000, 5.0000]])
     """
     _check_tensors(
@@ -188,6 +201,7 @@ def td_lambda(
 @torch.no_grad()
 def gae(
     reward: Tensor,
+    *,
     value: Tensor,
     next_value: Tensor,
     terminated: Tensor,
@@ -227,7 +241,8 @@ def gae(
         >>> reward, value = torch.ones(1, 3), torch.zeros(1, 3)
         >>> next_value = torch.tensor([[0.0, 0.0, 2.0]])
         >>> no = torch.zeros(1, 3, dtype=torch.bool)
-        >>> gae(reward, value, next_value, no, no, gamma=1.0, lam=0.5)  # the row end bootstraps 2.0
+        >>> # the row end bootstraps 2.0
+        >>> gae(reward, value=value, next_value=next_value, terminated=no, done=no, gamma=1.0, lam=0.5)
         tensor([[2.2500, 2.5000, 3.0000]])
     """
     _check_tensors(
@@ -244,8 +259,9 @@ def gae(
 
 @torch.no_grad()
 def vtrace(
-    log_rho: Tensor,
     reward: Tensor,
+    *,
+    log_rho: Tensor,
     value: Tensor,
     next_value: Tensor,
     terminated: Tensor,
@@ -254,7 +270,6 @@ def vtrace(
     rho_bar: float = 1.0,
     c_bar: float = 1.0,
     mask: Tensor | None = None,
-    *,
     lam: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
     """V-trace value targets and policy-gradient advantages (Espeholt et al. 2018, IMPALA).
@@ -271,12 +286,12 @@ def vtrace(
     advantage is ``rho_t * (r_t + gamma * (1 - terminated_t) * vs_{t+1} - value_t)``,
     where ``vs_{t+1}`` is ``next_value_t`` after a done step or at a row end.
     With ``log_rho = 0`` (on-policy) and ``rho_bar, c_bar >= 1``, ``vs`` equals
-    ``td_lambda(..., lam)`` for consistent values, as the paper remarks.
+    ``td_lambda(..., lam=lam)`` for consistent values, as the paper remarks.
 
     Args:
+        reward: float [B, T], the reward of each transition.
         log_rho: float [B, T], log(pi(a_t | x_t) / mu(a_t | x_t)) of the action
             taken, learner's policy pi over behaviour policy mu.
-        reward: float [B, T], the reward of each transition.
         value: float [B, T], the value of the observation at each step.
         next_value: float [B, T], the value of the observation each transition reached.
         terminated: bool [B, T], True where the transition reached a terminal state.
@@ -302,7 +317,9 @@ def vtrace(
         >>> next_value = torch.tensor([[0.0, 4.0]])
         >>> no = torch.zeros(1, 2, dtype=torch.bool)
         >>> log_rho = torch.log(torch.tensor([[2.0, 0.5]]))  # rho = c = min(1, ratio) = [1, 0.5]
-        >>> vs, adv = vtrace(log_rho, reward, value, next_value, no, no, gamma=1.0)
+        >>> vs, adv = vtrace(
+        ...     reward, log_rho=log_rho, value=value, next_value=next_value, terminated=no, done=no, gamma=1.0
+        ... )
         >>> vs  # vs_1 = 0 + 0.5 * (1 + 4 - 0); vs_0 = 0 + 1 * (1 + 0 - 0) + 1 * (vs_1 - 0)
         tensor([[3.5000, 2.5000]])
         >>> adv  # rho_0 * (1 + vs_1 - 0); rho_1 * (1 + next_value_1 - 0)
@@ -310,7 +327,7 @@ def vtrace(
     """
     _check_tensors(
         "vtrace",
-        [("log_rho", log_rho), ("reward", reward), ("value", value), ("next_value", next_value)],
+        [("reward", reward), ("log_rho", log_rho), ("value", value), ("next_value", next_value)],
         [("terminated", terminated), ("done", done), ("mask", mask)],
     )
     _check_unit("vtrace", "gamma", gamma)

@@ -45,6 +45,11 @@ def assert_close(got: torch.Tensor, expected: torch.Tensor) -> None:
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+def named(batch: dict[str, torch.Tensor], *keys: str) -> dict[str, torch.Tensor]:
+    """``keys`` and the flags of ``batch`` as keyword arguments: the keys are the argument names."""
+    return {k: batch[k] for k in (*keys, "terminated", "done", "mask")}
+
+
 # ---------------------------------------------------------------------------- hand-computed cases
 #
 # Row 0: one row holding a terminated episode (steps 0-1), a truncated one (steps 2-3)
@@ -68,17 +73,26 @@ def hand() -> dict[str, torch.Tensor]:
 
 def test_discounted_returns_by_hand(hand: dict[str, torch.Tensor]) -> None:
     h = hand
-    got = discounted_returns(h["reward"], h["terminated"], h["done"], GAMMA, h["next_value"], h["mask"])
+    got = discounted_returns(
+        h["reward"],
+        terminated=h["terminated"],
+        done=h["done"],
+        gamma=GAMMA,
+        next_value=h["next_value"],
+        mask=h["mask"],
+    )
     # row 0: G4 = 5 + .5 * 50 (row end); G3 = 4 + .5 * 40 (truncated); G2 = 3 + .5 * G3;
     # G1 = 2 (terminated); G0 = 1 + .5 * G1.  Row 1: G2 = 1 + .5 * 8 (row end), then back.
     assert_close(got, floats([2, 2, 15, 24, 30], [2.75, 3.5, 5, 0, 0]))
-    without_bootstrap = discounted_returns(h["reward"], h["terminated"], h["done"], GAMMA, mask=h["mask"])
+    without_bootstrap = discounted_returns(
+        h["reward"], terminated=h["terminated"], done=h["done"], gamma=GAMMA, mask=h["mask"]
+    )
     assert_close(without_bootstrap, floats([2, 2, 5, 4, 5], [1.75, 1.5, 1, 0, 0]))
 
 
 def test_td_lambda_by_hand(hand: dict[str, torch.Tensor]) -> None:
     h = hand
-    got = td_lambda(h["reward"], h["next_value"], h["terminated"], h["done"], GAMMA, LAM, h["mask"])
+    got = td_lambda(h["reward"], **named(h, "next_value"), gamma=GAMMA, lam=LAM)
     # row 0: G4 = 30, G3 = 24 as above; G2 = 3 + .5 * (.5 * 30 + .5 * 24) = 16.5; G1 = 2;
     # G0 = 1 + .5 * (.5 * 10 + .5 * 2) = 4.  Row 1: G2 = 5; G1 = 1 + .5 * (.5 * 4 + .5 * 5) = 3.25;
     # G0 = 1 + .5 * (.5 * 2 + .5 * 3.25) = 2.3125.
@@ -87,7 +101,7 @@ def test_td_lambda_by_hand(hand: dict[str, torch.Tensor]) -> None:
 
 def test_gae_by_hand(hand: dict[str, torch.Tensor]) -> None:
     h = hand
-    got = gae(h["reward"], h["value"], h["next_value"], h["terminated"], h["done"], GAMMA, LAM, h["mask"])
+    got = gae(h["reward"], **named(h, "value", "next_value"), gamma=GAMMA, lam=LAM)
     # row 0: deltas 1 + 5 - 1 = 5, 2 - 1 = 1 (terminated), 3 + 15 - 1 = 17, 4 + 20 - 1 = 23, 5 + 25 - 1 = 29;
     # A4 = 29, A3 = 23 (done), A2 = 17 + .25 * 23, A1 = 1 (terminated), A0 = 5 + .25 * 1.
     # row 1: deltas 1, 2, 4; A2 = 4, A1 = 2 + .25 * 4 = 3, A0 = 1 + .25 * 3 = 1.75.
@@ -100,7 +114,15 @@ def test_vtrace_by_hand() -> None:
     next_value = floats([2, 3, 8], [5, 1, 2])
     terminated = flags([F, F, F], [T_, F, F])
     log_rho = torch.log(floats([2, 0.5, 0.25], [1, 1, 1]))
-    vs, adv = vtrace(log_rho, reward, value, next_value, terminated, terminated, gamma=0.5)
+    vs, adv = vtrace(
+        reward,
+        log_rho=log_rho,
+        value=value,
+        next_value=next_value,
+        terminated=terminated,
+        done=terminated,
+        gamma=0.5,
+    )
     # row 0: rho = c = [1, .5, .25]; deltas 1 + 1 - 1 = 1, 1 + 1.5 - 2 = .5, 1 + 4 - 3 = 2;
     # vs2 = 3 + .25 * 2 = 3.5; vs1 = 2 + .5 * .5 + .5 * .5 * (3.5 - 3) = 2.375;
     # vs0 = 1 + 1 + .5 * 1 * (2.375 - 2) = 2.1875.
@@ -114,7 +136,7 @@ def test_vtrace_by_hand() -> None:
 def test_terminated_without_done_still_ends_the_episode() -> None:
     reward, next_value = floats([1, 1]), floats([7, 7])
     terminated, done = flags([T_, F]), flags([F, F])
-    got = discounted_returns(reward, terminated, done, 1.0, next_value)
+    got = discounted_returns(reward, terminated=terminated, done=done, gamma=1.0, next_value=next_value)
     assert_close(got, floats([1, 8]))
 
 
@@ -124,10 +146,13 @@ def test_garbage_in_padding_stays_there() -> None:
     value = floats([0, math.inf, 0])
     next_value = floats([3, NAN, 5])
     no = flags([F, F, F])
-    assert_close(discounted_returns(reward, no, no, 1.0, next_value, mask), floats([4, 0, 6]))
-    assert_close(td_lambda(reward, next_value, no, no, 1.0, 0.5, mask), floats([4, 0, 6]))
-    assert_close(gae(reward, value, next_value, no, no, 1.0, 0.5, mask), floats([4, 0, 6]))
-    vs, adv = vtrace(torch.zeros(1, 3), reward, value, next_value, no, no, 1.0, mask=mask)
+    ends = {"terminated": no, "done": no, "mask": mask}
+    assert_close(discounted_returns(reward, **ends, gamma=1.0, next_value=next_value), floats([4, 0, 6]))
+    assert_close(td_lambda(reward, next_value=next_value, **ends, gamma=1.0, lam=0.5), floats([4, 0, 6]))
+    assert_close(
+        gae(reward, value=value, next_value=next_value, **ends, gamma=1.0, lam=0.5), floats([4, 0, 6])
+    )
+    vs, adv = vtrace(reward, log_rho=torch.zeros(1, 3), value=value, next_value=next_value, **ends, gamma=1.0)
     assert_close(vs, floats([4, 0, 6]))
     assert_close(adv, floats([4, 0, 6]))
 
@@ -267,7 +292,9 @@ def test_discounted_returns_match_the_reference(
 ) -> None:
     b = random_batch(seed, rows, steps)
     nv = b["next_value"] if with_next_value else None
-    got = discounted_returns(b["reward"], b["terminated"], b["done"], gamma, nv, b["mask"])
+    got = discounted_returns(
+        b["reward"], terminated=b["terminated"], done=b["done"], gamma=gamma, next_value=nv, mask=b["mask"]
+    )
     keys = ["reward", "next_value"] if with_next_value else ["reward"]
     columns = [b[k].tolist() for k in [*keys, "terminated", "done", "mask"]]
     expected = [
@@ -286,10 +313,10 @@ def test_td_lambda_and_gae_match_the_reference(
 ) -> None:
     b = random_batch(seed, rows, steps)
     flag_keys = ("terminated", "done", "mask")
-    got = td_lambda(b["reward"], b["next_value"], b["terminated"], b["done"], gamma, lam, b["mask"])
+    got = td_lambda(b["reward"], **named(b, "next_value"), gamma=gamma, lam=lam)
     expected = per_row(b, ref_td_lambda, "reward", "next_value", *flag_keys, gamma=gamma, lam=lam)
     assert_close(got, torch.tensor(expected, dtype=torch.float64))
-    got = gae(b["reward"], b["value"], b["next_value"], b["terminated"], b["done"], gamma, lam, b["mask"])
+    got = gae(b["reward"], **named(b, "value", "next_value"), gamma=gamma, lam=lam)
     expected = per_row(b, ref_gae, "reward", "value", "next_value", *flag_keys, gamma=gamma, lam=lam)
     assert_close(got, torch.tensor(expected, dtype=torch.float64))
 
@@ -307,9 +334,13 @@ def test_vtrace_matches_the_reference(
 ) -> None:
     b = random_batch(seed, rows, steps)
     vs, adv = vtrace(
-        b["log_rho"], b["reward"], b["value"], b["next_value"], b["terminated"], b["done"], gamma,
-        rho_bar, c_bar, b["mask"], lam=lam,
-    )  # fmt: skip
+        b["reward"],
+        **named(b, "log_rho", "value", "next_value"),
+        gamma=gamma,
+        rho_bar=rho_bar,
+        c_bar=c_bar,
+        lam=lam,
+    )
     keys = ("log_rho", "reward", "value", "next_value", "terminated", "done", "mask")
     expected = per_row(b, ref_vtrace, *keys, gamma=gamma, rho_bar=rho_bar, c_bar=c_bar, lam=lam)
     assert_close(vs, torch.tensor([e[0] for e in expected], dtype=torch.float64))
@@ -326,19 +357,22 @@ def test_identities(seed: int, rows: int, steps: int, gamma: float, lam: float) 
     r, v, nv, term, done, mask = (
         b[k] for k in ("reward", "value", "next_value", "terminated", "done", "mask")
     )
-    lam_returns = td_lambda(r, nv, term, done, gamma, lam, mask)
+    ends = named(b)
+    lam_returns = td_lambda(r, next_value=nv, **ends, gamma=gamma, lam=lam)
     # gae is the lambda-return minus the value, for values consistent along episodes
-    assert_close(gae(r, v, nv, term, done, gamma, lam, mask), (lam_returns - v).masked_fill(~mask, 0))
+    got = gae(r, value=v, next_value=nv, **ends, gamma=gamma, lam=lam)
+    assert_close(got, (lam_returns - v).masked_fill(~mask, 0))
     # lam = 1: the discounted return bootstrapped from next_value
     assert_close(
-        td_lambda(r, nv, term, done, gamma, 1.0, mask), discounted_returns(r, term, done, gamma, nv, mask)
+        td_lambda(r, next_value=nv, **ends, gamma=gamma, lam=1.0),
+        discounted_returns(r, next_value=nv, **ends, gamma=gamma),
     )
     # lam = 0: one-step TD targets
     one_step = (r + gamma * nv.masked_fill(term, 0)).masked_fill(~mask, 0)
-    assert_close(td_lambda(r, nv, term, done, gamma, 0.0, mask), one_step)
+    assert_close(td_lambda(r, next_value=nv, **ends, gamma=gamma, lam=0.0), one_step)
     # on-policy V-trace without clipping is TD(lam), and its advantage is the one-step error on vs
     zero = torch.zeros_like(r)
-    vs, adv = vtrace(zero, r, v, nv, term, done, gamma, mask=mask, lam=lam)
+    vs, adv = vtrace(r, log_rho=zero, value=v, next_value=nv, **ends, gamma=gamma, lam=lam)
     assert_close(vs, lam_returns)
     next_vs = nv.clone()
     next_vs[:, :-1] = torch.where(~done[:, :-1] & mask[:, 1:], vs[:, 1:], nv[:, :-1])
@@ -360,14 +394,15 @@ def test_exact_values_from_a_batcher_give_zero_advantages() -> None:
         reward, term, done = traj["next/reward"], traj["next/terminated"], traj["next/done"]
         value = (3 - traj["t"]).float()
         next_value = (3 - traj["next/t"]).float()
-        mask = traj.mask()
-        assert_close(gae(reward, value, next_value, term, done, 1.0, 0.9, mask), torch.zeros(2, 5))
+        ends = {"terminated": term, "done": done, "mask": traj.mask()}
+        got = gae(reward, value=value, next_value=next_value, **ends, gamma=1.0, lam=0.9)
+        assert_close(got, torch.zeros(2, 5))
         # steps 0-2 form an episode of 3 steps; steps 3-4 start the next, bootstrapped at the row end
         expected = floats([3, 2, 1, 3, 2], [3, 2, 1, 3, 2])
-        assert_close(td_lambda(reward, next_value, term, done, 1.0, 0.9, mask), expected)
-        assert_close(discounted_returns(reward, term, done, 1.0, next_value, mask), expected)
+        assert_close(td_lambda(reward, next_value=next_value, **ends, gamma=1.0, lam=0.9), expected)
+        assert_close(discounted_returns(reward, next_value=next_value, **ends, gamma=1.0), expected)
         without = floats([3, 2, 1, 2, 1], [3, 2, 1, 2, 1])
-        assert_close(discounted_returns(reward, term, done, 1.0, mask=mask), without)
+        assert_close(discounted_returns(reward, **ends, gamma=1.0), without)
 
 
 # ---------------------------------------------------------------------------- contract
@@ -376,14 +411,12 @@ def test_exact_values_from_a_batcher_give_zero_advantages() -> None:
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
 def test_outputs_keep_the_input_dtype(dtype: torch.dtype) -> None:
     b = random_batch(3, 4, 6, dtype=dtype)
-    r, v, nv, term, done, mask = (
-        b[k] for k in ("reward", "value", "next_value", "terminated", "done", "mask")
-    )
+    r = b["reward"]
     outputs = [
-        discounted_returns(r, term, done, 0.9, nv, mask),
-        td_lambda(r, nv, term, done, 0.9, 0.8, mask),
-        gae(r, v, nv, term, done, 0.9, 0.8, mask),
-        *vtrace(b["log_rho"], r, v, nv, term, done, 0.9, mask=mask),
+        discounted_returns(r, **named(b, "next_value"), gamma=0.9),
+        td_lambda(r, **named(b, "next_value"), gamma=0.9, lam=0.8),
+        gae(r, **named(b, "value", "next_value"), gamma=0.9, lam=0.8),
+        *vtrace(r, **named(b, "log_rho", "value", "next_value"), gamma=0.9),
     ]
     for out in outputs:
         assert out.dtype == dtype and out.shape == (4, 6)
@@ -396,12 +429,12 @@ def test_inputs_are_left_alone_and_no_gradient_flows() -> None:
     value = b["value"].clone().requires_grad_()
     log_rho = b["log_rho"].clone().requires_grad_()
     before = {k: v.clone() for k, v in b.items()}
-    r, nv, term, done, mask = (b[k] for k in ("reward", "next_value", "terminated", "done", "mask"))
+    r, ends = b["reward"], named(b, "next_value")
     outputs = [
-        discounted_returns(r, term, done, 0.9, nv, mask),
-        td_lambda(r, nv, term, done, 0.9, 0.8, mask),
-        gae(r, value, nv, term, done, 0.9, 0.8, mask),
-        *vtrace(log_rho, r, value, nv, term, done, 0.9, mask=mask),
+        discounted_returns(r, **ends, gamma=0.9),
+        td_lambda(r, **ends, gamma=0.9, lam=0.8),
+        gae(r, value=value, **ends, gamma=0.9, lam=0.8),
+        *vtrace(r, log_rho=log_rho, value=value, **ends, gamma=0.9),
     ]
     assert not any(out.requires_grad for out in outputs)
     for key, tensor in b.items():
@@ -414,10 +447,11 @@ def test_edge_shapes(shape: tuple[int, int]) -> None:
     r = torch.ones(shape)
     no = torch.zeros(shape, dtype=torch.bool)
     expected = torch.full(shape, 1.5)  # one step: r + 0.5 * next_value
-    assert_close(discounted_returns(r, no, no, 0.5, r), expected)
-    assert_close(td_lambda(r, r, no, no, 0.5, 0.5), expected)
-    assert_close(gae(r, r, r, no, no, 0.5, 0.5), expected - 1)
-    vs, adv = vtrace(torch.zeros(shape), r, r, r, no, no, 0.5)
+    assert_close(discounted_returns(r, terminated=no, done=no, gamma=0.5, next_value=r), expected)
+    assert_close(td_lambda(r, next_value=r, terminated=no, done=no, gamma=0.5, lam=0.5), expected)
+    assert_close(gae(r, value=r, next_value=r, terminated=no, done=no, gamma=0.5, lam=0.5), expected - 1)
+    zero = torch.zeros(shape)
+    vs, adv = vtrace(r, log_rho=zero, value=r, next_value=r, terminated=no, done=no, gamma=0.5)
     assert_close(vs, expected)
     assert_close(adv, expected - 1)
 
@@ -426,14 +460,14 @@ def test_edge_shapes(shape: tuple[int, int]) -> None:
 def test_cuda_matches_cpu() -> None:
     b = random_batch(11, 16, 33, dtype=torch.float32)
     cuda = {k: v.cuda() for k, v in b.items()}
-    keys = ("log_rho", "reward", "value", "next_value", "terminated", "done")
-    cpu_out = vtrace(*(b[k] for k in keys), 0.99, mask=b["mask"])
-    cuda_out = vtrace(*(cuda[k] for k in keys), 0.99, mask=cuda["mask"])
+    keys = ("log_rho", "value", "next_value")
+    cpu_out = vtrace(b["reward"], **named(b, *keys), gamma=0.99)
+    cuda_out = vtrace(cuda["reward"], **named(cuda, *keys), gamma=0.99)
     for got, expected in zip(cuda_out, cpu_out, strict=True):
         assert got.device.type == "cuda"
         torch.testing.assert_close(got.cpu(), expected)
-    got = gae(*(cuda[k] for k in keys[1:]), 0.99, 0.95, cuda["mask"])
-    expected = gae(*(b[k] for k in keys[1:]), 0.99, 0.95, b["mask"])
+    got = gae(cuda["reward"], **named(cuda, *keys[1:]), gamma=0.99, lam=0.95)
+    expected = gae(b["reward"], **named(b, *keys[1:]), gamma=0.99, lam=0.95)
     torch.testing.assert_close(got.cpu(), expected)
 
 
@@ -449,88 +483,106 @@ def test_exported() -> None:
 R = torch.zeros(2, 3)
 V = torch.zeros(2, 3)
 NO = torch.zeros(2, 3, dtype=torch.bool)
+# valid arguments after the reward, one function each; a case overrides one of them
+AFTER_REWARD: dict[str, dict[str, Any]] = {
+    "discounted_returns": {"terminated": NO, "done": NO, "gamma": 0.9},
+    "td_lambda": {"next_value": V, "terminated": NO, "done": NO, "gamma": 0.9, "lam": 0.9},
+    "gae": {"value": V, "next_value": V, "terminated": NO, "done": NO, "gamma": 0.9, "lam": 0.9},
+    "vtrace": {"log_rho": V, "value": V, "next_value": V, "terminated": NO, "done": NO, "gamma": 0.9},
+}
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "discounted_returns": discounted_returns,
+    "td_lambda": td_lambda,
+    "gae": gae,
+    "vtrace": vtrace,
+}
+
+
+def calling(name: str, reward: Any = R, **changes: Any) -> Callable[[], object]:
+    """A call of the function ``name`` with valid arguments but ``reward`` and ``changes``."""
+    return lambda: FUNCTIONS[name](reward, **{**AFTER_REWARD[name], **changes})
 
 
 @pytest.mark.parametrize(
     ("call", "error", "text"),
     [
-        (lambda: gae([[0.0]], V, V, NO, NO, 0.9, 0.9), TypeError, "gae: reward must be a tensor, got a list"),
+        (calling("gae", [[0.0]]), TypeError, "gae: reward must be a tensor, got a list"),
         (
-            lambda: gae(R.long(), V, V, NO, NO, 0.9, 0.9),
+            calling("gae", R.long()),
             TypeError,
             "gae: reward must have a floating-point dtype, got torch.int64",
         ),
         (
-            lambda: gae(torch.zeros(3), V, V, NO, NO, 0.9, 0.9),
+            calling("gae", torch.zeros(3)),
             ValueError,
             "gae: reward must have shape [B, T], got shape (3,)",
         ),
         (
-            lambda: gae(R, torch.zeros(2, 4), V, NO, NO, 0.9, 0.9),
+            calling("gae", value=torch.zeros(2, 4)),
             ValueError,
             "gae: value must have the shape of reward, (2, 3), got (2, 4)",
         ),
         (
-            lambda: gae(R, V.double(), V, NO, NO, 0.9, 0.9),
+            calling("gae", value=V.double()),
             TypeError,
             "gae: value must have the dtype of reward, torch.float32, got torch.float64",
         ),
         (
-            lambda: gae(R, V, torch.zeros(2, 3, device="meta"), NO, NO, 0.9, 0.9),
+            calling("gae", next_value=torch.zeros(2, 3, device="meta")),
             ValueError,
             "gae: next_value must be on the device of reward, cpu, got meta",
         ),
         (
-            lambda: gae(R, V, V, NO.float(), NO, 0.9, 0.9),
+            calling("gae", terminated=NO.float()),
             TypeError,
             "gae: terminated must be a bool tensor, got dtype torch.float32",
         ),
         (
-            lambda: gae(R, V, V, NO, NO, 0.9, 0.9, mask=NO.long()),
+            calling("gae", mask=NO.long()),
             TypeError,
             "gae: mask must be a bool tensor, got dtype torch.int64",
         ),
-        (lambda: gae(R, V, V, NO, NO, 1.5, 0.9), ValueError, "gae: gamma must be in [0, 1], got 1.5"),
-        (lambda: gae(R, V, V, NO, NO, 0.9, -0.1), ValueError, "gae: lam must be in [0, 1], got -0.1"),
-        (lambda: gae(R, V, V, NO, NO, True, 0.9), TypeError, "gae: gamma must be a float, got a bool"),
-        (lambda: td_lambda(R, V, NO, NO, 0.9, NAN), ValueError, "td_lambda: lam must be in [0, 1], got nan"),
+        (calling("gae", gamma=1.5), ValueError, "gae: gamma must be in [0, 1], got 1.5"),
+        (calling("gae", lam=-0.1), ValueError, "gae: lam must be in [0, 1], got -0.1"),
+        (calling("gae", gamma=True), TypeError, "gae: gamma must be a float, got a bool"),
+        (calling("td_lambda", lam=NAN), ValueError, "td_lambda: lam must be in [0, 1], got nan"),
+        (calling("td_lambda", gamma="0.9"), TypeError, "td_lambda: gamma must be a float, got a str"),
         (
-            lambda: td_lambda(R, V, NO, NO, "0.9", 0.9),  # type: ignore[arg-type]
-            TypeError,
-            "td_lambda: gamma must be a float, got a str",
-        ),
-        (
-            lambda: discounted_returns(R, NO, NO[:, :2], 0.9),
+            calling("discounted_returns", done=NO[:, :2]),
             ValueError,
             "discounted_returns: done must have the shape of reward, (2, 3), got (2, 2)",
         ),
         (
-            lambda: discounted_returns(R, NO, NO, 0.9, next_value=V.half()),
+            calling("discounted_returns", next_value=V.half()),
             TypeError,
             "discounted_returns: next_value must have the dtype of reward, torch.float32, got torch.float16",
         ),
         (
-            lambda: vtrace(V, R.double(), V, V, NO, NO, 0.9),
+            calling("vtrace", log_rho=V.double()),
             TypeError,
-            "vtrace: reward must have the dtype of log_rho, torch.float32, got torch.float64",
+            "vtrace: log_rho must have the dtype of reward, torch.float32, got torch.float64",
         ),
-        (
-            lambda: vtrace(V, R, V, V, NO, NO, 0.9, rho_bar=0.0),
-            ValueError,
-            "vtrace: rho_bar must be positive",
-        ),
-        (
-            lambda: vtrace(V, R, V, V, NO, NO, 0.9, c_bar=-1),
-            ValueError,
-            "vtrace: c_bar must be positive, got -1",
-        ),
-        (
-            lambda: vtrace(V, R, V, V, NO, NO, 0.9, lam=2.0),
-            ValueError,
-            "vtrace: lam must be in [0, 1], got 2.0",
-        ),
+        (calling("vtrace", rho_bar=0.0), ValueError, "vtrace: rho_bar must be positive"),
+        (calling("vtrace", c_bar=-1), ValueError, "vtrace: c_bar must be positive, got -1"),
+        (calling("vtrace", lam=2.0), ValueError, "vtrace: lam must be in [0, 1], got 2.0"),
     ],
 )
 def test_bad_input_is_named(call: Callable[[], object], error: type[Exception], text: str) -> None:
     with pytest.raises(error, match=message(text)):
         call()
+
+
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_only_the_reward_is_positional(name: str) -> None:
+    """Every argument after the reward must be named, or Python raises a TypeError.
+
+    ``terminated`` and ``done`` (or ``value`` and ``next_value``) swapped by position would
+    pass every check of the function and give wrong targets.
+    """
+    fn, after = FUNCTIONS[name], AFTER_REWARD[name]
+    fn(R, **after)  # the valid call
+    first, *rest = after
+    with pytest.raises(TypeError, match="positional argument"):
+        fn(R, after[first], **{k: after[k] for k in rest})
+    with pytest.raises(TypeError, match="positional argument"):
+        fn(R, *after.values())

@@ -139,10 +139,10 @@ def main() -> None:
                 next_value = learner.value_after(next_obs, h_v).view(steps["value"].shape)
                 advantage = gae(
                     steps["next/reward"],
-                    out["value"],
-                    next_value,
-                    steps["next/terminated"],
-                    steps["next/done"],
+                    value=out["value"],
+                    next_value=next_value,
+                    terminated=steps["next/terminated"],
+                    done=steps["next/done"],
                     gamma=0.99,
                     lam=0.95,
                 )

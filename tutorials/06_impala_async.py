@@ -64,12 +64,12 @@ def main() -> None:
             with torch.no_grad():
                 next_value = learner.value_of(steps["next/observation"].flatten(0, 1)).view(b, t)
                 vs, advantage = vtrace(
-                    log_pi - steps["log_prob"],  # log pi(a) - log mu(a), mu's stored by the actor
                     0.1 * steps["next/reward"],  # values of order 10, easier to learn than 100
-                    value,
-                    next_value,
-                    steps["next/terminated"],
-                    steps["next/done"],
+                    log_rho=log_pi - steps["log_prob"],  # log pi(a) - log mu(a), mu's stored by the actor
+                    value=value,
+                    next_value=next_value,
+                    terminated=steps["next/terminated"],
+                    done=steps["next/done"],
                     gamma=0.99,
                 )
                 advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)

@@ -152,12 +152,12 @@ def main() -> None:
                 next_value = learner.value(steps["next/observation"])
             advantage = gae(
                 steps["next/reward"],
-                steps["value"],
-                next_value,
-                steps["next/terminated"],
-                steps["next/done"],
-                cfg.gamma,
-                cfg.gae_lambda,
+                value=steps["value"],
+                next_value=next_value,
+                terminated=steps["next/terminated"],
+                done=steps["next/done"],
+                gamma=cfg.gamma,
+                lam=cfg.gae_lambda,
             )
             target = advantage + steps["value"]
             # Normalise with the statistics of every process's advantages, so that all weigh alike.

@@ -181,10 +181,10 @@ def main() -> None:
             with torch.no_grad():
                 advantage = gae(
                     steps["next/reward"],
-                    steps["value"],
-                    bootstrap(learner, batch),
-                    steps["next/terminated"],
-                    steps["next/done"],
+                    value=steps["value"],
+                    next_value=bootstrap(learner, batch),
+                    terminated=steps["next/terminated"],
+                    done=steps["next/done"],
                     gamma=0.98,
                     lam=0.8,
                 )

@@ -138,13 +138,13 @@ def train(config: Config) -> dict[str, Any]:
                 )
                 advantage = gae(
                     reward,
-                    out["value"].detach(),
-                    next_value,
-                    steps["next/terminated"],
-                    steps["next/done"],
-                    config.gamma,
-                    config.gae_lambda,
-                    mask,
+                    value=out["value"].detach(),
+                    next_value=next_value,
+                    terminated=steps["next/terminated"],
+                    done=steps["next/done"],
+                    gamma=config.gamma,
+                    lam=config.gae_lambda,
+                    mask=mask,
                 )
                 target = advantage + out["value"].detach()
                 if config.normalize_advantages:

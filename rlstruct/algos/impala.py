@@ -256,16 +256,16 @@ def vtrace_loss(
         next_value = model.values_reached(steps)
         log_rho = log_prob - steps["log_prob"]
         vs, advantage = vtrace(
-            log_rho,
             steps["next/reward"] * config.reward_scale,
-            value,
-            next_value,
-            steps["next/terminated"],
-            steps["next/done"],
-            config.gamma,
-            config.rho_bar,
-            config.c_bar,
-            mask,
+            log_rho=log_rho,
+            value=value,
+            next_value=next_value,
+            terminated=steps["next/terminated"],
+            done=steps["next/done"],
+            gamma=config.gamma,
+            rho_bar=config.rho_bar,
+            c_bar=config.c_bar,
+            mask=mask,
         )
         if config.normalize_advantages:
             valid = advantage[mask]

@@ -253,13 +253,13 @@ def add_advantages(
     value = steps["value"]
     adv = gae(
         steps["next/reward"] if reward is None else reward,
-        value,
-        next_value,
-        steps["next/terminated"],
-        steps["next/done"],
-        gamma,
-        gae_lambda,
-        steps.mask(),
+        value=value,
+        next_value=next_value,
+        terminated=steps["next/terminated"],
+        done=steps["next/done"],
+        gamma=gamma,
+        lam=gae_lambda,
+        mask=steps.mask(),
     )
     steps.set("advantage", adv)
     steps.set("target", adv + value)
