@@ -7,7 +7,7 @@ from rlstruct.dicttensor import DictTensor, masked_dicttensor
 from rlstruct.env import Environment
 from rlstruct.errors import ClusterError, DistributedError, RemoteWorkerError, WorkerError, WorkerTimeout
 from rlstruct.gym_env import GymEnv
-from rlstruct.logger import Logger, make_run_dir, plot_csv
+from rlstruct.logger import Logger, make_run_dir, plot_csv, plot_runs
 from rlstruct.progress import Progress
 from rlstruct.replay import HindsightReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.returns import discounted_returns, gae, td_lambda, vtrace
@@ -43,6 +43,7 @@ __all__ = [
     "make_run_dir",
     "masked_dicttensor",
     "plot_csv",
+    "plot_runs",
     "replay_agent",
     "rng_state",
     "save_checkpoint",

@@ -1,25 +1,58 @@
-"""The ``rlstruct`` command: ``rlstruct train ALGO --env ENV_ID [options]``.
+"""The ``rlstruct`` command: train an algorithm, evaluate a trained run, plot runs' learning curves.
 
-``rlstruct --help`` and ``rlstruct train --help`` print the usage;
-``rlstruct train ALGO --help`` lists the options of ALGO, one per field of
-its ``Config``. An environment id gymnasium cannot make ends the command with
-one line naming the likely fix (exit status 2).
+- ``rlstruct train ALGO --env ENV_ID [options]`` trains ALGO (see
+  ``rlstruct.algos``) and writes a run directory: ``config.json``,
+  ``progress.csv``, TensorBoard files, ``checkpoint.pt``,
+  ``learning_curve.png``. ``rlstruct train ALGO --help`` lists the options of
+  ALGO, one per field of its ``Config``.
+- ``rlstruct eval RUN_DIR [--episodes N] [--seed S] [--gif PATH] [--json]``
+  rebuilds the trained agent of a run directory (``rlstruct.algos.load_run``)
+  and plays N greedy episodes (default: the run's ``eval_episodes``) on the
+  run's environment, seeded as the run seeded its evaluations: ``--seed S``
+  plays the evaluation episodes of a run seeded S (default: the run's seed,
+  which replays its final evaluation and prints the same figure). It prints
+  the mean and standard deviation of the returns, or with ``--json`` one JSON
+  object (the returns included) and nothing else on standard output.
+  ``--gif PATH`` also records the first of those episodes, rendered with
+  ``render_mode="rgb_array"``, as an animated GIF.
+- ``rlstruct plot RUN_DIR [RUN_DIR ...] [--out PATH] [--x env_steps|wall_time] [--y COLUMN]``
+  overlays the runs' curves from their ``progress.csv`` in one PNG (default
+  ``./learning_curves.png``, whose path is printed): ``eval_return_mean``,
+  and ``train_return_mean`` for the runs that logged it, or the one column
+  ``--y`` names; against env steps or the training wall time (``wall_s``).
+
+``rlstruct --help`` and ``rlstruct COMMAND --help`` print the usage and exit
+with status 0. Bad input ends the command with one line on standard error,
+naming the likely fix or the path and what is missing, and exit status 2: an
+environment id gymnasium cannot make, a run directory that does not exist or
+lacks its ``config.json``, ``checkpoint.pt`` or ``progress.csv``, a column a
+``progress.csv`` does not have, an environment that cannot render a GIF.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from rlstruct.algos import ALGORITHMS
 from rlstruct.algos.evaluation import UnknownEnvironment
+from rlstruct.algos.run import EVAL_SEED_OFFSET
 
 __all__ = ["main"]
 
 USAGE = (
-    f"usage: rlstruct train {{{','.join(ALGORITHMS)}}} --env ENV_ID [options]  (--help after ALGO for them)"
+    f"usage: rlstruct train {{{','.join(ALGORITHMS)}}} --env ENV_ID [options]  (--help after ALGO for them)\n"
+    "       rlstruct eval RUN_DIR [--episodes N] [--seed S] [--gif PATH] [--json]\n"
+    "       rlstruct plot RUN_DIR [RUN_DIR ...] [--out PATH] [--x {env_steps,wall_time}] [--y COLUMN]\n"
+    "       (rlstruct COMMAND --help for a command's options)"
 )
+
+X_COLUMNS = {"env_steps": "env_steps", "wall_time": "wall_s"}
+"""``rlstruct plot --x``: the column of ``progress.csv`` each choice plots against."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] in (["-h"], ["--help"]) or args[:2] in (["train", "-h"], ["train", "--help"]):
         print(USAGE)
         return 0
+    if args[:1] == ["eval"]:
+        return _run(_eval, _eval_parser(), args[1:])
+    if args[:1] == ["plot"]:
+        return _run(_plot, _plot_parser(), args[1:])
     if len(args) < 2 or args[0] != "train" or args[1] not in ALGORITHMS:
         print(USAGE, file=sys.stderr)
         if len(args) >= 2 and args[0] == "train":
@@ -35,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"rlstruct: unknown algorithm {args[1]!r}; choose one of {', '.join(ALGORITHMS)}",
                 file=sys.stderr,
             )
+        elif args and args[0] != "train":
+            print(f"rlstruct: unknown command {args[0]!r}; choose train, eval or plot", file=sys.stderr)
         return 2
     module = importlib.import_module(f"rlstruct.algos.{args[1]}")
     try:
@@ -42,6 +81,150 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UnknownEnvironment as error:
         print(f"rlstruct: {error}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _run(
+    command: Callable[[argparse.Namespace], int], parser: argparse.ArgumentParser, args: list[str]
+) -> int:
+    """Parse ``args`` and run ``command``; argparse's exits (help: 0, bad usage: 2) become the status."""
+    try:
+        options = parser.parse_args(args)
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 2
+    return command(options)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive int, got {value}")
+    return value
+
+
+def _eval_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlstruct eval",
+        description=(
+            "Rebuild the trained agent of a run directory (config.json, checkpoint.pt) and play greedy "
+            "episodes on the run's environment; print the mean and standard deviation of their returns."
+        ),
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by rlstruct train")
+    parser.add_argument(
+        "--episodes",
+        metavar="N",
+        type=_positive_int,
+        help="episodes to play, one environment each (default: the run's eval_episodes)",
+    )
+    parser.add_argument(
+        "--seed",
+        metavar="S",
+        type=int,
+        help=(
+            "play the evaluation episodes of a run seeded S, as train's --seed: environment i is reset "
+            f"with S + {EVAL_SEED_OFFSET} + i (default: the run's seed, which replays its final evaluation)"
+        ),
+    )
+    parser.add_argument(
+        "--gif",
+        metavar="PATH",
+        help="also record the first episode with render_mode='rgb_array' into an animated GIF at PATH",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (the returns of every episode included) instead of the summary line",
+    )
+    return parser
+
+
+def _eval(options: argparse.Namespace) -> int:
+    from rlstruct.algos.recording import CannotRender, save_gif
+    from rlstruct.algos.saved import load_run
+
+    try:
+        run = load_run(options.run_dir)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"rlstruct eval: {error}", file=sys.stderr)
+        return 2
+    gif: dict[str, Any] | None = None
+    if options.gif is not None:
+        try:
+            recording = run.record_episode(options.seed)
+            path = save_gif(recording.frames, options.gif, fps=recording.fps)
+        except (CannotRender, ImportError, OSError) as error:
+            print(f"rlstruct eval: --gif: {' '.join(str(error).split())}", file=sys.stderr)
+            return 2
+        gif = {"path": str(path), "frames": len(recording.frames), "return": recording.episode_return}
+    result = run.evaluate(options.episodes, options.seed)
+    seed = run.config.seed if options.seed is None else options.seed
+    if options.json:
+        report = {
+            "algo": run.algo,
+            "env": run.config.env,
+            "run_dir": str(run.run_dir),
+            "env_steps": run.env_steps,
+            "seed": seed,
+            "episodes": len(result.returns),
+            "eval_return_mean": result.mean,
+            "eval_return_std": result.std,
+            "returns": result.returns,
+            "gif": gif,
+        }
+        print(json.dumps(report))
+        return 0
+    print(
+        f"{run.algo} on {run.config.env} after {run.env_steps} env steps: greedy return "
+        f"{result.mean:.1f} +- {result.std:.1f} over {len(result.returns)} episodes "
+        f"(seed {seed}; run directory {run.run_dir})"
+    )
+    if gif is not None:
+        print(f"gif: {gif['path']} ({gif['frames']} frames, episode return {gif['return']:.1f})")
+    return 0
+
+
+def _plot_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlstruct plot",
+        description=(
+            "Overlay the learning curves of runs (from their progress.csv) in one PNG: the evaluation "
+            "return, and the training return where logged, a colour per run."
+        ),
+    )
+    parser.add_argument(
+        "run_dirs", metavar="RUN_DIR", nargs="+", help="run directories written by rlstruct train"
+    )
+    parser.add_argument(
+        "--out",
+        metavar="PATH",
+        default="learning_curves.png",
+        help="the image to write (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--x",
+        choices=list(X_COLUMNS),
+        default="env_steps",
+        help="the x axis: env steps, or the training wall time in seconds, wall_s (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--y",
+        metavar="COLUMN",
+        help="plot this column of progress.csv instead of eval_return_mean and train_return_mean",
+    )
+    return parser
+
+
+def _plot(options: argparse.Namespace) -> int:
+    from rlstruct.logger import plot_runs
+
+    y, optional = (["eval_return_mean"], ["train_return_mean"]) if options.y is None else ([options.y], [])
+    try:
+        path = plot_runs(options.run_dirs, y, optional=optional, x=X_COLUMNS[options.x], path=options.out)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"rlstruct plot: {error}", file=sys.stderr)
+        return 2
+    print(path)
     return 0
 
 

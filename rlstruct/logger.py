@@ -46,7 +46,9 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
+
+import numpy as np
 
 from rlstruct.progress import Progress, scalar_value, step_value
 
@@ -54,7 +56,7 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
     from torch.utils.tensorboard import SummaryWriter
 
-__all__ = ["Logger", "make_run_dir", "plot_csv"]
+__all__ = ["Logger", "make_run_dir", "plot_csv", "plot_runs"]
 
 CSV_NAME = "progress.csv"
 CONFIG_NAME = "config.json"
@@ -355,36 +357,165 @@ def plot_csv(
     names = [y] if isinstance(y, str) else list(y)
     if not names:
         raise ValueError("plot_csv: y must name at least one column, got none")
+    curves = _read_curves(csv_path, names, (), x, interpolate_x=False, prefix="plot_csv: ")
+    image = csv_path.with_name(PLOT_NAME) if path is None else Path(path)
+    return _draw(
+        [
+            _Curve(name, points, 0 if len(names) == 1 else i, "-")
+            for i, (name, points) in enumerate(curves.items())
+        ],
+        x=x,
+        y=names[0] if len(names) == 1 else "value",
+        title=csv_path.parent.name,
+        legend=len(names) > 1,
+        path=image,
+    )
+
+
+def plot_runs(
+    run_dirs: Sequence[str | os.PathLike[str]],
+    y: str | Sequence[str],
+    *,
+    optional: Sequence[str] = (),
+    x: str = "env_steps",
+    path: str | os.PathLike[str] = "learning_curves.png",
+) -> Path:
+    """Overlay the curves of several runs' ``progress.csv`` in one image, a colour per run.
+
+    Each run directory's ``progress.csv`` gives one curve per column of
+    ``y`` (each must be in every file) and of ``optional`` (plotted for the
+    runs whose file has it), all in the run's colour, the first column as a
+    solid line and the others dashed. The legend names each curve
+    ``<run directory name>: <column>`` (the whole path as given where two
+    runs share a name).
+
+    A row with no value in ``x`` takes one interpolated linearly, by its
+    ``step``, between the rows that have one: the evaluation rows of a run
+    carry ``env_steps`` but no ``wall_s``, and so get the training time at
+    which their weights were taken. Rows with no value in a curve's column
+    are left out of that curve.
+
+    Args:
+        run_dirs: the run directories, each holding a ``progress.csv``.
+        y: the column or columns to plot for every run, such as
+            ``"eval_return_mean"``.
+        optional: columns to plot where present, such as
+            ``"train_return_mean"``.
+        x: the column on the x axis, such as ``"env_steps"`` or ``"wall_s"``.
+        path: the image file to write (its suffix picks the format).
+
+    Returns:
+        The path of the image.
+
+    Raises:
+        FileNotFoundError: if a run directory does not exist or has no
+            ``progress.csv``; the message names it.
+        ValueError: if ``run_dirs`` or ``y`` is empty, or a column of ``y`` or
+            ``x`` is missing from a file or has no value to plot; the message
+            names the file and lists its columns.
+    """
+    names = [y] if isinstance(y, str) else list(y)
+    if not names:
+        raise ValueError("plot_runs: y must name at least one column, got none")
+    dirs = [Path(d) for d in run_dirs]
+    if not dirs:
+        raise ValueError("plot_runs: run_dirs must name at least one run directory, got none")
+    for run_dir in dirs:
+        if not run_dir.is_dir():
+            what = "is not a directory" if run_dir.exists() else "does not exist"
+            raise FileNotFoundError(f"run directory {str(run_dir)!r} {what}")
+        if not (run_dir / CSV_NAME).is_file():
+            raise FileNotFoundError(f"run directory {str(run_dir)!r} has no {CSV_NAME}")
+    short = [d.name or str(d) for d in dirs]
+    labels = [str(d) if short.count(s) > 1 else s for d, s in zip(dirs, short, strict=True)]
+    curves: list[_Curve] = []
+    plotted: set[str] = set()
+    for run, (run_dir, label) in enumerate(zip(dirs, labels, strict=True)):
+        columns = _read_curves(run_dir / CSV_NAME, names, optional, x, interpolate_x=True, prefix="")
+        for i, (name, points) in enumerate(columns.items()):
+            curves.append(_Curve(f"{label}: {name}", points, run, "-" if i == 0 else "--"))
+            plotted.add(name)
+    if len(plotted) == 1:
+        y_label = plotted.pop()
+    else:
+        y_label = "return" if all("return" in name for name in plotted) else "value"
+    return _draw(
+        curves,
+        x=x,
+        y=y_label,
+        title="",
+        legend=True,
+        path=Path(path),
+    )
+
+
+class _Curve(NamedTuple):
+    label: str
+    points: list[tuple[float, float]]
+    color: int  # the index of its colour in matplotlib's cycle
+    style: str  # its line style
+
+
+def _read_curves(
+    csv_path: Path,
+    names: Sequence[str],
+    optional: Sequence[str],
+    x: str,
+    *,
+    interpolate_x: bool,
+    prefix: str,
+) -> dict[str, list[tuple[float, float]]]:
+    """The (x, y) points of each column of ``names`` (required) and ``optional`` (if present), by column."""
     with csv_path.open(newline="") as file:
         reader = csv.DictReader(file)
         rows = list(reader)
         columns = list(reader.fieldnames or [])
     missing = [name for name in [x, *names] if name not in columns]
     if missing:
-        raise ValueError(
-            f"plot_csv: {str(csv_path)!r} has no column {missing[0]!r}; its columns are {columns}"
+        raise ValueError(f"{prefix}{str(csv_path)!r} has no column {missing[0]!r}; its columns are {columns}")
+    xs: list[str | float] = [row[x] for row in rows]
+    if interpolate_x and "step" in columns:
+        known = sorted(
+            (float(row["step"]), float(row[x])) for row in rows if row[x] != "" and row["step"] != ""
         )
+        if known:
+            steps, values = zip(*known, strict=True)
+            xs = [
+                value
+                if value != "" or row["step"] == ""
+                else float(np.interp(float(row["step"]), steps, values))
+                for value, row in zip(xs, rows, strict=True)
+            ]
     curves = {}
-    for name in names:
-        points = [(float(row[x]), float(row[name])) for row in rows if row[x] != "" and row[name] != ""]
+    for name in [*names, *(o for o in optional if o in columns and o not in names)]:
+        points = [
+            (float(v), float(row[name]))
+            for v, row in zip(xs, rows, strict=True)
+            if v != "" and row[name] != ""
+        ]
         if not points:
             raise ValueError(
-                f"plot_csv: column {name!r} of {str(csv_path)!r} has no value to plot against {x!r}"
+                f"{prefix}column {name!r} of {str(csv_path)!r} has no value to plot against {x!r}"
             )
         curves[name] = points
+    return curves
+
+
+def _draw(curves: Sequence[_Curve], *, x: str, y: str, title: str, legend: bool, path: Path) -> Path:
+    """Draw ``curves`` into one figure and write it to ``path`` (matplotlib imported here, pyplot never)."""
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(6.4, 4.0), layout="constrained")
     axes = figure.subplots()
-    for name, points in curves.items():
-        xs, ys = zip(*points, strict=True)
-        axes.plot(xs, ys, label=name)
+    for curve in curves:
+        xs, ys = zip(*curve.points, strict=True)
+        axes.plot(xs, ys, label=curve.label, color=f"C{curve.color}", linestyle=curve.style)
     axes.set_xlabel(x)
-    axes.set_ylabel(names[0] if len(names) == 1 else "value")
-    axes.set_title(csv_path.parent.name)
+    axes.set_ylabel(y)
+    if title:
+        axes.set_title(title)
     axes.grid(alpha=0.3)
-    if len(names) > 1:
-        axes.legend()
-    image = csv_path.with_name(PLOT_NAME) if path is None else Path(path)
-    figure.savefig(image)
-    return image
+    if legend:
+        axes.legend(fontsize="small")
+    figure.savefig(path)
+    return path

@@ -18,7 +18,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 import rlstruct.logger
-from rlstruct import Logger, Progress, make_run_dir, plot_csv
+from rlstruct import Logger, Progress, make_run_dir, plot_csv, plot_runs
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -143,6 +143,31 @@ def test_plot_writes_a_png_of_the_learning_curve(tmp_path: Path) -> None:
     assert path.read_bytes().startswith(PNG_SIGNATURE) and path.stat().st_size > 1000
     both = plot_csv(tmp_path / "progress.csv", ["loss", "return_mean"], path=tmp_path / "both.png")
     assert both.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_plot_runs_overlays_runs_and_plots_optional_columns_where_present(tmp_path: Path) -> None:
+    for name, train in (("a", True), ("b", False)):
+        with quiet_logger(tmp_path / name, tensorboard=False) as logger:
+            for step in (100, 200):
+                logger.log(step, wall_s=step / 100, **({"train_return_mean": 1.0} if train else {}))
+                logger.log(step, eval_return_mean=step / 10)  # an evaluation row: no wall_s
+    runs = [tmp_path / "a", tmp_path / "b"]
+    path = plot_runs(
+        runs, "eval_return_mean", optional=["train_return_mean"], x="wall_s", path=tmp_path / "o.png"
+    )
+    assert path == tmp_path / "o.png" and path.read_bytes().startswith(PNG_SIGNATURE)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "progress.csv").write_text("step,loss,eval_return_mean\n1,,2.0\n")
+    with pytest.raises(ValueError, match=message("progress.csv' has no value to plot against 'loss'")):
+        plot_runs([tmp_path / "c"], "eval_return_mean", x="loss")  # no row has a loss to interpolate from
+    with pytest.raises(ValueError, match=message("plot_runs: y must name at least one column, got none")):
+        plot_runs(runs, [])
+    with pytest.raises(ValueError, match=message("plot_runs: run_dirs must name at least one run directory")):
+        plot_runs([], "eval_return_mean")
+    with pytest.raises(
+        FileNotFoundError, match=message(f"run directory {str(tmp_path / 'd')!r} does not exist")
+    ):
+        plot_runs([*runs, tmp_path / "d"], "eval_return_mean")
 
 
 def test_progress_goes_through_the_logger(tmp_path: Path) -> None:

@@ -1,9 +1,15 @@
 """Algorithms built from rlstruct's public pieces, one readable module each.
 
 Each module has a ``Config`` dataclass (a docstring under every field), a
+``make_agent(config, spaces)`` function that builds its agent, a
 ``train(config) -> dict`` function and a ``main(argv)`` command line, also
-reached through ``rlstruct train ALGO``.
+reached through ``rlstruct train ALGO``. ``load_run(run_dir)`` rebuilds the
+trained agent of a run's directory (``rlstruct eval RUN_DIR``).
 """
+
+from rlstruct.algos.saved import SavedRun, load_run
+
+__all__ = ["ALGORITHMS", "SavedRun", "load_run"]
 
 ALGORITHMS = ("a2c", "dqn", "impala", "ppo", "sac")
 """The algorithms ``rlstruct train`` knows, each a module ``rlstruct.algos.<name>``."""

@@ -28,7 +28,7 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.algos.config import TrainConfig, parse_config
-from rlstruct.algos.evaluation import env_spaces
+from rlstruct.algos.evaluation import EnvSpaces, env_spaces
 from rlstruct.algos.policies import mlp
 from rlstruct.algos.run import EpisodeReturns, Run, check_config, check_layout
 from rlstruct.batchers import MultiprocessBatcher
@@ -37,7 +37,7 @@ from rlstruct.dicttensor import DictTensor
 from rlstruct.replay import PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.temporal import TemporalDictTensor
 
-__all__ = ["Config", "QNetwork", "linear_schedule", "main", "q_targets", "train"]
+__all__ = ["Config", "QNetwork", "linear_schedule", "main", "make_agent", "q_targets", "train"]
 
 TRANSITION_KEYS = ("observation", "action", "next/observation", "next/reward", "next/terminated")
 """What the replay buffer keeps of each step."""
@@ -263,6 +263,23 @@ def _check(config: Config) -> None:
     check_layout(config, config.n_envs, config.n_steps)
 
 
+def make_agent(config: Config, spaces: EnvSpaces) -> tuple[QNetwork, dict[str, Any]]:
+    """The agent ``train`` trains for ``config`` on an environment of ``spaces``, and its keyword arguments.
+
+    Returns:
+        ``(QNetwork(**agent_args), agent_args)``: a new agent on the CPU,
+        initialised from torch's global generator, and the arguments that
+        make its copies (the batchers') and rebuild it (``load_run``).
+    """
+    agent_args: dict[str, Any] = {
+        "obs_dim": spaces.obs_dim,
+        "n_actions": spaces.n_actions,
+        "hidden": (config.hidden, config.hidden),
+        "dueling": config.dueling,
+    }
+    return QNetwork(**agent_args), agent_args
+
+
 def train(config: Config) -> dict[str, Any]:
     """Train DQN as ``config`` says; returns the final evaluation (see ``Run.finish``).
 
@@ -277,13 +294,8 @@ def train(config: Config) -> dict[str, Any]:
     torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
-    agent_args = {
-        "obs_dim": spaces.obs_dim,
-        "n_actions": spaces.n_actions,
-        "hidden": (config.hidden, config.hidden),
-        "dueling": config.dueling,
-    }
-    model = QNetwork(**agent_args).to(device)  # type: ignore[arg-type]
+    model, agent_args = make_agent(config, spaces)
+    model = model.to(device)
     target = copy.deepcopy(model).requires_grad_(False)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)  # fewest kernels per step
     generator = torch.Generator(device).manual_seed(config.seed)

@@ -26,8 +26,9 @@ from rlstruct.agent import Agent
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.dicttensor import DictTensor
 from rlstruct.gym_env import GymEnv, resolve_env
+from rlstruct.temporal import TemporalDictTensor
 
-__all__ = ["EnvSpaces", "EvalResult", "Evaluator", "env_spaces"]
+__all__ = ["EnvSpaces", "EvalResult", "Evaluator", "env_spaces", "episode_returns"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,16 @@ def env_spaces(env: str) -> EnvSpaces:
             obs_dim, None, act.low.flatten().tolist(), act.high.flatten().tolist(), limit or 1000
         )
     raise ValueError(f"env {env!r}: the algorithms need a Discrete or Box action space, got {act}")
+
+
+def episode_returns(steps: TemporalDictTensor) -> list[float]:
+    """The undiscounted return of each row of an "episodes" batch ``[B, T]``: one float per row.
+
+    The rewards ``next/reward`` are summed in float64 over each row's steps
+    (the padding after an episode ends is masked out).
+    """
+    returns = (steps["next/reward"].to(torch.float64) * steps.mask()).sum(1)
+    return [float(r) for r in returns.tolist()]
 
 
 @dataclass(frozen=True)
@@ -180,9 +191,7 @@ class Evaluator:
         batch = self._batcher.get(blocking=blocking)
         if batch is None:
             return None
-        steps = batch.trajectories
-        returns = (steps["next/reward"].to(torch.float64) * steps.mask()).sum(1)
-        result = EvalResult(self._pending, returns.tolist())
+        result = EvalResult(self._pending, episode_returns(batch.trajectories))
         self._pending = None
         return result
 

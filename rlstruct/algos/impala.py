@@ -30,7 +30,7 @@ import torch
 
 from rlstruct.agent import replay_agent
 from rlstruct.algos.config import TrainConfig, parse_config
-from rlstruct.algos.evaluation import env_spaces
+from rlstruct.algos.evaluation import EnvSpaces, env_spaces
 from rlstruct.algos.policies import ActorCritic
 from rlstruct.algos.run import EpisodeReturns, Run, check_config, check_layout, explained_variance
 from rlstruct.batchers import MultiprocessBatcher
@@ -40,7 +40,7 @@ from rlstruct.returns import vtrace
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
 
-__all__ = ["Config", "learner_step", "main", "train", "vtrace_loss"]
+__all__ = ["Config", "learner_step", "main", "make_agent", "train", "vtrace_loss"]
 
 
 @dataclasses.dataclass
@@ -89,6 +89,27 @@ class Config(TrainConfig):
     """Threads of the learner's torch operations (small networks run fastest on one)."""
 
 
+def make_agent(config: Config, spaces: EnvSpaces) -> tuple[ActorCritic, dict[str, Any]]:
+    """The agent ``train`` trains for ``config`` on an environment of ``spaces``, and its keyword arguments.
+
+    Returns:
+        ``(ActorCritic(**agent_args), agent_args)``: a new agent on the CPU,
+        initialised from torch's global generator, and the arguments that
+        make its copies (the batchers') and rebuild it (``load_run``).
+    """
+    agent_args: dict[str, Any] = {
+        "obs_dim": spaces.obs_dim,
+        "n_actions": spaces.n_actions,
+        "action_low": spaces.action_low,
+        "action_high": spaces.action_high,
+        "hidden": (config.hidden, config.hidden),
+        "recurrent": config.recurrent,
+        "memory": config.memory,
+        "normalize": config.normalize,
+    }
+    return ActorCritic(**agent_args), agent_args
+
+
 def train(config: Config) -> dict[str, Any]:
     """Train IMPALA as ``config`` says; returns the final evaluation (see ``Run.finish``).
 
@@ -126,17 +147,8 @@ def train(config: Config) -> dict[str, Any]:
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
     spaces = env_spaces(config.env)
-    agent_args = {
-        "obs_dim": spaces.obs_dim,
-        "n_actions": spaces.n_actions,
-        "action_low": spaces.action_low,
-        "action_high": spaces.action_high,
-        "hidden": (config.hidden, config.hidden),
-        "recurrent": config.recurrent,
-        "memory": config.memory,
-        "normalize": config.normalize,
-    }
-    model = ActorCritic(**agent_args).to(device)  # type: ignore[arg-type]
+    model, agent_args = make_agent(config, spaces)
+    model = model.to(device)
     optimizer = torch.optim.RMSprop(model.parameters(), lr=config.lr, alpha=0.99, eps=1e-5)
 
     run = Run("impala", config, ActorCritic, agent_args)

@@ -43,7 +43,7 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.algos.config import TrainConfig, parse_config
-from rlstruct.algos.evaluation import env_spaces
+from rlstruct.algos.evaluation import EnvSpaces, env_spaces
 from rlstruct.algos.policies import mlp
 from rlstruct.algos.run import EpisodeReturns, Run, check_config, check_layout
 from rlstruct.batchers import MultiprocessBatcher
@@ -58,6 +58,7 @@ __all__ = [
     "SquashedGaussianActor",
     "TwinQ",
     "main",
+    "make_agent",
     "soft_td_target",
     "squashed_log_prob",
     "train",
@@ -296,6 +297,23 @@ class TwinQ(torch.nn.Module):
         return x.squeeze(-1)
 
 
+def make_agent(config: Config, spaces: EnvSpaces) -> tuple[SquashedGaussianActor, dict[str, Any]]:
+    """The agent ``train`` trains for ``config`` on an environment of ``spaces``, and its keyword arguments.
+
+    Returns:
+        ``(SquashedGaussianActor(**agent_args), agent_args)``: a new agent on the CPU,
+        initialised from torch's global generator, and the arguments that
+        make its copies (the batchers') and rebuild it (``load_run``).
+    """
+    agent_args: dict[str, Any] = {
+        "obs_dim": spaces.obs_dim,
+        "action_low": spaces.action_low,
+        "action_high": spaces.action_high,
+        "hidden": (config.hidden, config.hidden),
+    }
+    return SquashedGaussianActor(**agent_args), agent_args
+
+
 def train(config: Config) -> dict[str, Any]:
     """Train SAC as ``config`` says; returns the final evaluation (see ``Run.finish``).
 
@@ -332,13 +350,8 @@ def train(config: Config) -> dict[str, Any]:
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
     hidden = (config.hidden, config.hidden)
-    agent_args = {
-        "obs_dim": spaces.obs_dim,
-        "action_low": spaces.action_low,
-        "action_high": spaces.action_high,
-        "hidden": hidden,
-    }
-    actor = SquashedGaussianActor(**agent_args).to(device)  # type: ignore[arg-type]
+    actor, agent_args = make_agent(config, spaces)
+    actor = actor.to(device)
     critic = TwinQ(spaces.obs_dim, actor.action_dim, hidden).to(device)
     target = copy.deepcopy(critic).requires_grad_(False)
     log_alpha = torch.tensor(math.log(config.init_alpha), device=device, requires_grad=True)

@@ -1,0 +1,223 @@
+"""A finished run rebuilt from its directory: its configuration, its trained agent, and their evaluation.
+
+``rlstruct train ALGO`` leaves ``config.json`` and ``checkpoint.pt`` in the
+run's directory (see ``Run``). ``load_run`` reads the configuration back into
+the algorithm's ``Config``, builds the agent as training built it (the
+module's ``make_agent``) and loads the trained weights into it.
+``SavedRun.evaluate`` then plays greedy episodes with the ``Evaluator`` the
+run used, seeded as the run seeded its evaluations: with the defaults it
+replays the run's final evaluation and returns the same figure.
+``SavedRun.record_episode`` plays the first of those episodes with frames, for
+a GIF. ``rlstruct eval RUN_DIR`` does all this from the command line.
+
+From Python, ``load_run("runs/ppo-CartPole-v1-s0-...").evaluate()`` returns
+the ``EvalResult`` of the run's final evaluation again (``.mean``, ``.std``,
+``.returns``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlstruct.agent import Agent
+from rlstruct.algos.config import TrainConfig
+from rlstruct.algos.evaluation import EvalResult, Evaluator, env_spaces
+from rlstruct.algos.recording import Recording, record_episode
+from rlstruct.algos.run import EVAL_SEED_OFFSET, cpu_weights
+from rlstruct.checkpoint import load_checkpoint
+from rlstruct.logger import CHECKPOINT_NAME, CONFIG_NAME
+
+__all__ = ["SavedRun", "load_run"]
+
+
+@dataclass(frozen=True)
+class SavedRun:
+    """A trained run, rebuilt by ``load_run``."""
+
+    run_dir: Path
+    """The run's directory."""
+    algo: str
+    """The algorithm's name, one of ``rlstruct.algos.ALGORITHMS``."""
+    config: TrainConfig
+    """The run's configuration, an instance of the algorithm's ``Config``."""
+    agent: Agent
+    """The trained policy (the checkpoint's ``model``), on the CPU."""
+    agent_args: dict[str, Any]
+    """The keyword arguments that make the agent: ``type(agent)(**agent_args)``."""
+    env_steps: int
+    """The env steps the run trained for (the checkpoint's ``env_steps``)."""
+
+    def eval_seed(self, seed: int | None = None) -> int:
+        """The seed of the first evaluation environment for a run seeded ``seed`` (None: this run's seed).
+
+        A run seeded s resets its evaluation environment i with
+        ``s + EVAL_SEED_OFFSET + i`` at every evaluation.
+        """
+        return (self.config.seed if seed is None else seed) + EVAL_SEED_OFFSET
+
+    def evaluate(self, n_episodes: int | None = None, seed: int | None = None) -> EvalResult:
+        """Play ``n_episodes`` greedy episodes with the trained weights, in a worker process, and wait.
+
+        It runs the ``Evaluator`` the run used, on the run's environment,
+        with environment i reset with ``eval_seed(seed) + i``: with the
+        defaults, the episodes of the run's final evaluation, hence its
+        returns (``result.mean`` is the ``eval_return_mean`` the run
+        reported). A greedy policy acts deterministically, so the returns
+        depend only on the weights and these seeds.
+
+        Args:
+            n_episodes: the number of episodes (one environment each);
+                None for the run's ``eval_episodes``.
+            seed: a run seed as ``rlstruct train --seed`` takes it; None for
+                this run's.
+
+        Returns:
+            The returns of the episodes, in the order of their environments;
+            ``env_steps`` is the run's.
+
+        Raises:
+            ValueError: if ``n_episodes`` is not a positive int.
+        """
+        n = self.config.eval_episodes if n_episodes is None else n_episodes
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"SavedRun.evaluate: n_episodes must be a positive int, got {n!r}")
+        with Evaluator(
+            type(self.agent),
+            self.agent_args,
+            self.config.env,
+            n_episodes=n,
+            max_steps=env_spaces(self.config.env).max_episode_steps,
+            seed=self.eval_seed(seed),
+        ) as evaluator:
+            return evaluator.evaluate(cpu_weights(self.agent), self.env_steps)
+
+    def record_episode(self, seed: int | None = None) -> Recording:
+        """Play the first episode of ``evaluate(seed=seed)`` again, in this process, keeping its frames.
+
+        The environment is made with ``render_mode="rgb_array"``; see
+        ``rlstruct.algos.recording.record_episode``.
+
+        Raises:
+            CannotRender: (a ValueError) if the environment cannot render
+                ``rgb_array`` frames; the message says why in one line.
+        """
+        return record_episode(
+            type(self.agent),
+            self.agent_args,
+            cpu_weights(self.agent),
+            self.config.env,
+            seed=self.eval_seed(seed),
+            max_steps=env_spaces(self.config.env).max_episode_steps,
+        )
+
+
+def _config_class(algo: str) -> type[TrainConfig]:
+    config: type[TrainConfig] = importlib.import_module(f"rlstruct.algos.{algo}").Config
+    return config
+
+
+def _find_algo(run_dir: Path, names: set[str]) -> str:
+    """The algorithm whose ``Config`` has every field named in config.json (the directory's prefix if several)."""
+    from rlstruct.algos import ALGORITHMS
+
+    fields = {algo: {f.name for f in dataclasses.fields(_config_class(algo))} for algo in ALGORITHMS}
+    candidates = [algo for algo in ALGORITHMS if names <= fields[algo]]
+    if len(candidates) > 1:  # a config of shared fields only: the name Run gave the directory decides
+        candidates = [algo for algo in candidates if run_dir.name.startswith(f"{algo}-")] or candidates
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        closest = min(ALGORITHMS, key=lambda algo: len(names - fields[algo]))
+        raise ValueError(
+            f"{str(run_dir / CONFIG_NAME)!r} fits no algorithm's Config; the closest, {closest}, "
+            f"has no field {sorted(names - fields[closest])}"
+        )
+    raise ValueError(
+        f"{str(run_dir / CONFIG_NAME)!r} fits the Config of {', '.join(candidates)}; name the "
+        f"directory <algo>-... as rlstruct train does, or pass algo="
+    )
+
+
+def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> SavedRun:
+    """Rebuild the trained agent of a run directory written by ``rlstruct train`` (or ``ALGO.train``).
+
+    The configuration is read from ``config.json`` into the algorithm's
+    ``Config`` (fields missing from the file keep their defaults), the agent
+    is made as ``train`` made it (``make_agent``: the same network, memory and
+    observation normalisation) and the checkpoint's ``model`` weights are
+    loaded into it, on the CPU, whatever device trained it.
+
+    Args:
+        run_dir: the run's directory, holding ``config.json`` and
+            ``checkpoint.pt``.
+        algo: the algorithm; None finds it from the fields of
+            ``config.json`` (each algorithm's Config has fields of its own),
+            or else from the directory's name (``<algo>-<env>-s<seed>-...``).
+
+    Returns:
+        The run: its configuration, trained agent, agent arguments and env
+        steps; ``evaluate()`` and ``record_episode()`` play it.
+
+    Raises:
+        FileNotFoundError: if ``run_dir`` does not exist or lacks
+            ``config.json`` or ``checkpoint.pt``; the message names the path
+            and what is missing.
+        ValueError: if ``algo`` is unknown, ``config.json`` fits no
+            algorithm's Config (or several, with no name to tell them apart)
+            or does not hold a JSON object, or the checkpoint's weights do not
+            fit the agent the configuration describes. ``UnknownEnvironment``
+            (a ValueError) if the run's environment cannot be made.
+    """
+    from rlstruct.algos import ALGORITHMS
+
+    path = Path(run_dir)
+    if not path.exists():
+        raise FileNotFoundError(f"run directory {str(path)!r} does not exist")
+    if not path.is_dir():
+        raise FileNotFoundError(f"run directory {str(path)!r} is not a directory")
+    config_path, checkpoint_path = path / CONFIG_NAME, path / CHECKPOINT_NAME
+    if not config_path.is_file():
+        raise FileNotFoundError(
+            f"run directory {str(path)!r} has no {CONFIG_NAME} (rlstruct train writes it when a run starts)"
+        )
+    if not checkpoint_path.is_file():
+        raise FileNotFoundError(
+            f"run directory {str(path)!r} has no {CHECKPOINT_NAME} (rlstruct train writes it when a run "
+            "finishes: was it interrupted?)"
+        )
+    data = json.loads(config_path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{str(config_path)!r} must hold a JSON object, got {type(data).__name__}")
+    if algo is None:
+        algo = _find_algo(path, set(data))
+    elif algo not in ALGORITHMS:
+        raise ValueError(f"load_run: algo must be one of {', '.join(ALGORITHMS)}, got {algo!r}")
+    module = importlib.import_module(f"rlstruct.algos.{algo}")
+    try:
+        config = module.Config(**data)
+    except TypeError as error:
+        raise ValueError(f"{str(config_path)!r} is not a {algo} Config: {error}") from error
+    agent, agent_args = module.make_agent(config, env_spaces(config.env))
+    try:
+        state = load_checkpoint(checkpoint_path, map_location="cpu")
+    except Exception as error:  # a truncated or foreign file: what torch.load raises varies
+        raise ValueError(
+            f"{str(checkpoint_path)!r} cannot be read as a checkpoint: {type(error).__name__}: "
+            f"{' '.join(str(error).split())}"
+        ) from error
+    if "model" not in state:
+        raise ValueError(f"{str(checkpoint_path)!r} holds no 'model' weights; it holds {sorted(state)}")
+    try:
+        agent.load_state_dict(state["model"])
+    except RuntimeError as error:  # missing, unexpected or mis-shaped weights
+        raise ValueError(
+            f"{str(checkpoint_path)!r} does not fit the {algo} agent {CONFIG_NAME} describes: "
+            f"{' '.join(str(error).split())}"
+        ) from error
+    return SavedRun(path, algo, config, agent, agent_args, int(state.get("env_steps", 0)))
