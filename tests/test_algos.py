@@ -790,3 +790,43 @@ def test_ppo_loss_by_hand() -> None:
     assert float(loss.detach()) == pytest.approx(
         policy_loss + vf_coef * value_loss - ent_coef * entropy, abs=1e-5
     )
+
+
+# ---------------------------------------------------------------------------- tuned settings
+
+
+def test_tuned_settings_fill_the_flags_not_given_and_say_so(capsys: pytest.CaptureFixture[str]) -> None:
+    tuned = {"InvertedPendulumBulletEnv-v0": {"hidden": 64, "gradient_steps": 2.0, "total_steps": 30_000}}
+    argv = ["--env", "pybullet_envs_gymnasium:InvertedPendulumBulletEnv-v0", "--total-steps", "500"]
+    config = parse_config(sac.Config, argv, tuned=tuned)
+    assert (config.hidden, config.gradient_steps, config.total_steps) == (64, 2.0, 500)  # the flag wins
+    assert capsys.readouterr().out == (
+        "tuned settings for InvertedPendulumBulletEnv-v0: --hidden 64 --gradient-steps 2.0 "
+        "(flags given override them)\n"
+    )
+    config = parse_config(sac.Config, ["--env", "Pendulum-v1"], tuned=tuned)  # not tuned: the defaults
+    assert (config.hidden, config.gradient_steps) == (sac.Config.hidden, sac.Config.gradient_steps)
+    assert capsys.readouterr().out == ""
+
+
+def test_tuned_booleans_are_shown_as_their_flags_and_can_be_turned_off(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = parse_config(ppo.Config, ["--env", "CueMemory-v0", "--no-normalize"], tuned=ppo.TUNED)
+    assert config.recurrent and not config.normalize
+    assert capsys.readouterr().out.startswith("tuned settings for CueMemory-v0: --recurrent (")
+
+
+@pytest.mark.parametrize("module", [ppo, sac], ids=["ppo", "sac"])
+def test_every_tuned_setting_names_a_field_of_the_config(module: Any) -> None:
+    for env in module.TUNED:
+        config = parse_config(module.Config, ["--env", env, "--no-progress"], tuned=module.TUNED)
+        for name, value in module.TUNED[env].items():
+            assert getattr(config, name) == value
+
+
+def test_tuned_settings_that_name_no_field_are_refused() -> None:
+    with pytest.raises(
+        ValueError, match=re.escape("the tuned settings of 'X-v0' name no field of Config: ['hiden']")
+    ):
+        parse_config(sac.Config, ["--env", "X-v0"], tuned={"X-v0": {"hiden": 64}})

@@ -21,10 +21,10 @@ import inspect
 import itertools
 import textwrap
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["TrainConfig", "field_docs", "parse_config"]
+__all__ = ["TrainConfig", "env_key", "field_docs", "parse_config"]
 
 C = TypeVar("C", bound="TrainConfig")
 
@@ -86,34 +86,88 @@ def _parser_type(name: str, hint: Any) -> tuple[Any, dict[str, Any]]:
     raise TypeError(f"parse_config: field {name!r} has type {hint!r}; fields must be int, float, str or bool")
 
 
-def parse_config(cls: type[C], argv: Sequence[str] | None = None, *, prog: str | None = None) -> C:
+def env_key(env: str) -> str:
+    """The id under which an environment's tuned settings are kept: ``env`` without its ``module:`` prefix."""
+    return env.rpartition(":")[2]
+
+
+def parse_config(
+    cls: type[C],
+    argv: Sequence[str] | None = None,
+    *,
+    prog: str | None = None,
+    tuned: Mapping[str, Mapping[str, Any]] | None = None,
+) -> C:
     """Parse a command line into an instance of the config dataclass ``cls``.
 
     Args:
         cls: a dataclass extending ``TrainConfig``.
         argv: the arguments (without the program name); None reads ``sys.argv``.
         prog: the program name shown in the help.
+        tuned: settings per environment id (``env_key``), used for the fields
+            the command line does not set; when any is used, one line on
+            stdout names them.
 
     Returns:
-        ``cls(**values)``, every value not given on the command line left at its default.
+        ``cls(**values)``: each field as given on the command line, else as
+        tuned for the environment, else its default.
 
     Raises:
         SystemExit: as argparse does, for unknown or malformed arguments and for ``--help``.
         TypeError: if a field's type is not int, float, str or bool (optionally ``| None``).
+        ValueError: if ``tuned`` names a field ``cls`` does not have.
+
+    Examples:
+        >>> from rlstruct.algos.sac import Config
+        >>> tuned = {"Pendulum-v1": {"hidden": 64, "lr": 3e-4}}
+        >>> config = parse_config(Config, ["--env", "Pendulum-v1", "--lr", "1e-3"], tuned=tuned)
+        tuned settings for Pendulum-v1: --hidden 64 (flags given override them)
+        >>> config.hidden, config.lr
+        (64, 0.001)
     """
+    names = {f.name for f in dataclasses.fields(cls)}
+    for env, settings in (tuned or {}).items():
+        unknown = sorted(set(settings) - names)
+        if unknown:
+            raise ValueError(
+                f"parse_config: the tuned settings of {env!r} name no field of {cls.__name__}: {unknown}"
+            )
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
-    parser = argparse.ArgumentParser(prog=prog, description=(cls.__doc__ or "").strip().split("\n")[0])
+    epilog = None
+    if tuned:
+        listed = "; ".join(
+            f"{env}: {' '.join(_flag(k, v) for k, v in settings.items())}" for env, settings in tuned.items()
+        )
+        epilog = f"Tuned settings, used for the flags not given: {listed}."
+    parser = argparse.ArgumentParser(
+        prog=prog, description=(cls.__doc__ or "").strip().split("\n")[0], epilog=epilog
+    )
     for field in dataclasses.fields(cls):
         kind, extra = _parser_type(field.name, hints[field.name])
         flag = "--" + field.name.replace("_", "-")
         default = field.default
         help_text = f"{docs.get(field.name, '')} (default: {default})"
+        # no argparse default: the namespace holds only what the command line gave
         if kind is None:
-            parser.add_argument(flag, dest=field.name, default=default, help=help_text, **extra)
+            parser.add_argument(flag, dest=field.name, default=argparse.SUPPRESS, help=help_text, **extra)
         else:
             required = field.name == "env" and default == ""
             parser.add_argument(
-                flag, dest=field.name, type=kind, default=default, required=required, help=help_text
+                flag, dest=field.name, type=kind, default=argparse.SUPPRESS, required=required, help=help_text
             )
-    return cls(**vars(parser.parse_args(argv)))
+    given = vars(parser.parse_args(argv))
+    env = given.get("env", getattr(cls, "env", ""))
+    settings = (tuned or {}).get(env_key(env), {})
+    used = {k: v for k, v in settings.items() if k not in given}
+    if used:
+        flags = " ".join(_flag(k, v) for k, v in used.items())
+        print(f"tuned settings for {env_key(env)}: {flags} (flags given override them)")
+    return cls(**(used | given))
+
+
+def _flag(name: str, value: Any) -> str:
+    flag = "--" + name.replace("_", "-")
+    if isinstance(value, bool):
+        return flag if value else "--no-" + name.replace("_", "-")
+    return f"{flag} {value}"

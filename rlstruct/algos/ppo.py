@@ -336,9 +336,24 @@ def ppo_objective(
     return loss, terms
 
 
+TUNED: dict[str, dict[str, Any]] = {
+    "Pendulum-v1": {
+        "n_envs": 4,
+        "n_steps": 1024,
+        "gamma": 0.9,
+        "gae_lambda": 0.95,
+        "n_epochs": 10,
+        "total_steps": 204_800,
+    },
+    "CartPoleNoVel-v1": {"recurrent": True, "normalize": True, "total_steps": 100_000},
+    "CueMemory-v0": {"recurrent": True, "normalize": True},
+}
+"""What ``rlstruct train ppo --env ID`` uses for these ids, under the flags given (docs/performance.md)."""
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The command line: ``python -m rlstruct.algos.ppo --env CartPole-v1 [--field value ...]``."""
-    return train(parse_config(Config, argv, prog="rlstruct train ppo"))
+    return train(parse_config(Config, argv, prog="rlstruct train ppo", tuned=TUNED))
 
 
 if __name__ == "__main__":

@@ -495,9 +495,15 @@ class Learner:
         }
 
 
+TUNED: dict[str, dict[str, Any]] = {
+    "InvertedPendulumBulletEnv-v0": {"hidden": 64, "gradient_steps": 2.0, "total_steps": 30_000},
+}
+"""What ``rlstruct train sac --env ID`` uses for these ids, under the flags given (docs/performance.md)."""
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The command line: ``python -m rlstruct.algos.sac --env Pendulum-v1 [--field value ...]``."""
-    return train(parse_config(Config, argv, prog="rlstruct train sac"))
+    return train(parse_config(Config, argv, prog="rlstruct train sac", tuned=TUNED))
 
 
 if __name__ == "__main__":
