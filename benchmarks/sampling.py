@@ -33,6 +33,7 @@ Usage:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import multiprocessing
 import os
@@ -227,14 +228,17 @@ def image_rows(transitions: int, repeats: int) -> list[Row]:
     pixels = {"n_inputs": 11 * 11 * 4, "n_actions": 4, "pixels": True}
     weights = MLPAgent(**pixels).state_dict()
     frames = {"env": FramesEnv}
-    batchers = {
-        layout: MultiprocessBatcher(
-            MLPAgent, pixels, GymEnv, frames, n_envs=4, n_timesteps=T, weights=weights, layout=layout
-        )
-        for layout in ("full", "compact")
-    }
-    async_ = gym.vector.AsyncVectorEnv([FramesEnv] * 8, shared_memory=True)
-    try:
+    with contextlib.ExitStack() as opened:  # whatever was made is closed, even if a later one fails
+        batchers = {
+            layout: opened.enter_context(
+                MultiprocessBatcher(
+                    MLPAgent, pixels, GymEnv, frames, n_envs=4, n_timesteps=T, weights=weights, layout=layout
+                )
+            )
+            for layout in ("full", "compact")
+        }
+        async_ = gym.vector.AsyncVectorEnv([FramesEnv] * 8, shared_memory=True)
+        opened.callback(async_.close)
         for batcher in batchers.values():
             batcher.reset()
             batcher.execute()
@@ -248,9 +252,6 @@ def image_rows(transitions: int, repeats: int) -> list[Row]:
             },
             repeats,
         )
-    finally:
-        for closing in (*batchers.values(), async_):
-            closing.close()
     return [
         Row("84x84x4 floor: 2 processes x 4 envs + policy", rates["floor"], "steps/s", higher_is_better=True),
         Row("84x84x4 AsyncVectorEnv(8), shared memory", rates["async"], "steps/s", higher_is_better=True),
@@ -298,30 +299,48 @@ def main() -> None:
     weights = agent.state_dict()  # every batcher acts with the same policy as the vector envs
     n_async = 2 if quick else 16  # each AsyncVectorEnv instance is a process: keep the smoke run short
 
-    start = time.perf_counter()
-    mp8 = MultiprocessBatcher(
-        MLPAgent, {}, GymEnv, cartpole, n_envs=8, n_timesteps=T, n_processes=2, weights=weights
-    )
-    mp8.reset()
-    mp8.execute()
-    mp8.get()
-    first_batch = time.perf_counter() - start
-    mp64 = MultiprocessBatcher(
-        MLPAgent, {}, GymEnv, cartpole, n_envs=64, n_timesteps=T, n_processes=2, weights=weights
-    )
-    stream8 = MultiprocessBatcher(
-        MLPAgent, {}, GymEnv, cartpole, n_envs=8, n_timesteps=T, n_processes=2, weights=weights, mode="stream"
-    )
-    local = LocalBatcher(MLPAgent, {}, GymEnv, cartpole, n_envs=16, n_timesteps=T, weights=weights)
-    sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 16)
-    async_ = gym.vector.AsyncVectorEnv([lambda: gym.make("CartPole-v1")] * n_async)
-    for batcher in (mp64, local):
-        batcher.reset()
-        batcher.execute()
-        batcher.get()  # warm: buffers allocated, workers running
-    stream8.reset()
-    stream8.get()
-    try:
+    with contextlib.ExitStack() as opened:  # whatever was made is closed, even if a later one fails
+        start = time.perf_counter()
+        mp8 = opened.enter_context(
+            MultiprocessBatcher(
+                MLPAgent, {}, GymEnv, cartpole, n_envs=8, n_timesteps=T, n_processes=2, weights=weights
+            )
+        )
+        mp8.reset()
+        mp8.execute()
+        mp8.get()
+        first_batch = time.perf_counter() - start
+        mp64 = opened.enter_context(
+            MultiprocessBatcher(
+                MLPAgent, {}, GymEnv, cartpole, n_envs=64, n_timesteps=T, n_processes=2, weights=weights
+            )
+        )
+        stream8 = opened.enter_context(
+            MultiprocessBatcher(
+                MLPAgent,
+                {},
+                GymEnv,
+                cartpole,
+                n_envs=8,
+                n_timesteps=T,
+                n_processes=2,
+                weights=weights,
+                mode="stream",
+            )
+        )
+        local = opened.enter_context(
+            LocalBatcher(MLPAgent, {}, GymEnv, cartpole, n_envs=16, n_timesteps=T, weights=weights)
+        )
+        sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 16)
+        opened.callback(sync.close)
+        async_ = gym.vector.AsyncVectorEnv([lambda: gym.make("CartPole-v1")] * n_async)
+        opened.callback(async_.close)
+        for batcher in (mp64, local):
+            batcher.reset()
+            batcher.execute()
+            batcher.get()  # warm: buffers allocated, workers running
+        stream8.reset()
+        stream8.get()
         rates = interleaved(
             {
                 "floor 2 x 8": lambda: floor_rate("CartPole-v1", {}, 2, 8, transitions),
@@ -335,9 +354,6 @@ def main() -> None:
             },
             repeats,
         )
-    finally:
-        for closing in (mp8, mp64, stream8, local, sync, async_):
-            closing.close()
 
     rows = [
         Row("floor: 2 processes x 8 envs + policy", rates["floor 2 x 8"], "steps/s", higher_is_better=True),

@@ -20,14 +20,19 @@ PAIRS = [
 ]
 
 
-def batches(batcher: Any, n: int) -> list[Trajectories]:
-    batcher.reset()
+def batches(batcher: Any, n: int, env_info: DictTensor | None = None) -> list[Trajectories]:
+    batcher.reset(env_info=env_info)
     out = []
     for _ in range(n):
         if batcher.mode != "stream":
             batcher.execute()
         out.append(batcher.get())
     return out
+
+
+def skipped_somewhere(stored: torch.Tensor) -> bool:
+    """Whether a compact storage left the next/ keys of some step unwritten (its last batch)."""
+    return not bool(stored.all())
 
 
 def assert_same(full: Trajectories, compact: Trajectories) -> None:
@@ -50,20 +55,89 @@ def test_a_compact_local_batcher_returns_the_batches_of_a_full_one(
             agent, agent_args, env, env_args, n_envs=3, n_timesteps=7, n_processes=2, mode=mode, layout=layout
         ) as batcher:
             out[layout] = batches(batcher, 3)
+            if layout == "compact":
+                assert skipped_somewhere(batcher._groups[0].slots[None].storage[STORED])
     for full, compact in zip(out["full"], out["compact"], strict=True):
         assert_same(full, compact)
 
 
 @pytest.mark.parametrize("mode", ["fixed", "episodes", "stream"])
 def test_a_compact_multiprocess_batcher_returns_the_batches_of_a_full_one(mode: str) -> None:
+    """Rows of different lengths (2 to 6 steps), so that episodes end at different steps in every mode."""
+    n_processes = 1 if mode == "stream" else 2  # one stream worker: its slots come in a known order
+    lengths = DictTensor({"length": torch.tensor([2, 5, 6, 3, 4, 2])[: 3 * n_processes]})
     out = {}
     for layout in ("full", "compact"):
         with MultiprocessBatcher(
-            RandomAgent, {}, GymEnv, {"env": "CartPole-v1"}, n_envs=3, n_timesteps=9, mode=mode, layout=layout
+            CountingAgent,
+            {},
+            CounterEnv,
+            {},
+            n_envs=3,
+            n_timesteps=8,
+            n_processes=n_processes,
+            mode=mode,
+            layout=layout,
         ) as batcher:
-            out[layout] = batches(batcher, 3 if mode != "stream" else 1)
+            out[layout] = batches(batcher, 3, env_info=lengths)
+            if layout == "compact":
+                assert skipped_somewhere(batcher._buffers.steps[STORED])
     for full, compact in zip(out["full"], out["compact"], strict=True):
         assert_same(full, compact)
+
+
+def test_a_compact_multiprocess_batcher_on_cartpole_returns_the_batches_of_a_full_one() -> None:
+    out = {}
+    for layout in ("full", "compact"):
+        with MultiprocessBatcher(
+            RandomAgent, {}, GymEnv, {"env": "CartPole-v1"}, n_envs=3, n_timesteps=40, layout=layout
+        ) as batcher:
+            out[layout] = batches(batcher, 2)
+    for full, compact in zip(out["full"], out["compact"], strict=True):
+        assert_same(full, compact)
+
+
+class StoredEnv(CounterEnv):
+    """CounterEnv with an observation key named ``stored``."""
+
+    def _observation(self, reward: torch.Tensor, ended: torch.Tensor, initial: torch.Tensor) -> DictTensor:
+        observation = super()._observation(reward, ended, initial)
+        observation.set("stored", self.t.float())
+        return observation
+
+
+class ShrinkingEnv(CounterEnv):
+    """CounterEnv whose reached ``t`` has another shape than the observation's (allowed in the full layout)."""
+
+    def _observation(self, reward: torch.Tensor, ended: torch.Tensor, initial: torch.Tensor) -> DictTensor:
+        observation = super()._observation(reward, ended, initial)
+        if not bool(initial.any()) and self.auto_reset:
+            observation.set("t", self.t.view(-1, 1))
+        return observation
+
+
+def test_an_observation_key_named_stored_works_in_full_and_is_refused_in_compact() -> None:
+    with LocalBatcher(CountingAgent, {}, StoredEnv, {}, n_envs=2, n_timesteps=4) as batcher:
+        batcher.reset()
+        batcher.execute()
+        assert batcher.get().trajectories["next/stored"].shape == (2, 4)
+    with LocalBatcher(CountingAgent, {}, StoredEnv, {}, n_envs=2, n_timesteps=4, layout="compact") as batcher:
+        batcher.reset()
+        with pytest.raises(
+            ValueError, match=re.escape("the observation key 'stored' is reserved by layout='compact'")
+        ):
+            batcher.execute()
+
+
+def test_a_compact_layout_refuses_a_next_key_unlike_its_observation_key() -> None:
+    with LocalBatcher(
+        CountingAgent, {}, ShrinkingEnv, {}, n_envs=2, n_timesteps=4, layout="compact"
+    ) as batcher:
+        batcher.reset()
+        with pytest.raises(
+            ValueError, match=re.escape("layout='compact' reads next/t from the next step's t")
+        ):
+            batcher.execute()
 
 
 def test_a_compact_group_skips_the_next_keys_where_the_next_step_holds_them() -> None:

@@ -85,7 +85,7 @@ def same_info(owner: str, first: InfoSpec | None, agent_info: DictTensor, env_in
 
 
 def layout(owner: str, value: object) -> None:
-    if value not in ("full", "compact"):
+    if not isinstance(value, str) or value not in ("full", "compact"):
         raise ValueError(f"{owner}: layout must be 'full' or 'compact', got {value!r}")
 
 

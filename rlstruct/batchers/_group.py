@@ -31,38 +31,65 @@ class Field(NamedTuple):
 PARTS = ("observation", "output", "next")
 Layout = Literal["full", "compact"]
 STORED = "next/stored"
-"""The key of a compact layout that says, per row and step, whether the ``next/`` keys were written."""
+"""The key of a compact layout that says, per row and step, whether the ``next/`` keys were written.
+
+An environment of a compact batcher may not have an observation key ``stored``.
+"""
 
 
 def filled_next(steps: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The ``next/`` keys of a compact layout, as the full layout holds them (new tensors).
+    """The ``next/`` keys of a compact layout, as the full layout holds them.
 
-    Where ``steps[STORED]`` is False at step t, ``next/k`` at t equals ``k``
-    at t + 1 and was not written; it is read from there. The last step is
-    always stored. Works on any device.
+    Where ``steps[STORED]`` is False at step t, ``next/k`` at t was not
+    written: it equals ``k`` at t + 1 and is read from there. The last step
+    is always stored.
+
+    Args:
+        steps: a compact layout: every key ``[B, T, ...]``, ``STORED`` bool
+            ``[B, T]``, on one device.
+
+    Returns:
+        Every ``next/`` key but ``STORED``, as new tensors of the same dtype,
+        shape and device. On the CPU the steps written are patched in after
+        one shifted copy; elsewhere one ``torch.where``, with no wait for
+        the device.
     """
     stored = steps[STORED][:, :-1]
-    any_stored = bool(stored.any())
+    on_cpu = stored.device.type == "cpu"
+    any_stored = on_cpu and bool(stored.any())
     filled = {}
     for key, value in steps.items():
         if not key.startswith("next/") or key == STORED:
             continue
+        source = steps[key.removeprefix("next/")]
         full = torch.empty_like(value)
-        full[:, :-1] = steps[key.removeprefix("next/")][:, 1:]  # one copy, as the full layout's
-        full[:, -1] = value[:, -1]
-        if any_stored:  # the few steps where an episode ended or was reset
-            full[:, :-1][stored] = value[:, :-1][stored]
+        if on_cpu:
+            if source.is_contiguous() and full.is_contiguous():  # one memcpy, rows end to end
+                n = full.shape[0] * full.shape[1]
+                full.view(n, -1)[:-1] = source.view(n, -1)[1:]  # a row's last step: overwritten below
+            else:
+                full[:, :-1] = source[:, 1:]
+            full[:, -1] = value[:, -1]
+            if any_stored:  # the few steps where an episode ended or was reset
+                full[:, :-1][stored] = value[:, :-1][stored]
+        else:
+            mask = stored.reshape(*stored.shape, *[1] * (value.dim() - 2))
+            full[:, :-1] = torch.where(mask, value[:, :-1], source[:, 1:])
+            full[:, -1] = value[:, -1]
         filled[key] = full
     return filled
 
 
 def full_layout(steps: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``steps`` in the full layout: the compact one's ``next/`` keys filled in and ``STORED`` dropped.
+    """A compact layout made full: its ``next/`` keys filled in (``filled_next``), ``STORED`` dropped.
 
-    The full layout itself is returned as it is; the keys keep their order.
+    Args:
+        steps: a compact layout, as for ``filled_next``.
+
+    Returns:
+        The keys of ``steps`` but ``STORED``, in their order: the ``next/``
+        keys new tensors, the others ``steps``'s own.
     """
-    if STORED not in steps:
-        return dict(steps)
     filled = filled_next(steps)
     return {k: filled.get(k, v) for k, v in steps.items() if k != STORED}
 
@@ -74,16 +101,15 @@ class Slot(NamedTuple):
     fields: dict[str, list[Field]]  # "observation", "output", "next" -> their keys' views
     steps: list[list[torch.Tensor]]  # steps[t]: step t of every field, parts in PARTS order
     heads: list[list[torch.Tensor]]  # heads[t]: step t of the observation and output fields only
-    stored: torch.Tensor | None  # compact layout: [n_envs, T] bool, whether step t's next/ keys were written
 
 
-def _slot(storage: Mapping[str, torch.Tensor]) -> Slot:
-    stored = storage.get(STORED)
-    fields = _fields({k: v for k, v in storage.items() if k != STORED})
+def _slot(storage: Mapping[str, torch.Tensor], compact: bool) -> Slot:
+    """The per-step views of a slot (``STORED``, which the group writes itself, left out if ``compact``)."""
+    fields = _fields({k: v for k, v in storage.items() if not (compact and k == STORED)})
     n_timesteps = next(iter(storage.values())).shape[1] if storage else 0
     steps = [[f.views[t] for part in PARTS for f in fields[part]] for t in range(n_timesteps)]
     heads = [[f.views[t] for part in PARTS[:2] for f in fields[part]] for t in range(n_timesteps)]
-    return Slot(dict(storage), fields, steps, heads, stored)
+    return Slot(dict(storage), fields, steps, heads)
 
 
 def _fields(storage: Mapping[str, torch.Tensor]) -> dict[str, list[Field]]:
@@ -223,8 +249,9 @@ class Group:
         one ``torch._foreach_copy_`` call: one call from Python per step
         rather than one per key.
         """
+        n_parts = 3 if with_next else 2
         sources = []
-        for part, dt in zip(PARTS if with_next else PARTS[:2], parts, strict=False):
+        for part, dt in zip(PARTS[:n_parts], parts[:n_parts], strict=True):
             data, fields = dt._data, slot.fields[part]
             if len(data) != len(fields):
                 raise self._mismatch(part, fields, dt, t)
@@ -240,7 +267,7 @@ class Group:
 
         The per-step views of each slot are made here, once.
         """
-        self.slots = {s: _slot(storage) for s, storage in slots.items()}
+        self.slots = {s: _slot(storage, self.compact) for s, storage in slots.items()}
         if self.history is not None and slots:
             storage = next(iter(slots.values()))
             self.window_spec = {
@@ -256,13 +283,30 @@ class Group:
         }
         if self.compact:
             storage[STORED] = torch.zeros((self.n_envs, self.n_timesteps), dtype=torch.bool)
-        self.slots[None] = _slot(storage)
+        self.slots[None] = _slot(storage, self.compact)
         return self.slots[None]
+
+    def _check_compact(self, observation: DictTensor, reached: DictTensor) -> None:
+        """A compact layout reads ``next/k`` from ``k``: they must match, and ``STORED`` must be free."""
+        if STORED.removeprefix("next/") in reached:
+            raise ValueError(
+                f"{self.name}: the observation key {STORED.removeprefix('next/')!r} is reserved by "
+                "layout='compact' (it names its own key next/stored); rename it or use layout='full'"
+            )
+        for key, value in reached.items():
+            twin = observation._data.get(key)
+            if twin is None or twin.dtype != value.dtype or twin.shape != value.shape:
+                raise ValueError(
+                    f"{self.name}: layout='compact' reads next/{key} from the next step's {key}, but the "
+                    f"environment returned {key} as {None if twin is None else (twin.dtype, tuple(twin.shape))} "
+                    f"and next/{key} as {(value.dtype, tuple(value.shape))} (dtype, shape); use layout='full'"
+                )
 
     def _check_keys(self, storage: Mapping[str, torch.Tensor], parts: tuple[DictTensor, ...]) -> None:
         observation, output, reached = parts
         produced = set(observation.keys()) | set(output.keys()) | {"next/" + k for k in reached}
         if self.compact:
+            self._check_compact(observation, reached)
             produced.add(STORED)
         if produced != storage.keys():
             raise ValueError(

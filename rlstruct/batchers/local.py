@@ -72,10 +72,11 @@ class LocalBatcher:
             writes every key at every step; "compact" writes the ``next/``
             keys only at the steps where they differ from the following
             step's keys (an episode ended or was reset there, or the step is
-            the last) and fills in the others when ``get()`` copies the batch
-            out. ``get()`` returns the same trajectories either way; compact
-            saves the writes of the observations' second copy, which pays
-            for large observations (images). See docs/batchers.md.
+            the last) and fills in the others when the batch is copied out
+            of the groups' storage. The batches are the same either way (for
+            agents that do not modify their observation in place); compact
+            saves the per-step writes of the observations' second copy,
+            which pays for large observations (images). See docs/batchers.md.
 
     Attributes:
         discarded: always 0: in process, every trajectory is made with the
@@ -129,6 +130,7 @@ class LocalBatcher:
     ) -> None:
         self.n_envs = _checks.positive_int(NAME, "n_envs", n_envs)
         _checks.layout(NAME, layout)
+        self.layout: Layout = layout
         self.n_timesteps = _checks.positive_int(NAME, "n_timesteps", n_timesteps)
         self.n_processes = _checks.positive_int(NAME, "n_processes", n_processes)
         if mode not in ("fixed", "episodes", "stream"):
@@ -253,8 +255,10 @@ class LocalBatcher:
         info = DictTensor.cat([p[0] for p in parts])
         info.set("policy_version", torch.full((info.n_elems(),), self._version, dtype=torch.int64))
         steps = TemporalDictTensor.cat([p[1] for p in parts])
-        data = DictTensor._new(full_layout(steps._dt._data), steps.n_elems(), torch.device("cpu"))
-        return Trajectories(info, TemporalDictTensor._new(data, steps.lengths, self.n_timesteps))
+        if self.layout == "compact":
+            data = DictTensor._new(full_layout(steps._dt._data), steps.n_elems(), torch.device("cpu"))
+            steps = TemporalDictTensor._new(data, steps.lengths, self.n_timesteps)
+        return Trajectories(info, steps)
 
     def execute(self) -> None:
         """Acquire the next batch of trajectories (here, synchronously).

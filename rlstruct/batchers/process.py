@@ -129,7 +129,8 @@ class MultiprocessBatcher:
         layout: "full" or "compact", as for ``LocalBatcher``: with "compact",
             the workers write the ``next/`` keys only where they differ from
             the following step's keys, and ``get()`` fills in the others as
-            it copies the batch out (on ``device``). The batches are the same.
+            it copies the batch out (on ``device``). The batches are the same
+            (for agents that do not modify their observation in place).
 
     Raises:
         ValueError, TypeError: for bad arguments (``weights`` and ``device``
@@ -450,18 +451,22 @@ class MultiprocessBatcher:
         tensors[("lengths", "")] = buffers.lengths[rows]
         if self.device.type == "cpu":
             # a compact layout's next/ keys are filled in straight from the shared buffers
-            filled = filled_next(steps) if STORED in steps else {}
-            tensors |= {("steps", k): v for k, v in steps.items() if k not in filled and k != STORED}
+            compact = self.layout == "compact"
+            filled = filled_next(steps) if compact else {}
+            kept = [k for k in steps if not (compact and k == STORED)]
+            tensors |= {("steps", k): steps[k] for k in kept if k not in filled}
             out = {k: v.clone() for k, v in tensors.items()}
             out |= {("steps", k): v for k, v in filled.items()}
-            steps = {k: out[("steps", k)] for k in steps if k != STORED}
+            steps = {k: out[("steps", k)] for k in kept}
         else:  # the compact layout crosses to the device as it is, and is filled in there
             tensors |= {("steps", k): v for k, v in steps.items()}
             if self.device.type == "cuda":
                 out = self._through_pinned_memory(tensors)
             else:
                 out = {k: v.to(self.device) for k, v in tensors.items()}
-            steps = full_layout({k: v for (part, k), v in out.items() if part == "steps"})
+            steps = {k: v for (part, k), v in out.items() if part == "steps"}
+            if self.layout == "compact":
+                steps = full_layout(steps)
         info = {k: v for (part, k), v in out.items() if part == "info"}
         n, device = rows.stop - rows.start, self.device
         # unchecked constructors: the workers wrote what the buffers were made for, and a check of
