@@ -21,7 +21,7 @@ import inspect
 import itertools
 import textwrap
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 __all__ = ["TrainConfig", "env_key", "field_docs", "parse_config"]
@@ -97,6 +97,7 @@ def parse_config(
     *,
     prog: str | None = None,
     tuned: Mapping[str, Mapping[str, Any]] | None = None,
+    check: Callable[[C], object] | None = None,
 ) -> C:
     """Parse a command line into an instance of the config dataclass ``cls``.
 
@@ -107,6 +108,8 @@ def parse_config(
         tuned: settings per environment id (``env_key``), used for the fields
             the command line does not set; when any is used, one line on
             stdout names them.
+        check: called with the config before that line is printed, so that
+            an error it raises (an unknown environment) comes alone.
 
     Returns:
         ``cls(**values)``: each field as given on the command line, else as
@@ -160,10 +163,13 @@ def parse_config(
     env = given.get("env", getattr(cls, "env", ""))
     settings = (tuned or {}).get(env_key(env), {})
     used = {k: v for k, v in settings.items() if k not in given}
+    config = cls(**(used | given))
     if used:
+        if check is not None:
+            check(config)
         flags = " ".join(_flag(k, v) for k, v in used.items())
         print(f"tuned settings for {env_key(env)}: {flags} (flags given override them)")
-    return cls(**(used | given))
+    return config
 
 
 def _flag(name: str, value: Any) -> str:

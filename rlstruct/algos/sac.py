@@ -503,7 +503,14 @@ TUNED: dict[str, dict[str, Any]] = {
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The command line: ``python -m rlstruct.algos.sac --env Pendulum-v1 [--field value ...]``."""
-    return train(parse_config(Config, argv, prog="rlstruct train sac", tuned=TUNED))
+    config = parse_config(
+        Config,
+        argv,
+        prog="rlstruct train sac",
+        tuned=TUNED,
+        check=lambda config: env_spaces(config.env),  # an unknown id is reported alone
+    )
+    return train(config)
 
 
 if __name__ == "__main__":

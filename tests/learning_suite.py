@@ -1,0 +1,233 @@
+"""The learning suite: every learning target of docs/performance.md, run from the command line and checked.
+
+Each entry is a command as a user types it (``rlstruct train ...`` or a
+tutorial script), run on its seeds in a fresh process; its final greedy
+return over 10 episodes must reach the threshold on every seed. The suite
+prints the table that docs/performance.md shows (``--write`` puts it there,
+between the ``learning-suite`` markers) and exits with status 1 if a target
+is missed. CI runs it in full (about 30 minutes on 2 cores).
+
+Usage:
+    python tests/learning_suite.py [--only TEXT] [--total-steps N] [--write docs/performance.md] [--json PATH]
+
+``--only`` keeps the entries whose command contains TEXT; ``--total-steps``
+replaces every budget (a smoke run: the thresholds are then not checked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+START, END = "<!-- learning-suite:start -->", "<!-- learning-suite:end -->"
+RUN_TIMEOUT_S = 1800
+TUTORIAL_RESULT = re.compile(r"final greedy return (-?[\d.]+) over \d+ episodes after (\d+) env steps")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A documented learning target: the command, its seeds and the final return it must reach."""
+
+    command: tuple[str, ...]  # after "rlstruct", or a script under tutorials/
+    threshold: float | None  # None: a documented figure, not a target
+    target: str  # as the table says it
+    seeds: tuple[int, ...] = (0,)
+
+    @property
+    def tutorial(self) -> bool:
+        return self.command[0].endswith(".py")
+
+    def shown(self) -> str:
+        words = (
+            ("python", f"tutorials/{self.command[0]}", *self.command[1:])
+            if self.tutorial
+            else ("rlstruct", *self.command)
+        )
+        return " ".join(words)
+
+
+ENTRIES = (
+    Entry(("train", "ppo", "--env", "CartPole-v1"), 475, ">= 475 within 50k"),
+    Entry(("train", "a2c", "--env", "CartPole-v1"), 400, ">= 400 within 100k"),
+    Entry(("train", "dqn", "--env", "CartPole-v1"), 400, ">= 400 within 100k", (0, 1, 2)),
+    Entry(("train", "sac", "--env", "Pendulum-v1"), -200, ">= -200 within 10k"),
+    Entry(
+        ("train", "sac", "--env", "pybullet_envs_gymnasium:InvertedPendulumBulletEnv-v0"),
+        900,
+        ">= 900 within 30k",
+        (0, 1, 2),
+    ),
+    Entry(("train", "impala", "--env", "CartPole-v1"), 450, ">= 450 within 300k"),
+    Entry(("train", "ppo", "--env", "Pendulum-v1"), -200, ">= -200 within 205k"),
+    Entry(("train", "ppo", "--env", "CartPoleNoVel-v1"), 475, ">= 475 within 100k", (0, 1, 2)),
+    Entry(
+        ("train", "ppo", "--env", "CartPoleNoVel-v1", "--memory", "lstm"),
+        None,
+        "documented (LSTM memories)",
+        (0, 1, 2),
+    ),
+    Entry(("train", "ppo", "--env", "CueMemory-v0"), 1.0, "the optimum, 1.0, within 50k"),
+    Entry(
+        (
+            "train",
+            "a2c",
+            "--env",
+            "CartPole-v1",
+            "--recurrent",
+            "--lr",
+            "1e-3",
+            "--n-steps",
+            "32",
+            "--vf-coef",
+            "0.5",
+        ),
+        400,
+        ">= 400 within 100k",
+    ),
+    Entry(("09_attention_history.py",), 475, ">= 475 within 200k"),
+    Entry(
+        ("09_attention_history.py", "--env", "CueMemory-v0", "--steps", "50000"),
+        1.0,
+        "the optimum, 1.0, within 50k",
+    ),
+)
+
+
+@dataclass
+class Result:
+    """One run of an entry on one seed."""
+
+    final: float
+    env_steps: int
+    train_s: float
+
+
+def run(entry: Entry, seed: int, total_steps: int | None, workdir: Path) -> Result:
+    """Run ``entry`` on ``seed`` in a fresh process and read its final greedy return."""
+    if entry.tutorial:
+        budget = ["--steps", str(total_steps)] if total_steps is not None else []
+        argv = [sys.executable, str(ROOT / "tutorials" / entry.command[0]), *entry.command[1:], *budget]
+        argv += ["--seed", str(seed)]
+        start = time.monotonic()
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=workdir)
+        elapsed = time.monotonic() - start
+        found = TUTORIAL_RESULT.search(done.stdout)
+        if done.returncode != 0 or found is None:
+            raise RuntimeError(
+                f"{entry.shown()} (seed {seed}) failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+            )
+        return Result(float(found.group(1)), int(found.group(2)), elapsed)
+    out = workdir / f"seed{seed}.json"
+    budget = ["--total-steps", str(total_steps)] if total_steps is not None else []
+    argv = [sys.executable, "-m", "rlstruct.cli", *entry.command, *budget, "--seed", str(seed)]
+    argv += ["--run-dir", str(workdir), "--no-progress", "--json", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=workdir)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{entry.shown()} (seed {seed}) failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        )
+    results = json.loads(out.read_text())
+    return Result(float(results["eval_return_mean"]), int(results["env_steps"]), float(results["wall_s"]))
+
+
+def table(rows: list[tuple[Entry, list[Result], bool | None]]) -> str:
+    """The markdown table of docs/performance.md."""
+    lines = [
+        "| command | target | seeds | final greedy return | env steps | training s | met |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
+    for entry, results, met in rows:
+        seeds = ", ".join(str(s) for s in entry.seeds)
+        finals = " / ".join(f"{r.final:.1f}" for r in results)
+        steps = (
+            " / ".join(f"{r.env_steps:,}" for r in results)
+            if len({r.env_steps for r in results}) > 1
+            else f"{results[0].env_steps:,}"
+        )
+        seconds = " / ".join(f"{r.train_s:.0f}" for r in results)
+        lines.append(
+            f"| `{entry.shown()}` | {entry.target} | {seeds} | {finals} | {steps} | {seconds} | {'yes' if met else '**no**'} |"
+        )
+    return "\n".join(lines)
+
+
+def write(path: Path, text: str) -> None:
+    """Replace what lies between the suite's markers in ``path`` with ``text``."""
+    page = path.read_text()
+    if START not in page or END not in page:
+        raise ValueError(f"{path} has no {START} ... {END} block to write the table into")
+    head, rest = page.split(START, 1)
+    _, tail = rest.split(END, 1)
+    path.write_text(f"{head}{START}\n{text}\n{END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--only", metavar="TEXT", help="run the entries whose command contains TEXT")
+    parser.add_argument(
+        "--total-steps", type=int, metavar="N", help="every budget N (a smoke run: no checks)"
+    )
+    parser.add_argument(
+        "--write", type=Path, metavar="PATH", help="write the table into PATH (between the markers)"
+    )
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    entries = [e for e in ENTRIES if args.only is None or args.only in e.shown()]
+    if not entries:
+        parser.error(f"no entry's command contains {args.only!r}")
+    rows: list[tuple[Entry, list[Result], bool | None]] = []
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        for index, entry in enumerate(entries):
+            workdir = Path(tmp) / str(index)
+            workdir.mkdir()
+            results = [run(entry, seed, args.total_steps, workdir) for seed in entry.seeds]
+            threshold = entry.threshold
+            met = (
+                None
+                if args.total_steps is not None or threshold is None
+                else all(r.final >= threshold for r in results)
+            )
+            rows.append((entry, results, met))
+            finals = " / ".join(f"{r.final:.1f}" for r in results)
+            print(
+                f"{'ran ' if met is None else 'ok  ' if met else 'MISS'} {entry.shown()}: {finals} ({time.monotonic() - start:.0f} s)",
+                flush=True,
+            )
+    text = table(rows)
+    print(f"\n{text}\n")
+    if args.write is not None:
+        write(args.write, text)
+    if args.json is not None:
+        records = [
+            {
+                "command": e.shown(),
+                "target": e.target,
+                "threshold": e.threshold,
+                "seeds": list(e.seeds),
+                "met": met,
+                "final": [r.final for r in rs],
+                "env_steps": [r.env_steps for r in rs],
+                "train_s": [r.train_s for r in rs],
+            }
+            for e, rs, met in rows
+        ]
+        args.json.write_text(json.dumps(records, indent=2) + "\n")
+    missed = [e.shown() for e, _, met in rows if met is False]
+    if missed:
+        print(f"{len(missed)} of {len(rows)} targets missed: {missed}")
+        return 1
+    print(f"all {len(rows)} targets met")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
