@@ -138,35 +138,48 @@ def run(entry: Entry, seed: int, total_steps: int | None, workdir: Path) -> Resu
     return Result(float(results["eval_return_mean"]), int(results["env_steps"]), float(results["wall_s"]))
 
 
+HEADER = (
+    "| command | target | seeds | final greedy return | env steps | training s | met |\n"
+    "|---|---|---|---:|---:|---:|---|"
+)
+
+
+def row(entry: Entry, results: list[Result], met: bool | None) -> str:
+    """The table's line of one entry."""
+    seeds = ", ".join(str(s) for s in entry.seeds)
+    finals = " / ".join(f"{r.final:.1f}" for r in results)
+    distinct = len({r.env_steps for r in results}) > 1
+    steps = " / ".join(f"{r.env_steps:,}" for r in results) if distinct else f"{results[0].env_steps:,}"
+    seconds = " / ".join(f"{r.train_s:.0f}" for r in results)
+    shown = "-" if met is None else "yes" if met else "**no**"
+    return f"| `{entry.shown()}` | {entry.target} | {seeds} | {finals} | {steps} | {seconds} | {shown} |"
+
+
 def table(rows: list[tuple[Entry, list[Result], bool | None]]) -> str:
-    """The markdown table of docs/performance.md."""
-    lines = [
-        "| command | target | seeds | final greedy return | env steps | training s | met |",
-        "|---|---|---|---:|---:|---:|---|",
-    ]
-    for entry, results, met in rows:
-        seeds = ", ".join(str(s) for s in entry.seeds)
-        finals = " / ".join(f"{r.final:.1f}" for r in results)
-        steps = (
-            " / ".join(f"{r.env_steps:,}" for r in results)
-            if len({r.env_steps for r in results}) > 1
-            else f"{results[0].env_steps:,}"
-        )
-        seconds = " / ".join(f"{r.train_s:.0f}" for r in results)
-        lines.append(
-            f"| `{entry.shown()}` | {entry.target} | {seeds} | {finals} | {steps} | {seconds} | {'yes' if met else '**no**'} |"
-        )
-    return "\n".join(lines)
+    """The markdown table of docs/performance.md, for these rows."""
+    return "\n".join([HEADER, *(row(*r) for r in rows)])
+
+
+def _command(line: str) -> str:
+    return line.split("|")[1].strip()
 
 
 def write(path: Path, text: str) -> None:
-    """Replace what lies between the suite's markers in ``path`` with ``text``."""
+    """Put the table ``text`` between the suite's markers in ``path``.
+
+    Lines of the table already there whose command ``text`` does not hold
+    are kept, in the order of ``ENTRIES``: a run of some entries (``--only``)
+    updates their lines only.
+    """
     page = path.read_text()
     if START not in page or END not in page:
         raise ValueError(f"{path} has no {START} ... {END} block to write the table into")
     head, rest = page.split(START, 1)
-    _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{START}\n{text}\n{END}{tail}")
+    block, tail = rest.split(END, 1)
+    lines = {_command(line): line for line in block.splitlines() if line.startswith("| `")}
+    lines |= {_command(line): line for line in text.splitlines() if line.startswith("| `")}
+    ordered = [lines[f"`{e.shown()}`"] for e in ENTRIES if f"`{e.shown()}`" in lines]
+    path.write_text(f"{head}{START}\n{HEADER}\n" + "\n".join(ordered) + f"\n{END}{tail}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,9 @@ def test_every_entry_is_a_command_of_the_documentation() -> None:
 @pytest.mark.timeout(600)
 def test_a_smoke_run_writes_its_table_and_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     page = tmp_path / "page.md"
-    page.write_text(f"before\n{learning_suite.START}\nold table\n{learning_suite.END}\nafter\n")
+    kept = "| `rlstruct train ppo --env CartPole-v1` | >= 475 within 50k | 0 | 500.0 | 49,920 | 20 | yes |"
+    stale = "| `rlstruct train ppo --env CueMemory-v0` | old | 0 | 0.0 | 1 | 1 | **no** |"
+    page.write_text(f"before\n{learning_suite.START}\n{stale}\n{kept}\n{learning_suite.END}\nafter\n")
     out = tmp_path / "results.json"
     argv = ["--only", "CueMemory-v0", "--total-steps", "1024", "--write", str(page), "--json", str(out)]
     assert learning_suite.main(argv) == 0
@@ -35,8 +37,14 @@ def test_a_smoke_run_writes_its_table_and_results(tmp_path: Path, capsys: pytest
         assert record["met"] is None  # a smoke run checks no threshold
         assert record["env_steps"][0] <= 1024 and -1.0 <= record["final"][0] <= 1.0
     text = page.read_text()
-    assert text.startswith("before\n") and text.endswith("after\n") and "old table" not in text
-    assert "| `rlstruct train ppo --env CueMemory-v0` | the optimum, 1.0, within 50k | 0 |" in text
+    assert text.startswith("before\n") and text.endswith("after\n") and stale not in text
+    lines = text.splitlines()
+    # the line of an entry not run is kept, in the order of the entries; the runs' lines replace theirs
+    assert lines[2:4] == learning_suite.HEADER.splitlines() and lines[4] == kept
+    assert lines[5].startswith(
+        "| `rlstruct train ppo --env CueMemory-v0` | the optimum, 1.0, within 50k | 0 |"
+    )
+    assert lines[5].endswith("| - |")  # a smoke run checks no threshold
     assert "ran  rlstruct train ppo --env CueMemory-v0" in capsys.readouterr().out
 
 

@@ -200,9 +200,9 @@ class Config(TrainConfig):
     """Env steps collected before the first gradient step."""
     train_ratio: float = 0.25
     """Gradient steps per env step collected (at least one per batch)."""
-    batch_size: int = 128
+    batch_size: int = 256
     """Transitions per gradient step."""
-    lr: float = 1e-3
+    lr: float = 5e-4
     """Adam's learning rate at the start."""
     anneal: bool = True
     """Decay the learning rate linearly to 0 over the run, so the greedy policy settles."""
