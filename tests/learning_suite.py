@@ -5,10 +5,11 @@ tutorial script), run on its seeds in a fresh process; its final greedy
 return over 10 episodes must reach the threshold on every seed. The suite
 prints the table that docs/performance.md shows (``--write`` puts it there,
 between the ``learning-suite`` markers) and exits with status 1 if a target
-is missed. CI runs it in full (about 30 minutes on 2 cores).
+is missed. CI runs it in full, two runs at a time (about 25 minutes on 2
+cores).
 
 Usage:
-    python tests/learning_suite.py [--only TEXT] [--total-steps N] [--write docs/performance.md] [--json PATH]
+    python tests/learning_suite.py [--only TEXT] [--total-steps N] [--jobs N] [--write docs/performance.md] [--json PATH]
 
 ``--only`` keeps the entries whose command contains TEXT; ``--total-steps``
 replaces every budget (a smoke run: the thresholds are then not checked).
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,17 +194,24 @@ def main(argv: list[str] | None = None) -> int:
         "--write", type=Path, metavar="PATH", help="write the table into PATH (between the markers)"
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--jobs", type=int, default=2, metavar="N", help="runs at a time (default: 2)")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
     entries = [e for e in ENTRIES if args.only is None or args.only in e.shown()]
     if not entries:
         parser.error(f"no entry's command contains {args.only!r}")
     rows: list[tuple[Entry, list[Result], bool | None]] = []
     start = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
+        # every run is queued at once, in order; each entry is reported as soon as its seeds are done
+        runs = []
         for index, entry in enumerate(entries):
             workdir = Path(tmp) / str(index)
             workdir.mkdir()
-            results = [run(entry, seed, args.total_steps, workdir) for seed in entry.seeds]
+            runs.append([pool.submit(run, entry, seed, args.total_steps, workdir) for seed in entry.seeds])
+        for entry, futures in zip(entries, runs, strict=True):
+            results = [future.result() for future in futures]
             threshold = entry.threshold
             met = (
                 None
