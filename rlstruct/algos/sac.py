@@ -496,7 +496,7 @@ class Learner:
 
 
 TUNED: dict[str, dict[str, Any]] = {
-    "InvertedPendulumBulletEnv-v0": {"hidden": 64, "gradient_steps": 2.0, "total_steps": 30_000},
+    "InvertedPendulumBulletEnv-v0": {"hidden": 256, "gradient_steps": 2.0, "total_steps": 30_000},
 }
 """What ``rlstruct train sac --env ID`` uses for these ids, under the flags given (docs/performance.md)."""
 
