@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,7 +30,10 @@ from rlstruct.dicttensor import DictTensor
 from rlstruct.normalize import ObservationNormalizer
 from rlstruct.temporal import TemporalDictTensor
 
-__all__ = ["ActorCritic", "mlp", "run_memory"]
+if TYPE_CHECKING:
+    from rlstruct.algos.evaluation import EnvSpaces
+
+__all__ = ["ActorCritic", "actor_critic_agent", "mlp", "run_memory"]
 
 
 def mlp(sizes: Sequence[int], activation: type[torch.nn.Module] = torch.nn.Tanh) -> torch.nn.Sequential:
@@ -442,3 +446,31 @@ def _hidden(
     if isinstance(rnn, torch.nn.LSTM):
         return state[0].unsqueeze(0), state[1].unsqueeze(0)
     return state[0].unsqueeze(0)
+
+
+def actor_critic_agent(config: Any, spaces: EnvSpaces, **extra: Any) -> tuple[ActorCritic, dict[str, Any]]:
+    """The ``ActorCritic`` an algorithm's config asks for on an environment of ``spaces``, and its arguments.
+
+    Args:
+        config: a config with ``hidden`` (units of both hidden layers),
+            ``recurrent``, ``memory`` and ``normalize``.
+        spaces: the environment's spaces (``env_spaces``).
+        **extra: more ``ActorCritic`` arguments (PPO's ``orthogonal``).
+
+    Returns:
+        ``(ActorCritic(**agent_args), agent_args)``: a new agent on the CPU,
+        initialised from torch's global generator, and the arguments that
+        make its copies (the batchers') and rebuild it (``load_run``).
+    """
+    agent_args: dict[str, Any] = {
+        "obs_dim": spaces.obs_dim,
+        "n_actions": spaces.n_actions,
+        "action_low": spaces.action_low,
+        "action_high": spaces.action_high,
+        "hidden": (config.hidden, config.hidden),
+        "recurrent": config.recurrent,
+        "memory": config.memory,
+        "normalize": config.normalize,
+        **extra,
+    }
+    return ActorCritic(**agent_args), agent_args

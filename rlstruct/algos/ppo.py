@@ -34,7 +34,7 @@ import torch
 from rlstruct.agent import replay_agent
 from rlstruct.algos.config import TrainConfig, parse_config
 from rlstruct.algos.evaluation import EnvSpaces, env_spaces
-from rlstruct.algos.policies import ActorCritic
+from rlstruct.algos.policies import ActorCritic, actor_critic_agent
 from rlstruct.algos.run import EpisodeReturns, Run, check_config, check_layout, explained_variance
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
@@ -92,25 +92,11 @@ class Config(TrainConfig):
 
 
 def make_agent(config: Config, spaces: EnvSpaces) -> tuple[ActorCritic, dict[str, Any]]:
-    """The agent ``train`` trains for ``config`` on an environment of ``spaces``, and its keyword arguments.
+    """The agent ``train`` trains for ``config`` on an environment of ``spaces``, and its arguments.
 
-    Returns:
-        ``(ActorCritic(**agent_args), agent_args)``: a new agent on the CPU,
-        initialised from torch's global generator, and the arguments that
-        make its copies (the batchers') and rebuild it (``load_run``).
+    See ``rlstruct.algos.policies.actor_critic_agent``.
     """
-    agent_args: dict[str, Any] = {
-        "obs_dim": spaces.obs_dim,
-        "n_actions": spaces.n_actions,
-        "action_low": spaces.action_low,
-        "action_high": spaces.action_high,
-        "hidden": (config.hidden, config.hidden),
-        "recurrent": config.recurrent,
-        "memory": config.memory,
-        "normalize": config.normalize,
-        "orthogonal": config.orthogonal_init,
-    }
-    return ActorCritic(**agent_args), agent_args
+    return actor_critic_agent(config, spaces, orthogonal=config.orthogonal_init)
 
 
 def train(config: Config) -> dict[str, Any]:
