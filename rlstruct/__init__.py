@@ -11,6 +11,7 @@ from rlstruct.logger import Logger, make_run_dir, plot_csv, plot_runs
 from rlstruct.progress import Progress
 from rlstruct.replay import HindsightReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.returns import discounted_returns, gae, td_lambda, vtrace
+from rlstruct.seeding import derive_seed
 from rlstruct.specs import Specs, TensorSpec
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
@@ -37,6 +38,7 @@ __all__ = [
     "Trajectories",
     "WorkerError",
     "WorkerTimeout",
+    "derive_seed",
     "discounted_returns",
     "gae",
     "load_checkpoint",

@@ -40,7 +40,6 @@ from typing import Any
 
 from rlstruct.algos import ALGORITHMS
 from rlstruct.algos.evaluation import UnknownEnvironment
-from rlstruct.algos.run import EVAL_SEED_OFFSET
 
 __all__ = ["main"]
 
@@ -123,7 +122,7 @@ def _eval_parser() -> argparse.ArgumentParser:
         type=int,
         help=(
             "play the evaluation episodes of a run seeded S, as train's --seed: environment i is reset "
-            f"with S + {EVAL_SEED_OFFSET} + i (default: the run's seed, which replays its final evaluation)"
+            "with derive_seed(S, 'eval') + i (default: the run's seed, which replays its final evaluation)"
         ),
     )
     parser.add_argument(

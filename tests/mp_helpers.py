@@ -22,14 +22,21 @@ from typing import Any
 import torch
 
 from rlstruct import Agent, DictTensor, GymEnv, ReplayBuffer, TemporalDictTensor
+from rlstruct.seeding import derive_seed
 from rlstruct.testing import CounterEnv, CountingAgent
+
+ENV_ROOT = derive_seed(0, "env")
+"""The seed of environment instance 0 under base seed 0; instance i gets ``ENV_ROOT + i``."""
+AGENT_ROOT = derive_seed(0, "agent")
+"""The seed of the agent of group 0 under base seed 0; group g's gets ``AGENT_ROOT + g``."""
 
 
 class ControlledEnv(CounterEnv):
     """A CounterEnv that the test can hold up or break from the outside, through events.
 
     Worker w of a batcher with base seed 0 makes its group with seed
-    ``w * n_envs``: ``gate_seed`` and ``fail_seed`` pick a worker.
+    ``ENV_ROOT + w * n_envs``: ``gate_seed`` and ``fail_seed`` are the offset
+    ``w * n_envs`` from that root, and pick a worker.
 
     Args:
         n_envs, seed, length: as for CounterEnv.
@@ -54,9 +61,9 @@ class ControlledEnv(CounterEnv):
         fail_seed: int | None = None,
     ) -> None:
         super().__init__(n_envs, seed, length)
-        self.first_seed = seed
-        self.gate = gate if gate_seed in (None, seed) else None
-        self.fail = fail if fail_seed in (None, seed) else None
+        self.first_seed = seed - ENV_ROOT
+        self.gate = gate if gate_seed in (None, self.first_seed) else None
+        self.fail = fail if fail_seed in (None, self.first_seed) else None
         self.n_steps = 0
 
     def step(self, action: DictTensor) -> tuple[DictTensor, DictTensor]:
@@ -69,20 +76,20 @@ class ControlledEnv(CounterEnv):
 
 
 class FailingEnv(CounterEnv):
-    """A CounterEnv whose group with first seed ``fail_seed`` raises at ``reset``."""
+    """A CounterEnv whose group with first seed ``ENV_ROOT + fail_seed`` raises at ``reset``."""
 
     def __init__(self, n_envs: int = 1, seed: int = 0, fail_seed: int = -1) -> None:
         super().__init__(n_envs, seed)
-        self.fail = seed == fail_seed
+        self.fail = seed - ENV_ROOT == fail_seed
 
     def reset(self, env_info: DictTensor, auto_reset: bool = False) -> DictTensor:
         if self.fail:
-            raise OSError(f"cannot open the level file of seed {int(self.seeds[0])}")
+            raise OSError(f"cannot open the level file of seed {int(self.seeds[0]) - ENV_ROOT}")
         return super().reset(env_info, auto_reset)
 
 
 class FailingAgent(CountingAgent):
-    """A CountingAgent that raises at its ``fail_at``-th call (counted from 0) when seeded with ``fail_seed``."""
+    """A CountingAgent that raises at its ``fail_at``-th call (counted from 0) when seeded ``AGENT_ROOT + fail_seed``."""
 
     def __init__(self, fail_seed: int = -1, fail_at: int = 0) -> None:
         super().__init__()
@@ -93,7 +100,7 @@ class FailingAgent(CountingAgent):
 
     def seed(self, seed: int) -> None:
         super().seed(seed)
-        self.seeded = seed
+        self.seeded = seed - AGENT_ROOT
 
     def forward(
         self,

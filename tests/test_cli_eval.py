@@ -26,7 +26,7 @@ from rlstruct.algos.config import TrainConfig
 from rlstruct.algos.evaluation import env_spaces, episode_returns
 from rlstruct.algos.policies import ActorCritic
 from rlstruct.algos.recording import CannotRender, check_renders
-from rlstruct.algos.run import EVAL_SEED_OFFSET
+from rlstruct.algos.run import eval_seed
 from rlstruct.cli import main as cli_main
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -244,7 +244,7 @@ def test_a_recurrent_normalized_run_evaluates_as_its_agent_plays(tmp_path: Path)
     agent, agent_args = save_run(tmp_path / "run", ppo, config, seed=1)
     result = load_run(tmp_path / "run").evaluate()
     # the reference: the saved agent, greedy, in process, on the environments Run seeds for evaluation
-    seed = 3 + EVAL_SEED_OFFSET
+    seed = eval_seed(3)
     with LocalBatcher(
         ActorCritic,
         agent_args,

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
-from mp_helpers import EpsilonAgent, FailingAgent, HistorySumAgent
+from mp_helpers import ENV_ROOT, EpsilonAgent, FailingAgent, HistorySumAgent
 
 from rlstruct import (
     Agent,
@@ -24,6 +24,7 @@ from rlstruct import (
     LocalBatcher,
     TemporalDictTensor,
     Trajectories,
+    derive_seed,
 )
 from rlstruct.testing import CounterEnv, CountingAgent, RandomAgent
 
@@ -354,7 +355,8 @@ def test_groups_get_the_rows_of_their_global_env_indices() -> None:
     assert batch.info["env_info/length"].tolist() == [1, 2, 3, 4]
     assert batch.lengths.tolist() == [1, 2, 3, 3]
     assert batch.trajectories["count"][:, 0].tolist() == [10, 20, 30, 40]
-    assert batch.trajectories["seed"][:, 0].tolist() == [100, 101, 102, 103]  # seed + global index
+    root = derive_seed(100, "env")
+    assert batch.trajectories["seed"][:, 0].tolist() == [root, root + 1, root + 2, root + 3]  # + global index
     # the same rows in one group of 4 give the same trajectories, padding included (zeros past
     # each row's end), although group 0 stops after step 1 and a single group runs to step 2
     with counter_batcher(n_envs=4, n_timesteps=3, mode="episodes", seed=100) as single:
@@ -407,10 +409,13 @@ def test_gym_env_instances_are_seeded_by_global_index() -> None:
     assert obs.dtype == torch.float32 and obs.shape == (4, 4)
     assert len({tuple(row.tolist()) for row in obs}) == 4  # every instance its own stream
     assert obs.equal(first_observations(5))
-    # global instance i gets seed + i: the same as one GymEnv of 4 instances seeded with 5
-    env = GymEnv("CartPole-v1", n_envs=4, seed=5)
+    # global instance i gets derive_seed(5, "env") + i: the same as one GymEnv of 4 instances seeded with that root
+    env = GymEnv("CartPole-v1", n_envs=4, seed=derive_seed(5, "env"))
     assert env.reset(DictTensor(batch_size=4))["observation"].equal(obs)
     env.close()
+    # consecutive base seeds share no instance: instance 1 of seed 5 is not instance 0 of seed 6
+    others = first_observations(6)
+    assert not any(row.equal(other) for row in obs for other in others)
 
 
 # ---------------------------------------------------------------------------- dtypes and history
@@ -581,7 +586,8 @@ def test_a_failing_group_closes_the_groups_already_made() -> None:
 
     with pytest.raises(OSError, match=message("simulator crashed")):
         LocalBatcher(CountingAgent, {}, env_factory, {}, n_envs=2, n_timesteps=2, n_processes=3)
-    assert made == [0, 2]  # group g gets seed + g * n_envs
+    root = derive_seed(0, "env")
+    assert made == [root, root + 2]  # group g gets the env root + g * n_envs
     assert ClosingCounterEnv.closed == [2]
 
 
@@ -928,7 +934,8 @@ def test_stream_gets_are_the_rows_of_the_fixed_batches_group_by_group(agent: Any
                 stream.update({})
             batch = stream.get()
             group, round_ = k % 2, k // 2
-            assert batch.trajectories["seed"][:, 0].tolist() == [7 + 2 * group, 8 + 2 * group]
+            root = derive_seed(7, "env") + 2 * group
+            assert batch.trajectories["seed"][:, 0].tolist() == [root, root + 1]
             assert batch.equal(expected[round_][2 * group : 2 * group + 2])
         assert expected[2].info["policy_version"].tolist() == [1, 1, 1, 1]
         # the rounds continue each other: a stream that restarted its groups would not match
@@ -949,12 +956,12 @@ def test_stream_mode_has_no_execute_and_starts_from_group_0_at_every_reset() -> 
         ):
             batcher.reset(DictTensor({"start": ints(1, 2)}))
         batcher.reset()
-        seeds = [batcher.get().trajectories["seed"][:, 0].tolist() for _ in range(3)]
+        seeds = [(batcher.get().trajectories["seed"][:, 0] - ENV_ROOT).tolist() for _ in range(3)]
         assert seeds == [[0, 1], [2, 3], [0, 1]]
         batcher.get()  # group 1's second trajectory: the next get would be group 0's
         batcher.reset()
         again = batcher.get()
-        assert again.trajectories["seed"][:, 0].tolist() == [0, 1]
+        assert (again.trajectories["seed"][:, 0] - ENV_ROOT).tolist() == [0, 1]
         assert again.trajectories["t"][:, 0].tolist() == [0, 0]  # new episodes (length 5, T = 4)
         assert again.trajectories["initial_state"][:, 0].all()
 
@@ -987,13 +994,13 @@ def test_a_stream_get_that_raised_needs_a_reset() -> None:
         FailingAgent, {"fail_seed": 1}, CounterEnv, {}, n_envs=1, n_timesteps=2, n_processes=2, mode="stream"
     ) as batcher:
         batcher.reset()
-        assert batcher.get().trajectories["seed"][:, 0].tolist() == [0]
+        assert batcher.get().trajectories["seed"][:, 0].tolist() == [ENV_ROOT]
         with pytest.raises(ValueError, match=message("the agent seeded 1 divided by zero at call 0")):
             batcher.get()  # group 1, whose agent is seeded 1
         with pytest.raises(RuntimeError, match=message("LocalBatcher: call reset() before get()")):
             batcher.get()
         batcher.reset()
-        assert batcher.get().trajectories["seed"][:, 0].tolist() == [0]
+        assert batcher.get().trajectories["seed"][:, 0].tolist() == [ENV_ROOT]
 
 
 def test_stream_mode_warns_about_initial_weights_at_the_first_get_where_the_agents_act() -> None:

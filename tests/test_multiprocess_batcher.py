@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 import torch
 from mp_helpers import (
+    ENV_ROOT,
     ControlledEnv,
     FailingAgent,
     FailingEnv,
@@ -48,6 +49,7 @@ from rlstruct import (
     Trajectories,
     WorkerError,
     WorkerTimeout,
+    derive_seed,
 )
 from rlstruct.batchers._slots import READY
 from rlstruct.batchers._worker import IDLE_POLL_S
@@ -192,7 +194,8 @@ def test_fixed_mode_gives_local_batcher_trajectories_and_batches_that_stay_valid
         # the state carried over: the calls continue the episodes and the counts (not vacuous)
         assert kept[1][0].trajectories["t"][:, 0].tolist() == [0, 1, 4, 4]
         assert kept[1][0].info["agent_state/count"].tolist() == [2, 11, 24, 34]
-        assert kept[0][0].trajectories["seed"][:, 0].tolist() == [5, 6, 7, 8]
+        root = derive_seed(5, "env")
+        assert kept[0][0].trajectories["seed"][:, 0].tolist() == [root, root + 1, root + 2, root + 3]
         # a reset with other infos, then more batches
         z2 = DictTensor({"start": ints(100, 200, 300, 400), "epsilon": torch.zeros(4)})
         batcher.reset(z2, w)
@@ -437,8 +440,9 @@ def test_stream_mode_fills_every_slot_then_waits_and_serves_each_worker_in_order
         for _ in range(n):
             batch = batcher.get()
             assert batch is not None and batch.n_elems() == 2
-            worker = int(batch.trajectories["seed"][0, 0]) // 2
-            assert batch.trajectories["seed"][:, 0].tolist() == [2 * worker, 2 * worker + 1]
+            seeds = batch.trajectories["seed"][:, 0] - ENV_ROOT
+            worker = int(seeds[0]) // 2
+            assert seeds.tolist() == [2 * worker, 2 * worker + 1]
             assert_same(
                 without(batch, ignore), without(expected[taken[worker]][2 * worker : 2 * worker + 2], ignore)
             )

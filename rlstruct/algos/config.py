@@ -38,7 +38,7 @@ class TrainConfig:
     total_steps: int = 50_000
     """Environment steps of training (all environments counted)."""
     seed: int = 0
-    """Seeds the learner's torch generator, the environments (seed + i) and the agents."""
+    """Seeds the learner's torch generator, and through ``rlstruct.seeding`` the environments, agents and evaluations."""
     device: str = "cpu"
     """Where the learner's model and batches live: "cpu" or "cuda" (pinned copies, non-blocking)."""
     n_processes: int = 2

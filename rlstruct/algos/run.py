@@ -32,12 +32,19 @@ from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import save_checkpoint
 from rlstruct.gym_env import GymEnv
 from rlstruct.logger import Logger, make_run_dir
+from rlstruct.seeding import derive_seed
 from rlstruct.temporal import TemporalDictTensor
 
-__all__ = ["EpisodeReturns", "Run", "check_config", "check_layout", "cpu_weights"]
+__all__ = ["EpisodeReturns", "Run", "check_config", "check_layout", "cpu_weights", "eval_seed"]
 
-EVAL_SEED_OFFSET = 1_000_000
-"""Evaluation environments are seeded apart from the training ones."""
+
+def eval_seed(seed: int) -> int:
+    """The seed of evaluation environment 0 of a run seeded ``seed``; environment i gets it + i.
+
+    A stream of its own (``derive_seed(seed, "eval")``): evaluations never replay
+    training episodes, nor the evaluations of a run with another seed.
+    """
+    return derive_seed(seed, "eval")
 
 
 def check_config(config: TrainConfig, **positive: int | float) -> None:
@@ -135,7 +142,7 @@ class Run:
                 config.env,
                 n_episodes=config.eval_episodes,
                 max_steps=env_spaces(config.env).max_episode_steps,
-                seed=config.seed + EVAL_SEED_OFFSET,
+                seed=eval_seed(config.seed),
             )
         except BaseException:
             self.logger.close()  # no file left open by a run that could not start

@@ -29,7 +29,7 @@ from rlstruct.agent import Agent
 from rlstruct.algos.config import TrainConfig
 from rlstruct.algos.evaluation import EvalResult, Evaluator, env_spaces
 from rlstruct.algos.recording import Recording, record_episode
-from rlstruct.algos.run import EVAL_SEED_OFFSET, cpu_weights
+from rlstruct.algos.run import cpu_weights, eval_seed
 from rlstruct.checkpoint import load_checkpoint
 from rlstruct.logger import CHECKPOINT_NAME, CONFIG_NAME
 
@@ -57,9 +57,9 @@ class SavedRun:
         """The seed of the first evaluation environment for a run seeded ``seed`` (None: this run's seed).
 
         A run seeded s resets its evaluation environment i with
-        ``s + EVAL_SEED_OFFSET + i`` at every evaluation.
+        ``derive_seed(s, "eval") + i`` at every evaluation (see ``rlstruct.seeding``).
         """
-        return (self.config.seed if seed is None else seed) + EVAL_SEED_OFFSET
+        return eval_seed(self.config.seed if seed is None else seed)
 
     def evaluate(self, n_episodes: int | None = None, seed: int | None = None) -> EvalResult:
         """Play ``n_episodes`` greedy episodes with the trained weights, in a worker process, and wait.

@@ -139,7 +139,7 @@ class Group:
         env_factory, env_args: ``env_factory(n_envs=n_envs, seed=env_seed, **env_args)``
             makes the environment.
         n_envs: the number of environment instances.
-        env_seed: the seed of the first instance (base seed + its global index).
+        env_seed: the seed of the first instance (the env root of the base seed + its global index).
         agent_seed: the seed of the agent's generator.
         name: how errors refer to this group (for example "worker 1").
         layout: "full" writes every key at every step; "compact" writes the

@@ -65,7 +65,7 @@ class WorkerSpec:
         agent_args, env_args: their keyword arguments.
         n_envs: the environment instances of its group.
         n_timesteps: T.
-        env_seed: the seed of its first instance (base seed + its global index).
+        env_seed: the seed of its first instance (the env root of the base seed + its global index).
         agent_seed: the seed of its agent's generator.
         weights: the shared weights its agent loads.
         board: the slot board, in "stream" mode.

@@ -18,6 +18,7 @@ from rlstruct.batchers import _checks
 from rlstruct.batchers._group import Group, Layout, full_layout
 from rlstruct.dicttensor import DictTensor, _describe
 from rlstruct.env import Environment
+from rlstruct.seeding import derive_seed
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
 
@@ -58,7 +59,9 @@ class LocalBatcher:
             robin) for T more steps, as in "fixed", and returns its ``n_envs``
             rows.
         seed: the base seed: environment instance i (counted across groups)
-            gets ``seed + i``, the agent of group g gets ``seed + g``.
+            gets ``derive_seed(seed, "env") + i``, the agent of group g gets
+            ``derive_seed(seed, "agent") + g`` (see ``rlstruct.seeding``), so
+            runs with different base seeds share no stream.
         n_processes: the number of groups (the layout of a multiprocess batcher).
         weights: the weights every agent copy loads (``load_state_dict``)
             before it acts, normally the learner's ``model.state_dict()``;
@@ -151,8 +154,8 @@ class LocalBatcher:
                         env_factory,
                         env_args,
                         n_envs,
-                        env_seed=seed + g * n_envs,
-                        agent_seed=seed + g,
+                        env_seed=derive_seed(seed, "env") + g * n_envs,
+                        agent_seed=derive_seed(seed, "agent") + g,
                         name=f"group {g}",
                         layout=layout,
                     )

@@ -37,6 +37,7 @@ from rlstruct.batchers._worker import WorkerSpec, worker_main
 from rlstruct.dicttensor import DictTensor, _describe
 from rlstruct.env import Environment
 from rlstruct.errors import WorkerError, WorkerTimeout
+from rlstruct.seeding import derive_seed
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
 
@@ -252,8 +253,8 @@ class MultiprocessBatcher:
                 env_args=dict(env_args),
                 n_envs=n_envs,
                 n_timesteps=n_timesteps,
-                env_seed=seed + w * n_envs,
-                agent_seed=seed + w,
+                env_seed=derive_seed(seed, "env") + w * n_envs,
+                agent_seed=derive_seed(seed, "agent") + w,
                 weights=self._weights,
                 board=self._board,
                 parent=os.getpid(),
@@ -404,8 +405,8 @@ class MultiprocessBatcher:
             env_factory,
             env_args,
             self.n_envs,
-            self._seed,
-            self._seed,
+            derive_seed(self._seed, "env"),
+            derive_seed(self._seed, "agent"),
             "probe",
             layout=self.layout,
         )
