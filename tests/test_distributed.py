@@ -467,6 +467,34 @@ def test_hung_workers_raise_after_the_timeout(local_ray: None) -> None:
 
 
 @pytest.mark.slow
+def test_decentralised_scheme_reports_zero_gradient_asynchrony(local_ray: None) -> None:
+    scheme = make_scheme(grad_remote_workers=2, update_execution="decentralised")
+    with Learner(scheme, target_steps=10**6, progress=False) as learner:
+        infos = [learner.step() for _ in range(3)]
+        metrics = learner.metrics()
+    assert [info.gradient_asynchrony for info in infos] == [[0, 0]] * 3  # both workers, in step
+    assert metrics["gradient_asynchrony"] == 0 and metrics["updates"] == 3 == scheme.version
+
+
+@pytest.mark.slow
+def test_asynchronous_updates_count_every_gradient_applied(local_ray: None, tmp_path: Path) -> None:
+    scheme = make_scheme(
+        "impala", col_remote_workers=0, grad_remote_workers=2, grad_communication="asynchronous"
+    )
+    with Learner(scheme, target_steps=10**6, progress=False) as learner:
+        # Both workers' gradients are ready before the step: it applies the two of them.
+        for i in scheme.pool.idle():
+            scheme.pool.submit(i, "compute_gradients")
+        ray.wait(list(scheme.pool.pending), num_returns=2, timeout=60)
+        first = learner.step()
+        infos = [first] + [learner.step() for _ in range(4)]
+        path = learner.save_model(tmp_path / "model.pt")
+    assert first.updates == 2 and first.version == 2 and len(first.gradient_asynchrony) == 2
+    assert learner.updates == sum(info.updates for info in infos) == scheme.version
+    assert load_checkpoint(path)["updates"] == scheme.version
+
+
+@pytest.mark.slow
 def test_gpu_request_on_a_cpu_cluster_fails_at_once(local_ray: None) -> None:
     start = time.monotonic()
     with pytest.raises(DistributedError, match=r"asks for 1 GPU \(grad_worker_gpus\).*largest node.*has 0"):

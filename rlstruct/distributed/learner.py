@@ -72,7 +72,7 @@ class Learner:
     def step(self) -> StepInfo:
         """One update of the scheme (see ``Scheme.step``); its metrics are recorded."""
         info = self.scheme.step()
-        self.updates += 1
+        self.updates += info.updates
         self.env_steps += info.env_steps
         self._returns.extend(info.episode_returns)
         self._lags.extend(info.policy_lag)
@@ -101,7 +101,7 @@ class Learner:
         """What the run has done so far.
 
         Returns:
-            ``env_steps``, ``updates``, ``wall_s``, ``sps`` (env steps per
+            ``env_steps``, ``updates`` (gradients applied), ``wall_s``, ``sps`` (env steps per
             second of wall time since the learner was made),
             ``episode_return`` (mean of the last 100 finished episodes; nan
             before any), ``policy_lag`` and ``gradient_asynchrony`` (means of
@@ -141,7 +141,7 @@ class Learner:
     def save_model(self, path: str | Path) -> Path:
         """Write the current weights to ``path`` atomically (``rlstruct.save_checkpoint``; key ``model``).
 
-        Also stored: ``env_steps``, ``updates`` and ``version``. Load with
+        Also stored: ``env_steps``, ``updates`` (gradients applied) and ``version``. Load with
         ``rlstruct.load_checkpoint(path)["model"]``.
         """
         path = Path(path)

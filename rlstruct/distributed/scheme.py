@@ -75,7 +75,10 @@ class StepInfo:
     """What one ``Scheme.step()`` did.
 
     Attributes:
-        version: the policy version after the update.
+        version: the policy version after the step.
+        updates: gradients applied in the step (optimiser steps on the
+            reference weights): 1, or more when asynchronous gradient
+            workers delivered several at once.
         env_steps: environment steps collected for it.
         episode_returns: returns of the episodes that ended in those steps.
         policy_lag: policy lags of the batches that entered a buffer (versions
@@ -91,6 +94,7 @@ class StepInfo:
     """
 
     version: int
+    updates: int = 0
     env_steps: int = 0
     episode_returns: list[float] = field(default_factory=list)
     policy_lag: list[float] = field(default_factory=list)
@@ -478,12 +482,14 @@ class Scheme:
         """
         if self._closed:
             raise RuntimeError("Scheme.step: the scheme is closed")
+        version = self.version
         asynchrony: list[int] = []
         if self.local is not None:
             results = [self.local.compute_gradients()]
             asynchrony += self._apply(results)
         elif self.update_execution == "decentralised":
             results = self._decentralised_step()
+            asynchrony += [version - r.version for r in results]  # all in step: 0
         elif self.grad_communication == "synchronous":
             results = self._gather(len(self.pool.alive))
             asynchrony += self._apply(results)
@@ -495,6 +501,7 @@ class Scheme:
                 self._broadcast([result.worker])
         self._drop_orphans()
         info = self._info(results)
+        info.updates = self.version - version
         info.gradient_asynchrony = asynchrony
         return info
 
