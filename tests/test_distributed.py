@@ -457,12 +457,34 @@ def test_hung_workers_raise_after_the_timeout(local_ray: None) -> None:
         timeout=3.0,
     )
     start = time.monotonic()
-    with (
-        Learner(scheme, target_steps=10**6, progress=False) as learner,
-        pytest.raises(DistributedError, match=r"gradient workers \[0, 1\] sent nothing for 3 s"),
-    ):
-        train(learner)
+    with Learner(scheme, target_steps=10**6, progress=False) as learner:
+        with pytest.raises(DistributedError, match=r"gradient workers \[0, 1\] sent nothing for 3 s"):
+            train(learner)
+        raised = time.monotonic()
+    # The hung workers would never answer a close call: they are killed, not waited for (3 s more).
+    assert time.monotonic() - raised < 1.5
     assert time.monotonic() - start < 60
+    assert wait_for_cpus(2.0) == pytest.approx(2.0)
+
+
+class Blocker:
+    """An actor that holds CPUs, so that the scheme's actors cannot start."""
+
+    def ready(self) -> bool:
+        return True
+
+
+@pytest.mark.slow
+def test_actors_that_cannot_start_fail_within_start_timeout(local_ray: None) -> None:
+    blocker = ray.remote(num_cpus=2)(Blocker).remote()
+    ray.get(blocker.ready.remote(), timeout=60)  # running: it holds both CPUs
+    start = time.monotonic()
+    with pytest.raises(DistributedError, match=r"collection workers \[0, 1\] were not running 2 s after"):
+        make_scheme(col_remote_workers=2, start_timeout=2.0)
+    elapsed = time.monotonic() - start
+    ray.kill(blocker)
+    # The actors that never started are killed at once, not sent a close call and waited for (10 s).
+    assert elapsed < 2.0 + 3.0, elapsed
     assert wait_for_cpus(2.0) == pytest.approx(2.0)
 
 

@@ -195,7 +195,7 @@ class Scheme:
             naming it, before any worker starts.
         DistributedError: if the actors cannot be scheduled on the cluster
             (a request larger than any node, GPUs the cluster lacks), or are not
-            running within ``timeout``.
+            running within ``start_timeout``.
     """
 
     def __init__(
@@ -318,6 +318,7 @@ class Scheme:
         self.algorithm = algo_factory(self.model)
         self.version = 0
         self._closed = False
+        self._failed = False  # a start or a step failed: close() then kills the actors without waiting
         self._actors: list[Any] = []
         self.collection_actors: list[list[Any]] = []
         """The remote collection workers' actors, per gradient worker (for inspection and tests)."""
@@ -365,6 +366,7 @@ class Scheme:
                 )
             self._broadcast()
         except BaseException:
+            self._failed = True  # actors that never started would never answer a close call
             self.close()
             raise
 
@@ -454,7 +456,9 @@ class Scheme:
         try:
             return list(ray.get(refs, timeout=timeout))
         except GetTimeoutError:
-            raise DistributedError(f"the gradient workers did not {what} within {timeout:g} s") from None
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            silent = [i for i, ref in enumerate(refs) if ref not in ready]
+            raise DistributedError(f"gradient workers {silent} did not {what} within {timeout:g} s") from None
         except RayError as error:
             raise DistributedError(f"the gradient workers could not {what}: {error}") from error
 
@@ -482,6 +486,13 @@ class Scheme:
         """
         if self._closed:
             raise RuntimeError("Scheme.step: the scheme is closed")
+        try:
+            return self._step()
+        except BaseException:
+            self._failed = True  # a worker may be hung or gone: close() kills without waiting for it
+            raise
+
+    def _step(self) -> StepInfo:
         version = self.version
         asynchrony: list[int] = []
         if self.local is not None:
@@ -590,7 +601,13 @@ class Scheme:
             self.pool.call_all("set_parameter", name, value)
 
     def close(self) -> None:
-        """Stop every worker: the in-process ones are closed, the actors killed. Safe to call twice."""
+        """Stop every worker: the in-process ones are closed, the actors killed. Safe to call twice.
+
+        Actors are first asked to close (leaving their ``torch.distributed``
+        group, stopping their batchers), for up to ``min(timeout, 10)``
+        seconds, unless the constructor or a ``step()`` failed: then an actor
+        may never answer (not started, or hung), and all are killed at once.
+        """
         if self._closed:
             return
         self._closed = True
@@ -600,8 +617,9 @@ class Scheme:
         if self._actors:
             import ray
 
-            closing = [actor.close.remote() for actor in self._actors]
-            ray.wait(closing, num_returns=len(closing), timeout=min(self.timeout, 10.0))
+            if not self._failed:
+                closing = [actor.close.remote() for actor in self._actors]
+                ray.wait(closing, num_returns=len(closing), timeout=min(self.timeout, 10.0))
             for actor in self._actors:  # dead, hung or closed: killed either way
                 ray.kill(actor)
             self._actors.clear()
