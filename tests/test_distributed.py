@@ -177,6 +177,36 @@ def test_resources_never_schedulable_are_refused() -> None:
     resources.check([resources.Request("collection", 4, 0.5, 0.0, "col_worker")], one_cpu_nodes)  # fits
 
 
+def test_oversubscription_advice_names_options_and_values_that_fit() -> None:
+    two_cpus = [{"CPU": 2.0, "GPU": 2.0}]
+    no_collection = resources.Request("collection", 0, 1.0, 0.0, "col_worker")
+
+    def advice(requests: list[resources.Request]) -> str:
+        with pytest.raises(DistributedError) as caught:
+            resources.check(requests, two_cpus)
+        return str(caught.value)
+
+    # Three gradient workers alone: 2 CPUs / 3 actors = 0.666..., rounded down to 0.66.
+    grad = resources.Request("gradient", 3, 1.0, 0.0, "grad_worker")
+    message = advice([no_collection, grad])
+    assert "(3 x 1 for gradient)" in message and "(grad_worker_cpus=0.66)" in message
+    assert "col_worker" not in message  # there are no collection workers to shrink
+    resources.check([no_collection, resources.Request("gradient", 3, 0.66, 0.0, "grad_worker")], two_cpus)
+    # col_worker_cpus=0.5 already: 4 x 0.5 + 2 x 1 = 4 CPUs; 2 / 6 actors = 0.33 each.
+    col = resources.Request("collection", 4, 0.5, 0.0, "col_worker")
+    grad = resources.Request("gradient", 2, 1.0, 0.0, "grad_worker")
+    assert "(col_worker_cpus=0.33, grad_worker_cpus=0.33)" in advice([col, grad])
+    # A role already under the share keeps its request: 4 x 0.5 + 2 x 0.2 = 2.4.
+    light = resources.Request("gradient", 2, 0.2, 0.0, "grad_worker")
+    assert "(col_worker_cpus=0.33)" in advice([col, light])
+    resources.check([resources.Request("collection", 4, 0.33, 0.0, "col_worker"), light], two_cpus)
+    # GPUs: the advice names the GPU option, with the GPUs' share.
+    gpus = resources.Request("gradient", 3, 0.1, 1.0, "grad_worker")
+    message = advice([no_collection, gpus])
+    assert "ask for 3 GPU in all (3 x 1 for gradient)" in message and "(grad_worker_gpus=0.66)" in message
+    assert "cpus=" not in message
+
+
 # Algorithms, buffers and gradients.
 
 
