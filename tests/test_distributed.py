@@ -156,6 +156,30 @@ def test_bad_options_name_the_option(options: dict[str, Any], error: type[Except
         make_scheme(**options)
 
 
+@pytest.mark.parametrize(
+    ("device", "error", "message"),
+    [
+        ("gpu", ValueError, r"Scheme: device must be 'cpu', 'cuda' or 'cuda:<index>', got 'gpu'"),
+        ("cuda:x", ValueError, r"device must be 'cpu', 'cuda' or 'cuda:<index>', got 'cuda:x'"),
+        ("meta", ValueError, r"device must be 'cpu', 'cuda' or 'cuda:<index>', got 'meta'"),
+        (0, TypeError, "Scheme: device must be a str or a torch.device, got an int"),
+    ],
+)
+def test_bad_device_is_refused_before_any_worker_starts(
+    device: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        make_scheme(device=device, grad_remote_workers=2)  # no Ray started: the device is checked first
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_device_without_cuda_is_refused() -> None:
+    with pytest.raises(
+        ValueError, match=r"device='cuda' needs CUDA in this process.*is False; use device='cpu'"
+    ):
+        make_scheme(device="cuda")
+
+
 def test_factories_must_be_callable() -> None:
     with pytest.raises(TypeError, match="Scheme: algo_factory must be callable, got an int"):
         Scheme(ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, 3, WholeBatchBuffer)  # type: ignore[arg-type]

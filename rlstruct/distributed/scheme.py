@@ -123,6 +123,18 @@ def _number(name: str, value: object, low: float, high: float = math.inf, low_op
     return float(value)
 
 
+def _device(value: object) -> torch.device:
+    if not isinstance(value, (str, torch.device)):
+        raise TypeError(f"Scheme: device must be a str or a torch.device, got {_describe(value)}")
+    try:
+        device = torch.device(value)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ValueError(f"Scheme: device must be 'cpu', 'cuda' or 'cuda:<index>', got {value!r}")
+    return device
+
+
 def _choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise ValueError(f"Scheme: {name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
@@ -191,8 +203,9 @@ class Scheme:
             decentralised scheme always stops: its group is broken).
 
     Raises:
-        ValueError, TypeError: for a bad option or combination of options,
-            naming it, before any worker starts.
+        ValueError, TypeError: for a bad option or combination of options
+            (a ``device`` that is not a CPU or CUDA device, CUDA where torch
+            has none), naming it, before any worker starts.
         DistributedError: if the actors cannot be scheduled on the cluster
             (a request larger than any node, GPUs the cluster lacks), or are not
             running within ``start_timeout``.
@@ -223,7 +236,7 @@ class Scheme:
         grad_worker_cpus: float = 1.0,
         col_worker_gpus: float = 0.0,
         grad_worker_gpus: float = 0.0,
-        device: str = "cpu",
+        device: str | torch.device = "cpu",
         seed: int = 0,
         timeout: float = 120.0,
         start_timeout: float = 120.0,
@@ -263,7 +276,7 @@ class Scheme:
         self.start_timeout = _number("start_timeout", start_timeout, 0.0, 1e6, low_open=True)
         self.on_worker_failure = _choice("on_worker_failure", on_worker_failure, FAILURES)
         _int("seed", seed, 0)
-        self.device = torch.device(device)
+        self.device = _device(device)
         if self.update_execution == "decentralised":
             if grad_remote_workers == 0:
                 raise ValueError(
@@ -308,6 +321,11 @@ class Scheme:
         if self.device.type == "cuda" and grad_remote_workers > 0 and grad_worker_gpus == 0:
             raise ValueError(
                 f"Scheme: device={device!r} on remote gradient workers needs grad_worker_gpus > 0, got 0"
+            )
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(
+                f"Scheme: device={device!r} needs CUDA in this process (the update worker's model lives "
+                "here), but torch.cuda.is_available() is False; use device='cpu'"
             )
 
         torch.manual_seed(seed)
