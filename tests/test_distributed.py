@@ -249,6 +249,29 @@ def test_set_parameter_checks_name_and_type() -> None:
     assert impala.normalize_advantages is False
 
 
+def test_step_after_done_raises_and_done_stays_true() -> None:
+    # One batch of 8 x 32 = 256 steps, 10 passes of one minibatch: done after 10 steps.
+    with Learner(make_scheme(), target_steps=256, progress=False) as learner:
+        train(learner)
+        assert learner.updates == 10
+        with pytest.raises(
+            RuntimeError, match=r"Learner\.step: the learner is done \(256 env steps of target_steps=256"
+        ):
+            learner.step()
+        assert learner.done() and learner.updates == 10 and learner.scheme.version == 10
+
+
+def test_weights_are_copies_of_the_live_model() -> None:
+    with make_scheme() as scheme:
+        weights = scheme.weights()
+        kept = {k: v.clone() for k, v in weights.items()}
+        scheme.step()  # an optimiser step on the live model: the copy does not move
+        assert all(torch.equal(weights[k], kept[k]) for k in kept)
+        for v in weights.values():
+            v.fill_(7.0)  # and writing to the copy leaves the model alone
+        assert not any(torch.equal(v, torch.full_like(v, 7.0)) for v in scheme.model.state_dict().values())
+
+
 def test_minibatch_buffer_covers_every_step_once_per_epoch() -> None:
     buffer = MinibatchBuffer(n_epochs=3, minibatch_size=4)
     buffer.insert(DictTensor({"i": torch.arange(10)}))

@@ -70,7 +70,25 @@ class Learner:
         self._progress = Progress(target_steps, stream=stream) if progress else None
 
     def step(self) -> StepInfo:
-        """One update of the scheme (see ``Scheme.step``); its metrics are recorded."""
+        """One step of the scheme (see ``Scheme.step``); its metrics are recorded.
+
+        Returns:
+            The scheme's ``StepInfo`` of this step: the gradients applied
+            (``updates``: 1, or more when asynchronous gradient workers
+            delivered several at once), the environment steps and episode
+            returns collected for it, policy lags, gradient asynchrony, the
+            loss terms and the workers lost so far.
+
+        Raises:
+            RuntimeError: if the learner is already ``done()``: a further step
+                could start a new batch and take ``done()`` back to False.
+            RemoteWorkerError, DistributedError: as ``Scheme.step``.
+        """
+        if self.done():
+            raise RuntimeError(
+                f"Learner.step: the learner is done ({self.env_steps} env steps of target_steps="
+                f"{self.target_steps}, the last batch trained on); make a new Learner to train further"
+            )
         info = self.scheme.step()
         self.updates += info.updates
         self.env_steps += info.env_steps
@@ -94,6 +112,7 @@ class Learner:
 
         A batch collected before the target is reached is trained on to its
         last minibatch (the last step's gradient workers all ended a batch).
+        Once True it stays True: ``step()`` then raises.
         """
         return self.env_steps >= self.target_steps and self._batch_end
 

@@ -496,6 +496,12 @@ class Scheme:
     def step(self) -> StepInfo:
         """One update of the model, as the scheme says; what it collected and learnt.
 
+        Returns:
+            What the step did: the gradients it applied (``updates``, more
+            than one when asynchronous gradient workers delivered several),
+            the environment steps and episodes collected for it, the policy
+            lags, the gradient asynchrony and the loss terms.
+
         Raises:
             RemoteWorkerError: a remote worker raised, or died with
                 ``on_worker_failure="raise"``.
@@ -598,13 +604,17 @@ class Scheme:
         return info
 
     def weights(self) -> dict[str, torch.Tensor]:
-        """The current weights (a CPU state dict); from gradient worker 0 when decentralised."""
+        """A copy of the current weights (a CPU state dict); from gradient worker 0 when decentralised.
+
+        The tensors are new: later updates do not change them, and writing to
+        them does not change the model.
+        """
         if self.update_execution == "decentralised" and self.pool is not None:
             first = next(iter(self.pool.alive.values()))
             self.model.load_state_dict(
                 self._get([first.weights.remote()], "send their weights", self.timeout)[0]
             )
-        return cpu_weights(self.model)
+        return {k: v.clone() for k, v in cpu_weights(self.model).items()}
 
     def set_parameter(self, name: str, value: float) -> None:
         """Set an algorithm hyperparameter everywhere it is used (update worker and gradient workers).
