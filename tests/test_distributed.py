@@ -249,6 +249,33 @@ def test_set_parameter_checks_name_and_type() -> None:
     assert impala.normalize_advantages is False
 
 
+@pytest.mark.parametrize("value", [-1e-4, math.nan, math.inf])
+@pytest.mark.parametrize("algo", [PPO, IMPALA])
+def test_set_parameter_refuses_what_the_constructor_refuses(algo: Any, value: float) -> None:
+    name = algo.__name__
+    with pytest.raises(ValueError, match=rf"{name}: lr must be finite and at least 0, got {value!r}"):
+        algo(ActorCritic(**AGENT_ARGS), lr=value)
+    algorithm = algo(ActorCritic(**AGENT_ARGS), lr=1e-3)
+    with pytest.raises(
+        ValueError, match=rf"{name}\.set_parameter: lr must be finite and at least 0, got {value!r}"
+    ):
+        algorithm.set_parameter("lr", value)
+    assert algorithm.lr == 1e-3 and algorithm.optimizer.param_groups[0]["lr"] == 1e-3  # unchanged
+    with pytest.raises(ValueError, match=r"set_parameter: gamma must be in \[0, 1\], got 1.5"):
+        algorithm.set_parameter("gamma", 1.5)
+    algorithm.set_parameter("lr", 0.0)  # stopping is allowed
+
+
+def test_learner_refuses_a_negative_learning_rate_before_the_workers_see_it() -> None:
+    with Learner(make_scheme(), target_steps=256, progress=False) as learner:
+        with pytest.raises(
+            ValueError, match=r"PPO\.set_parameter: lr must be finite and at least 0, got -1e-05"
+        ):
+            learner.update_algorithm_parameter("lr", -1e-5)
+        local = learner.scheme.local
+        assert local is not None and local.algorithm.optimizer.param_groups[0]["lr"] == 1e-3
+
+
 def test_step_after_done_raises_and_done_stays_true() -> None:
     # One batch of 8 x 32 = 256 steps, 10 passes of one minibatch: done after 10 steps.
     with Learner(make_scheme(), target_steps=256, progress=False) as learner:

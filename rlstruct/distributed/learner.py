@@ -152,7 +152,9 @@ class Learner:
         """Change a hyperparameter of the algorithm on every worker that uses it ("lr", "clip", ...).
 
         Raises:
-            ValueError: if the algorithm has no such hyperparameter.
+            ValueError: if the algorithm has no such hyperparameter, or
+                ``value`` is one its constructor refuses (a negative, nan or
+                infinite ``lr``), before any worker sees it.
             TypeError: if ``value`` has the wrong type.
         """
         self.scheme.set_parameter(name, value)
