@@ -156,6 +156,30 @@ def test_bad_options_name_the_option(options: dict[str, Any], error: type[Except
         make_scheme(**options)
 
 
+@pytest.mark.parametrize(
+    ("device", "error", "message"),
+    [
+        ("gpu", ValueError, r"Scheme: device must be 'cpu', 'cuda' or 'cuda:<index>', got 'gpu'"),
+        ("cuda:x", ValueError, r"device must be 'cpu', 'cuda' or 'cuda:<index>', got 'cuda:x'"),
+        ("meta", ValueError, r"device must be 'cpu', 'cuda' or 'cuda:<index>', got 'meta'"),
+        (0, TypeError, "Scheme: device must be a str or a torch.device, got an int"),
+    ],
+)
+def test_bad_device_is_refused_before_any_worker_starts(
+    device: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        make_scheme(device=device, grad_remote_workers=2)  # no Ray started: the device is checked first
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_device_without_cuda_is_refused() -> None:
+    with pytest.raises(
+        ValueError, match=r"device='cuda' needs CUDA in this process.*is False; use device='cpu'"
+    ):
+        make_scheme(device="cuda")
+
+
 def test_factories_must_be_callable() -> None:
     with pytest.raises(TypeError, match="Scheme: algo_factory must be callable, got an int"):
         Scheme(ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, 3, WholeBatchBuffer)  # type: ignore[arg-type]
@@ -177,6 +201,36 @@ def test_resources_never_schedulable_are_refused() -> None:
     resources.check([resources.Request("collection", 4, 0.5, 0.0, "col_worker")], one_cpu_nodes)  # fits
 
 
+def test_oversubscription_advice_names_options_and_values_that_fit() -> None:
+    two_cpus = [{"CPU": 2.0, "GPU": 2.0}]
+    no_collection = resources.Request("collection", 0, 1.0, 0.0, "col_worker")
+
+    def advice(requests: list[resources.Request]) -> str:
+        with pytest.raises(DistributedError) as caught:
+            resources.check(requests, two_cpus)
+        return str(caught.value)
+
+    # Three gradient workers alone: 2 CPUs / 3 actors = 0.666..., rounded down to 0.66.
+    grad = resources.Request("gradient", 3, 1.0, 0.0, "grad_worker")
+    message = advice([no_collection, grad])
+    assert "(3 x 1 for gradient)" in message and "(grad_worker_cpus=0.66)" in message
+    assert "col_worker" not in message  # there are no collection workers to shrink
+    resources.check([no_collection, resources.Request("gradient", 3, 0.66, 0.0, "grad_worker")], two_cpus)
+    # col_worker_cpus=0.5 already: 4 x 0.5 + 2 x 1 = 4 CPUs; 2 / 6 actors = 0.33 each.
+    col = resources.Request("collection", 4, 0.5, 0.0, "col_worker")
+    grad = resources.Request("gradient", 2, 1.0, 0.0, "grad_worker")
+    assert "(col_worker_cpus=0.33, grad_worker_cpus=0.33)" in advice([col, grad])
+    # A role already under the share keeps its request: 4 x 0.5 + 2 x 0.2 = 2.4.
+    light = resources.Request("gradient", 2, 0.2, 0.0, "grad_worker")
+    assert "(col_worker_cpus=0.33)" in advice([col, light])
+    resources.check([resources.Request("collection", 4, 0.33, 0.0, "col_worker"), light], two_cpus)
+    # GPUs: the advice names the GPU option, with the GPUs' share.
+    gpus = resources.Request("gradient", 3, 0.1, 1.0, "grad_worker")
+    message = advice([no_collection, gpus])
+    assert "ask for 3 GPU in all (3 x 1 for gradient)" in message and "(grad_worker_gpus=0.66)" in message
+    assert "cpus=" not in message
+
+
 # Algorithms, buffers and gradients.
 
 
@@ -193,6 +247,56 @@ def test_set_parameter_checks_name_and_type() -> None:
         impala.set_parameter("normalize_advantages", 1.0)
     impala.set_parameter("normalize_advantages", False)
     assert impala.normalize_advantages is False
+
+
+@pytest.mark.parametrize("value", [-1e-4, math.nan, math.inf])
+@pytest.mark.parametrize("algo", [PPO, IMPALA])
+def test_set_parameter_refuses_what_the_constructor_refuses(algo: Any, value: float) -> None:
+    name = algo.__name__
+    with pytest.raises(ValueError, match=rf"{name}: lr must be finite and at least 0, got {value!r}"):
+        algo(ActorCritic(**AGENT_ARGS), lr=value)
+    algorithm = algo(ActorCritic(**AGENT_ARGS), lr=1e-3)
+    with pytest.raises(
+        ValueError, match=rf"{name}\.set_parameter: lr must be finite and at least 0, got {value!r}"
+    ):
+        algorithm.set_parameter("lr", value)
+    assert algorithm.lr == 1e-3 and algorithm.optimizer.param_groups[0]["lr"] == 1e-3  # unchanged
+    with pytest.raises(ValueError, match=r"set_parameter: gamma must be in \[0, 1\], got 1.5"):
+        algorithm.set_parameter("gamma", 1.5)
+    algorithm.set_parameter("lr", 0.0)  # stopping is allowed
+
+
+def test_learner_refuses_a_negative_learning_rate_before_the_workers_see_it() -> None:
+    with Learner(make_scheme(), target_steps=256, progress=False) as learner:
+        with pytest.raises(
+            ValueError, match=r"PPO\.set_parameter: lr must be finite and at least 0, got -1e-05"
+        ):
+            learner.update_algorithm_parameter("lr", -1e-5)
+        local = learner.scheme.local
+        assert local is not None and local.algorithm.optimizer.param_groups[0]["lr"] == 1e-3
+
+
+def test_step_after_done_raises_and_done_stays_true() -> None:
+    # One batch of 8 x 32 = 256 steps, 10 passes of one minibatch: done after 10 steps.
+    with Learner(make_scheme(), target_steps=256, progress=False) as learner:
+        train(learner)
+        assert learner.updates == 10
+        with pytest.raises(
+            RuntimeError, match=r"Learner\.step: the learner is done \(256 env steps of target_steps=256"
+        ):
+            learner.step()
+        assert learner.done() and learner.updates == 10 and learner.scheme.version == 10
+
+
+def test_weights_are_copies_of_the_live_model() -> None:
+    with make_scheme() as scheme:
+        weights = scheme.weights()
+        kept = {k: v.clone() for k, v in weights.items()}
+        scheme.step()  # an optimiser step on the live model: the copy does not move
+        assert all(torch.equal(weights[k], kept[k]) for k in kept)
+        for v in weights.values():
+            v.fill_(7.0)  # and writing to the copy leaves the model alone
+        assert not any(torch.equal(v, torch.full_like(v, 7.0)) for v in scheme.model.state_dict().values())
 
 
 def test_minibatch_buffer_covers_every_step_once_per_epoch() -> None:
@@ -457,13 +561,63 @@ def test_hung_workers_raise_after_the_timeout(local_ray: None) -> None:
         timeout=3.0,
     )
     start = time.monotonic()
-    with (
-        Learner(scheme, target_steps=10**6, progress=False) as learner,
-        pytest.raises(DistributedError, match=r"gradient workers \[0, 1\] sent nothing for 3 s"),
-    ):
-        train(learner)
+    with Learner(scheme, target_steps=10**6, progress=False) as learner:
+        with pytest.raises(DistributedError, match=r"gradient workers \[0, 1\] sent nothing for 3 s"):
+            train(learner)
+        raised = time.monotonic()
+    # The hung workers would never answer a close call: they are killed, not waited for (3 s more).
+    assert time.monotonic() - raised < 1.5
     assert time.monotonic() - start < 60
     assert wait_for_cpus(2.0) == pytest.approx(2.0)
+
+
+class Blocker:
+    """An actor that holds CPUs, so that the scheme's actors cannot start."""
+
+    def ready(self) -> bool:
+        return True
+
+
+@pytest.mark.slow
+def test_actors_that_cannot_start_fail_within_start_timeout(local_ray: None) -> None:
+    blocker = ray.remote(num_cpus=2)(Blocker).remote()
+    ray.get(blocker.ready.remote(), timeout=60)  # running: it holds both CPUs
+    start = time.monotonic()
+    with pytest.raises(DistributedError, match=r"collection workers \[0, 1\] were not running 2 s after"):
+        make_scheme(col_remote_workers=2, start_timeout=2.0)
+    elapsed = time.monotonic() - start
+    ray.kill(blocker)
+    # The actors that never started are killed at once, not sent a close call and waited for (10 s).
+    assert elapsed < 2.0 + 3.0, elapsed
+    assert wait_for_cpus(2.0) == pytest.approx(2.0)
+
+
+@pytest.mark.slow
+def test_decentralised_scheme_reports_zero_gradient_asynchrony(local_ray: None) -> None:
+    scheme = make_scheme(grad_remote_workers=2, update_execution="decentralised")
+    with Learner(scheme, target_steps=10**6, progress=False) as learner:
+        infos = [learner.step() for _ in range(3)]
+        metrics = learner.metrics()
+    assert [info.gradient_asynchrony for info in infos] == [[0, 0]] * 3  # both workers, in step
+    assert metrics["gradient_asynchrony"] == 0 and metrics["updates"] == 3 == scheme.version
+
+
+@pytest.mark.slow
+def test_asynchronous_updates_count_every_gradient_applied(local_ray: None, tmp_path: Path) -> None:
+    scheme = make_scheme(
+        "impala", col_remote_workers=0, grad_remote_workers=2, grad_communication="asynchronous"
+    )
+    with Learner(scheme, target_steps=10**6, progress=False) as learner:
+        # Both workers' gradients are ready before the step: it applies the two of them.
+        for i in scheme.pool.idle():
+            scheme.pool.submit(i, "compute_gradients")
+        ray.wait(list(scheme.pool.pending), num_returns=2, timeout=60)
+        first = learner.step()
+        infos = [first] + [learner.step() for _ in range(4)]
+        path = learner.save_model(tmp_path / "model.pt")
+    assert first.updates == 2 and first.version == 2 and len(first.gradient_asynchrony) == 2
+    assert learner.updates == sum(info.updates for info in infos) == scheme.version
+    assert load_checkpoint(path)["updates"] == scheme.version
 
 
 @pytest.mark.slow

@@ -95,16 +95,34 @@ class Buffer(Protocol):
 
 
 class _Hyperparameters:
-    """``set_parameter`` for algorithms whose hyperparameters are plain attributes."""
+    """``set_parameter`` for algorithms whose hyperparameters are plain attributes.
+
+    Every number must be finite and at least 0; those named in ``fractions``
+    at most 1. The constructor and ``set_parameter`` check the same way.
+    """
 
     names: tuple[str, ...]
+    fractions: tuple[str, ...] = ()
     optimizer: torch.optim.Optimizer
+
+    def _check(self, where: str, name: str, value: float) -> None:
+        """Raise ValueError naming ``name`` if ``value`` is out of its range."""
+        high = 1.0 if name in self.fractions else math.inf
+        if not (0.0 <= value <= high and math.isfinite(value)):
+            bounds = "in [0, 1]" if high == 1.0 else "finite and at least 0"
+            raise ValueError(f"{where}: {name} must be {bounds}, got {value!r}")
+
+    def _check_all(self) -> None:
+        for name in self.names:
+            self._check(type(self).__name__, name, getattr(self, name))
 
     def set_parameter(self, name: str, value: float) -> None:
         """Set hyperparameter ``name`` to ``value``; "lr" also sets the optimiser's learning rate.
 
         Raises:
-            ValueError: if ``name`` is not one of the algorithm's hyperparameters.
+            ValueError: if ``name`` is not one of the algorithm's hyperparameters,
+                or ``value`` is one the constructor refuses (negative, nan,
+                infinite, above 1 for a discount or a lambda).
             TypeError: if ``value`` is not a number (a bool for a flag).
         """
         if name not in self.names:
@@ -117,6 +135,7 @@ class _Hyperparameters:
                 f"{type(self).__name__}.set_parameter: {name} must be a {type(current).__name__}, "
                 f"got {_describe(value)}"
             )
+        self._check(f"{type(self).__name__}.set_parameter", name, value)
         setattr(self, name, type(current)(value))
         if name == "lr":
             for group in self.optimizer.param_groups:
@@ -140,9 +159,15 @@ class PPO(_Hyperparameters):
         vf_coef: the weight of the value loss.
         ent_coef: the weight of the entropy bonus.
         max_grad_norm: gradients are rescaled to this global norm.
+
+    Raises:
+        TypeError: if ``model`` is not an ``ActorCritic``.
+        ValueError: if a hyperparameter is negative, nan or infinite, or
+            ``gamma`` or ``gae_lambda`` is above 1 (``set_parameter`` too).
     """
 
     names = ("lr", "gamma", "gae_lambda", "clip", "vf_coef", "ent_coef", "max_grad_norm")
+    fractions = ("gamma", "gae_lambda")
 
     def __init__(
         self,
@@ -170,6 +195,7 @@ class PPO(_Hyperparameters):
             float(ent_coef),
             float(max_grad_norm),
         )
+        self._check_all()
         self.optimizer = torch.optim.Adam(model.parameters(), lr=self.lr, eps=1e-5)
         self._action_key = "action" if model.discrete else "raw_action"
 
@@ -202,6 +228,11 @@ class IMPALA(_Hyperparameters):
         ent_coef: the weight of the entropy bonus.
         max_grad_norm: gradients are rescaled to this global norm.
         normalize_advantages: normalise the policy-gradient advantages of each batch.
+
+    Raises:
+        TypeError: if ``model`` is not an ``ActorCritic``.
+        ValueError: if a hyperparameter is negative, nan or infinite, or
+            ``gamma`` is above 1 (``set_parameter`` too).
     """
 
     names = (
@@ -215,6 +246,7 @@ class IMPALA(_Hyperparameters):
         "max_grad_norm",
         "normalize_advantages",
     )
+    fractions = ("gamma",)
 
     def __init__(
         self,
@@ -241,6 +273,7 @@ class IMPALA(_Hyperparameters):
             float(max_grad_norm),
         )
         self.normalize_advantages = bool(normalize_advantages)
+        self._check_all()
         self.optimizer = torch.optim.RMSprop(model.parameters(), lr=self.lr, alpha=0.99, eps=1e-5)
 
     def prepare(self, batch: Trajectories) -> TemporalDictTensor:

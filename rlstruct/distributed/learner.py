@@ -70,9 +70,27 @@ class Learner:
         self._progress = Progress(target_steps, stream=stream) if progress else None
 
     def step(self) -> StepInfo:
-        """One update of the scheme (see ``Scheme.step``); its metrics are recorded."""
+        """One step of the scheme (see ``Scheme.step``); its metrics are recorded.
+
+        Returns:
+            The scheme's ``StepInfo`` of this step: the gradients applied
+            (``updates``: 1, or more when asynchronous gradient workers
+            delivered several at once), the environment steps and episode
+            returns collected for it, policy lags, gradient asynchrony, the
+            loss terms and the workers lost so far.
+
+        Raises:
+            RuntimeError: if the learner is already ``done()``: a further step
+                could start a new batch and take ``done()`` back to False.
+            RemoteWorkerError, DistributedError: as ``Scheme.step``.
+        """
+        if self.done():
+            raise RuntimeError(
+                f"Learner.step: the learner is done ({self.env_steps} env steps of target_steps="
+                f"{self.target_steps}, the last batch trained on); make a new Learner to train further"
+            )
         info = self.scheme.step()
-        self.updates += 1
+        self.updates += info.updates
         self.env_steps += info.env_steps
         self._returns.extend(info.episode_returns)
         self._lags.extend(info.policy_lag)
@@ -94,6 +112,7 @@ class Learner:
 
         A batch collected before the target is reached is trained on to its
         last minibatch (the last step's gradient workers all ended a batch).
+        Once True it stays True: ``step()`` then raises.
         """
         return self.env_steps >= self.target_steps and self._batch_end
 
@@ -101,7 +120,7 @@ class Learner:
         """What the run has done so far.
 
         Returns:
-            ``env_steps``, ``updates``, ``wall_s``, ``sps`` (env steps per
+            ``env_steps``, ``updates`` (gradients applied), ``wall_s``, ``sps`` (env steps per
             second of wall time since the learner was made),
             ``episode_return`` (mean of the last 100 finished episodes; nan
             before any), ``policy_lag`` and ``gradient_asynchrony`` (means of
@@ -133,7 +152,9 @@ class Learner:
         """Change a hyperparameter of the algorithm on every worker that uses it ("lr", "clip", ...).
 
         Raises:
-            ValueError: if the algorithm has no such hyperparameter.
+            ValueError: if the algorithm has no such hyperparameter, or
+                ``value`` is one its constructor refuses (a negative, nan or
+                infinite ``lr``), before any worker sees it.
             TypeError: if ``value`` has the wrong type.
         """
         self.scheme.set_parameter(name, value)
@@ -141,7 +162,7 @@ class Learner:
     def save_model(self, path: str | Path) -> Path:
         """Write the current weights to ``path`` atomically (``rlstruct.save_checkpoint``; key ``model``).
 
-        Also stored: ``env_steps``, ``updates`` and ``version``. Load with
+        Also stored: ``env_steps``, ``updates`` (gradients applied) and ``version``. Load with
         ``rlstruct.load_checkpoint(path)["model"]``.
         """
         path = Path(path)

@@ -2,18 +2,19 @@
 
 An actor that asks for more than any node has, or for GPUs the cluster
 lacks, would stay pending forever; ``check`` turns that into an error that
-says what was asked and what the cluster has. Actors ask for no GPU unless
-told to.
+says what was asked, what the cluster has, and which per-actor requests
+would fit (``fitting``). Actors ask for no GPU unless told to.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from rlstruct.errors import DistributedError
 
-__all__ = ["Request", "check"]
+__all__ = ["Request", "check", "fitting"]
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,11 @@ def check(requests: list[Request], nodes: list[dict[str, float]] | None = None) 
         for r in requests:
             each = getattr(r, attr)
             if r.count and each > largest:
-                hint = f" (set {r.option}_gpus=0 to run without one)" if key == "GPU" else ""
+                hint = (
+                    f" (set {r.option}_gpus=0 to run without one)"
+                    if key == "GPU"
+                    else f" (set {r.option}_cpus={largest:g} or less)"
+                )
                 raise DistributedError(
                     f"each {r.role} worker asks for {each:g} {key} ({r.option}_{attr}), but the largest "
                     f"node of the Ray cluster has {largest:g}: it could never be scheduled{hint}"
@@ -76,7 +81,30 @@ def check(requests: list[Request], nodes: list[dict[str, float]] | None = None) 
             asked += r.count * each
         if asked > total + 1e-9:
             parts = ", ".join(f"{r.count} x {getattr(r, attr):g} for {r.role}" for r in requests if r.count)
+            advice = ", ".join(
+                f"{option}={value:g}" for option, value in fitting(requests, attr, total).items()
+            )
             raise DistributedError(
                 f"the scheme's actors ask for {asked:g} {key} in all ({parts}), but the Ray cluster has "
-                f"{total:g}: some would never be scheduled; ask for fractions ({requests[0].option}_{attr}=0.5)"
+                f"{total:g}: some would never be scheduled; ask for less per actor ({advice}) or for fewer actors"
             )
+
+
+def fitting(requests: list[Request], attr: str, total: float) -> dict[str, float]:
+    """Smaller per-actor requests that fit ``total``: the options to change and their new values.
+
+    Every actor gets an equal share of ``total`` (rounded down to hundredths);
+    roles already asking for no more than that keep what they ask for.
+
+    Args:
+        requests: what each role asks for.
+        attr: "cpus" or "gpus".
+        total: the CPUs or GPUs of the whole cluster.
+
+    Examples:
+        >>> grad = Request("gradient", 3, 1.0, 0.0, "grad_worker")
+        >>> fitting([Request("collection", 0, 1.0, 0.0, "col_worker"), grad], "cpus", 2.0)
+        {'grad_worker_cpus': 0.66}
+    """
+    share = math.floor(100 * total / max(1, sum(r.count for r in requests))) / 100
+    return {f"{r.option}_{attr}": share for r in requests if r.count and getattr(r, attr) > share}

@@ -75,7 +75,10 @@ class StepInfo:
     """What one ``Scheme.step()`` did.
 
     Attributes:
-        version: the policy version after the update.
+        version: the policy version after the step.
+        updates: gradients applied in the step (optimiser steps on the
+            reference weights): 1, or more when asynchronous gradient
+            workers delivered several at once.
         env_steps: environment steps collected for it.
         episode_returns: returns of the episodes that ended in those steps.
         policy_lag: policy lags of the batches that entered a buffer (versions
@@ -91,6 +94,7 @@ class StepInfo:
     """
 
     version: int
+    updates: int = 0
     env_steps: int = 0
     episode_returns: list[float] = field(default_factory=list)
     policy_lag: list[float] = field(default_factory=list)
@@ -117,6 +121,18 @@ def _number(name: str, value: object, low: float, high: float = math.inf, low_op
         bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]"
         raise ValueError(f"Scheme: {name} must be in {bounds}, got {value!r}")
     return float(value)
+
+
+def _device(value: object) -> torch.device:
+    if not isinstance(value, (str, torch.device)):
+        raise TypeError(f"Scheme: device must be a str or a torch.device, got {_describe(value)}")
+    try:
+        device = torch.device(value)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ValueError(f"Scheme: device must be 'cpu', 'cuda' or 'cuda:<index>', got {value!r}")
+    return device
 
 
 def _choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
@@ -187,11 +203,12 @@ class Scheme:
             decentralised scheme always stops: its group is broken).
 
     Raises:
-        ValueError, TypeError: for a bad option or combination of options,
-            naming it, before any worker starts.
+        ValueError, TypeError: for a bad option or combination of options
+            (a ``device`` that is not a CPU or CUDA device, CUDA where torch
+            has none), naming it, before any worker starts.
         DistributedError: if the actors cannot be scheduled on the cluster
             (a request larger than any node, GPUs the cluster lacks), or are not
-            running within ``timeout``.
+            running within ``start_timeout``.
     """
 
     def __init__(
@@ -219,7 +236,7 @@ class Scheme:
         grad_worker_cpus: float = 1.0,
         col_worker_gpus: float = 0.0,
         grad_worker_gpus: float = 0.0,
-        device: str = "cpu",
+        device: str | torch.device = "cpu",
         seed: int = 0,
         timeout: float = 120.0,
         start_timeout: float = 120.0,
@@ -259,7 +276,7 @@ class Scheme:
         self.start_timeout = _number("start_timeout", start_timeout, 0.0, 1e6, low_open=True)
         self.on_worker_failure = _choice("on_worker_failure", on_worker_failure, FAILURES)
         _int("seed", seed, 0)
-        self.device = torch.device(device)
+        self.device = _device(device)
         if self.update_execution == "decentralised":
             if grad_remote_workers == 0:
                 raise ValueError(
@@ -305,6 +322,11 @@ class Scheme:
             raise ValueError(
                 f"Scheme: device={device!r} on remote gradient workers needs grad_worker_gpus > 0, got 0"
             )
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(
+                f"Scheme: device={device!r} needs CUDA in this process (the update worker's model lives "
+                "here), but torch.cuda.is_available() is False; use device='cpu'"
+            )
 
         torch.manual_seed(seed)
         self.model = agent_factory(**agent_args)
@@ -314,6 +336,7 @@ class Scheme:
         self.algorithm = algo_factory(self.model)
         self.version = 0
         self._closed = False
+        self._failed = False  # a start or a step failed: close() then kills the actors without waiting
         self._actors: list[Any] = []
         self.collection_actors: list[list[Any]] = []
         """The remote collection workers' actors, per gradient worker (for inspection and tests)."""
@@ -361,6 +384,7 @@ class Scheme:
                 )
             self._broadcast()
         except BaseException:
+            self._failed = True  # actors that never started would never answer a close call
             self.close()
             raise
 
@@ -450,7 +474,9 @@ class Scheme:
         try:
             return list(ray.get(refs, timeout=timeout))
         except GetTimeoutError:
-            raise DistributedError(f"the gradient workers did not {what} within {timeout:g} s") from None
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            silent = [i for i, ref in enumerate(refs) if ref not in ready]
+            raise DistributedError(f"gradient workers {silent} did not {what} within {timeout:g} s") from None
         except RayError as error:
             raise DistributedError(f"the gradient workers could not {what}: {error}") from error
 
@@ -470,6 +496,12 @@ class Scheme:
     def step(self) -> StepInfo:
         """One update of the model, as the scheme says; what it collected and learnt.
 
+        Returns:
+            What the step did: the gradients it applied (``updates``, more
+            than one when asynchronous gradient workers delivered several),
+            the environment steps and episodes collected for it, the policy
+            lags, the gradient asynchrony and the loss terms.
+
         Raises:
             RemoteWorkerError: a remote worker raised, or died with
                 ``on_worker_failure="raise"``.
@@ -478,12 +510,21 @@ class Scheme:
         """
         if self._closed:
             raise RuntimeError("Scheme.step: the scheme is closed")
+        try:
+            return self._step()
+        except BaseException:
+            self._failed = True  # a worker may be hung or gone: close() kills without waiting for it
+            raise
+
+    def _step(self) -> StepInfo:
+        version = self.version
         asynchrony: list[int] = []
         if self.local is not None:
             results = [self.local.compute_gradients()]
             asynchrony += self._apply(results)
         elif self.update_execution == "decentralised":
             results = self._decentralised_step()
+            asynchrony += [version - r.version for r in results]  # all in step: 0
         elif self.grad_communication == "synchronous":
             results = self._gather(len(self.pool.alive))
             asynchrony += self._apply(results)
@@ -495,6 +536,7 @@ class Scheme:
                 self._broadcast([result.worker])
         self._drop_orphans()
         info = self._info(results)
+        info.updates = self.version - version
         info.gradient_asynchrony = asynchrony
         return info
 
@@ -562,13 +604,17 @@ class Scheme:
         return info
 
     def weights(self) -> dict[str, torch.Tensor]:
-        """The current weights (a CPU state dict); from gradient worker 0 when decentralised."""
+        """A copy of the current weights (a CPU state dict); from gradient worker 0 when decentralised.
+
+        The tensors are new: later updates do not change them, and writing to
+        them does not change the model.
+        """
         if self.update_execution == "decentralised" and self.pool is not None:
             first = next(iter(self.pool.alive.values()))
             self.model.load_state_dict(
                 self._get([first.weights.remote()], "send their weights", self.timeout)[0]
             )
-        return cpu_weights(self.model)
+        return {k: v.clone() for k, v in cpu_weights(self.model).items()}
 
     def set_parameter(self, name: str, value: float) -> None:
         """Set an algorithm hyperparameter everywhere it is used (update worker and gradient workers).
@@ -583,7 +629,13 @@ class Scheme:
             self.pool.call_all("set_parameter", name, value)
 
     def close(self) -> None:
-        """Stop every worker: the in-process ones are closed, the actors killed. Safe to call twice."""
+        """Stop every worker: the in-process ones are closed, the actors killed. Safe to call twice.
+
+        Actors are first asked to close (leaving their ``torch.distributed``
+        group, stopping their batchers), for up to ``min(timeout, 10)``
+        seconds, unless the constructor or a ``step()`` failed: then an actor
+        may never answer (not started, or hung), and all are killed at once.
+        """
         if self._closed:
             return
         self._closed = True
@@ -593,8 +645,9 @@ class Scheme:
         if self._actors:
             import ray
 
-            closing = [actor.close.remote() for actor in self._actors]
-            ray.wait(closing, num_returns=len(closing), timeout=min(self.timeout, 10.0))
+            if not self._failed:
+                closing = [actor.close.remote() for actor in self._actors]
+                ray.wait(closing, num_returns=len(closing), timeout=min(self.timeout, 10.0))
             for actor in self._actors:  # dead, hung or closed: killed either way
                 ray.kill(actor)
             self._actors.clear()
