@@ -112,7 +112,8 @@ def train(config: Config) -> dict[str, Any]:
         batcher = run.collector(device, config.n_envs, config.n_steps)
         episodes = EpisodeReturns(config.n_envs)
         scaler = RewardScaler(config.n_envs, config.gamma).to(device) if config.scale_rewards else None
-        env_steps = 0
+        scaled = {} if scaler is None else {"reward_scaler": scaler}
+        env_steps = run.restore(model.generator, model=model, optimizer=optimizer, reward_scaler=scaler)
         batcher.update(run.weights(model))
         batcher.reset()
         run.begin()
@@ -180,8 +181,14 @@ def train(config: Config) -> dict[str, Any]:
                 entropy=entropy_mean.detach().item(),
                 explained_variance=explained_variance(out["value"].detach()[mask], target[mask]),
             )
-        extra = {} if scaler is None else {"reward_scaler": scaler.state_dict()}
-        return run.finish(model, env_steps, optimizer=optimizer, rng=rng_state(model.generator), **extra)
+            if run.checkpoint_due(env_steps):
+                batcher = run.checkpoint(
+                    env_steps, batcher, model, (model.generator,), optimizer=optimizer, **scaled
+                )
+                batcher.update(run.weights(model))
+                batcher.reset()
+                episodes = EpisodeReturns(config.n_envs)
+        return run.finish(model, env_steps, optimizer=optimizer, rng=rng_state(model.generator), **scaled)
     finally:
         if batcher is not None:
             batcher.close()

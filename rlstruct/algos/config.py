@@ -19,9 +19,11 @@ import ast
 import dataclasses
 import inspect
 import itertools
+import json
 import textwrap
 import typing
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 __all__ = ["TrainConfig", "env_key", "field_docs", "parse_config"]
@@ -53,6 +55,15 @@ class TrainConfig:
     """If set, the final results are written to this JSON file."""
     progress: bool = True
     """Show a progress line while training."""
+    checkpoint_every: int = 0
+    """Environment steps between the checkpoints that ``--resume`` continues from (0: only the final one).
+
+    At each one the collection restarts, in the run and in any run resumed from
+    it alike: new episodes, from seeds derived from the run's seed and the
+    checkpoint's number. That is what makes a resumed run bit-identical to an
+    uninterrupted one."""
+    resume: str | None = None
+    """A run directory to continue from its last checkpoint, with the settings of its config.json."""
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -113,7 +124,9 @@ def parse_config(
 
     Returns:
         ``cls(**values)``: each field as given on the command line, else as
-        tuned for the environment, else its default.
+        tuned for the environment, else its default. With ``--resume RUN_DIR``:
+        the fields of ``RUN_DIR/config.json``, with ``--progress`` and
+        ``--json`` as given (any other flag is an error).
 
     Raises:
         SystemExit: as argparse does, for unknown or malformed arguments and for ``--help``.
@@ -155,11 +168,12 @@ def parse_config(
         if kind is None:
             parser.add_argument(flag, dest=field.name, default=argparse.SUPPRESS, help=help_text, **extra)
         else:
-            required = field.name == "env" and default == ""
-            parser.add_argument(
-                flag, dest=field.name, type=kind, default=argparse.SUPPRESS, required=required, help=help_text
-            )
+            parser.add_argument(flag, dest=field.name, type=kind, default=argparse.SUPPRESS, help=help_text)
     given = vars(parser.parse_args(argv))
+    if given.get("resume") is not None:
+        return _resumed(cls, parser, given)
+    if "env" not in given and not getattr(cls, "env", ""):
+        parser.error("the following arguments are required: --env")
     env = given.get("env", getattr(cls, "env", ""))
     settings = (tuned or {}).get(env_key(env), {})
     used = {k: v for k, v in settings.items() if k not in given}
@@ -170,6 +184,33 @@ def parse_config(
         flags = " ".join(_flag(k, v) for k, v in used.items())
         print(f"tuned settings for {env_key(env)}: {flags} (flags given override them)")
     return config
+
+
+RESUME_OVERRIDES = ("resume", "progress", "json")
+"""The flags ``--resume`` takes beside it: the others come from the run's config.json."""
+
+
+def _resumed(cls: type[C], parser: argparse.ArgumentParser, given: dict[str, Any]) -> C:
+    """The config of the run directory ``given["resume"]``, from its config.json, with ``RESUME_OVERRIDES`` applied."""
+    others = sorted("--" + k.replace("_", "-") for k in given if k not in RESUME_OVERRIDES)
+    if others:
+        parser.error(
+            f"--resume continues a run with the settings of its config.json; drop {' '.join(others)}"
+        )
+    path = Path(given["resume"]) / "config.json"
+    try:
+        stored = json.loads(path.read_text())
+    except FileNotFoundError:
+        parser.error(
+            f"--resume: {str(path)!r} does not exist; expected a run directory written by rlstruct train"
+        )
+    except json.JSONDecodeError as error:
+        parser.error(f"--resume: {str(path)!r} is not valid JSON ({error})")
+    names = {f.name for f in dataclasses.fields(cls)}
+    if not isinstance(stored, dict) or set(stored) - names:
+        unknown = sorted(set(stored) - names) if isinstance(stored, dict) else stored
+        parser.error(f"--resume: {str(path)!r} is not a config of {parser.prog}: unknown fields {unknown}")
+    return cls(**(stored | given))
 
 
 def _flag(name: str, value: Any) -> str:

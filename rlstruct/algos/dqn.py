@@ -314,8 +314,11 @@ def train(config: Config) -> dict[str, Any]:
         episodes = EpisodeReturns(config.n_envs)
         per_iteration = config.n_envs * config.n_steps
         n_updates = max(1, round(config.train_ratio * per_iteration))
-        env_steps, grad_steps = 0, 0
-        model.epsilon.fill_(config.eps_start)
+        model.epsilon.fill_(config.eps_start)  # a resumed run restores the epsilon it had reached
+        env_steps = run.restore(
+            generator, model.generator, model=model, target=target, optimizer=optimizer, buffer=buffer
+        )
+        grad_steps = 0 if run.resumed is None else int(run.resumed["grad_steps"])
         batcher.update(run.weights(model))
         batcher.reset()
         run.begin()
@@ -351,6 +354,21 @@ def train(config: Config) -> dict[str, Any]:
             run.step(env_steps, model, **stats)
             if not more:
                 break
+            if run.checkpoint_due(env_steps):  # the batch in flight is dropped, in a resumed run alike
+                batcher = run.checkpoint(
+                    env_steps,
+                    batcher,
+                    model,
+                    (generator, model.generator),
+                    target=target,
+                    optimizer=optimizer,
+                    buffer=buffer,
+                    grad_steps=grad_steps,
+                )
+                batcher.update(run.weights(model))
+                batcher.reset()
+                batcher.execute()
+                episodes = EpisodeReturns(config.n_envs)
         return run.finish(
             model,
             env_steps,

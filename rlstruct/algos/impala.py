@@ -119,6 +119,12 @@ def train(config: Config) -> dict[str, Any]:
         torch_threads=config.torch_threads,
     )
     check_layout(config, config.n_envs, None)
+    if config.checkpoint_every or config.resume is not None:
+        raise ValueError(
+            "impala: checkpoint_every and resume are not supported: its stream collection is asynchronous, "
+            "so no checkpoint could be continued bit-identically; got "
+            f"checkpoint_every={config.checkpoint_every!r}, resume={config.resume!r}"
+        )
     if config.n_slots <= config.n_processes:
         raise ValueError(
             f"config.n_slots ({config.n_slots}) must be more than config.n_processes ({config.n_processes})"

@@ -132,7 +132,11 @@ def train(config: Config) -> dict[str, Any]:
         batcher = run.collector(device, config.n_envs, config.n_steps)
         episodes = EpisodeReturns(config.n_envs)
         scaler = RewardScaler(config.n_envs, config.gamma).to(device) if config.scale_rewards else None
-        env_steps, per_iteration = 0, config.n_envs * config.n_steps
+        scaled = {} if scaler is None else {"reward_scaler": scaler}
+        per_iteration = config.n_envs * config.n_steps
+        env_steps = run.restore(
+            generator, model.generator, model=model, optimizer=optimizer, reward_scaler=scaler
+        )
         batcher.update(run.weights(model))
         batcher.reset()
         run.begin()
@@ -163,9 +167,15 @@ def train(config: Config) -> dict[str, Any]:
                 explained_variance=explained_variance(steps["value"][mask], steps["target"][mask]),
                 **stats,
             )
-        extra = {} if scaler is None else {"reward_scaler": scaler.state_dict()}
+            if run.checkpoint_due(env_steps):
+                batcher = run.checkpoint(
+                    env_steps, batcher, model, (generator, model.generator), optimizer=optimizer, **scaled
+                )
+                batcher.update(run.weights(model))
+                batcher.reset()
+                episodes = EpisodeReturns(config.n_envs)
         return run.finish(
-            model, env_steps, optimizer=optimizer, rng=rng_state(generator, model.generator), **extra
+            model, env_steps, optimizer=optimizer, rng=rng_state(generator, model.generator), **scaled
         )
     finally:
         if batcher is not None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -29,9 +29,9 @@ from rlstruct.agent import Agent
 from rlstruct.algos.config import TrainConfig
 from rlstruct.algos.evaluation import EvalResult, Evaluator, env_spaces
 from rlstruct.batchers import MultiprocessBatcher
-from rlstruct.checkpoint import save_checkpoint
+from rlstruct.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlstruct.gym_env import GymEnv
-from rlstruct.logger import Logger, make_run_dir
+from rlstruct.logger import CHECKPOINT_NAME, Logger, make_run_dir
 from rlstruct.seeding import derive_seed
 from rlstruct.temporal import TemporalDictTensor
 
@@ -61,6 +61,11 @@ def check_config(config: TrainConfig, **positive: int | float) -> None:
     for name, value in fields.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"config.{name} must be a positive number, got {value!r}")
+    every = config.checkpoint_every
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise ValueError(
+            f"config.checkpoint_every must be an int >= 0 (0: no checkpoint before the end), got {every!r}"
+        )
 
 
 def check_layout(config: TrainConfig, n_envs: int, n_steps: int | None) -> None:
@@ -130,10 +135,22 @@ class Run:
         self.algo, self.config = algo, config
         self.agent_factory, self.agent_args = agent_factory, dict(agent_args)
         self.start = time.monotonic()
-        env_name = config.env.split(":")[-1].replace("/", "_")
-        self.dir = make_run_dir(config.run_dir, f"{algo}-{env_name}-s{config.seed}")
+        self.resumed: dict[str, Any] | None = None
+        """The checkpoint a ``--resume`` run continues from (None for a new run)."""
+        if config.resume is None:
+            env_name = config.env.split(":")[-1].replace("/", "_")
+            self.dir = make_run_dir(config.run_dir, f"{algo}-{env_name}-s{config.seed}")
+        else:
+            self.dir = Path(config.resume)
+            self.resumed = _resumable(algo, self.dir / CHECKPOINT_NAME)
+        self.segment = 0 if self.resumed is None else int(self.resumed["segment"])
+        """How many times the collection restarted at a checkpoint (``checkpoint_every``)."""
         self.logger = Logger(
-            self.dir, config=config, progress=config.progress, total_steps=config.total_steps
+            self.dir,
+            config=config,
+            progress=config.progress,
+            total_steps=config.total_steps,
+            purge_step=None if self.resumed is None else int(self.resumed["env_steps"]) + 1,
         )
         try:
             self.evaluator = Evaluator(
@@ -147,7 +164,9 @@ class Run:
         except BaseException:
             self.logger.close()  # no file left open by a run that could not start
             raise
-        self._next_eval = config.eval_every
+        self._next_eval = config.eval_every if self.resumed is None else int(self.resumed["next_eval"])
+        self._collector_args: tuple[Any, ...] | None = None
+        self._last_checkpoint = 0 if self.resumed is None else int(self.resumed["env_steps"])
         self.last_eval: EvalResult | None = None
         self.episode_return: float | None = None
         self._new_return: float | None = None  # a training return not logged yet
@@ -173,6 +192,7 @@ class Run:
         ``MultiprocessBatcher`` (``mode="stream"``, ``n_slots``).
         """
         config = self.config
+        self._collector_args = (device, n_envs, n_timesteps, options)
         return MultiprocessBatcher(
             self.agent_factory,
             self.agent_args,
@@ -181,9 +201,88 @@ class Run:
             n_envs=n_envs // config.n_processes,
             n_timesteps=n_timesteps,
             n_processes=config.n_processes,
-            seed=config.seed,
+            seed=config.seed if self.segment == 0 else derive_seed(config.seed, f"segment {self.segment}"),
             device=device,
             **options,
+        )
+
+    # ------------------------------------------------------------- checkpoints
+
+    def restore(self, *generators: torch.Generator, **objects: Any) -> int:
+        """Load a resumed run's checkpoint; return its env steps (0 for a new run, which loads nothing).
+
+        Call it right after ``collector()``, before the first ``update`` and
+        ``reset`` of the batcher: ``checkpoint`` saves at that point.
+
+        Args:
+            *generators: the explicit generators whose states the checkpoint's
+                ``rng`` holds, in the order they were given to ``rng_state``.
+            **objects: modules, optimisers, scalers... loaded from the stored
+                state of the same name; None values are skipped.
+        """
+        if self.resumed is None:
+            return 0
+        for name, obj in objects.items():
+            if obj is not None:
+                obj.load_state_dict(self.resumed[name])
+        set_rng_state(self.resumed["rng"], *generators)
+        return int(self.resumed["env_steps"])
+
+    def checkpoint_due(self, env_steps: int) -> bool:
+        """Whether a checkpoint is due after ``env_steps`` (every ``checkpoint_every``, never at the end)."""
+        every = self.config.checkpoint_every
+        return (
+            every > 0
+            and env_steps < self.config.total_steps
+            and env_steps // every > self._last_checkpoint // every
+        )
+
+    def checkpoint(
+        self,
+        env_steps: int,
+        batcher: MultiprocessBatcher,
+        model: torch.nn.Module,
+        generators: Sequence[torch.Generator] = (),
+        **state: Any,
+    ) -> MultiprocessBatcher:
+        """Restart the collection and save a checkpoint that ``--resume`` continues from bit-identically.
+
+        The batcher is closed and a new one made, seeded from the run's seed
+        and the checkpoint's number, and the checkpoint is saved before it
+        gets its first weights: the point where a resumed run restores it.
+        The caller then updates and resets the returned batcher, as at the
+        start, and forgets the partial episodes of the old one.
+
+        Args:
+            env_steps: the env steps trained so far.
+            batcher: the collection batcher (closed here).
+            model: the model (``model`` in the checkpoint).
+            generators: the explicit generators of the learner; their states,
+                with the global ones, are saved as ``rng`` (``rng_state``).
+            **state: everything else the algorithm needs to continue: the
+                optimiser, counters, a replay buffer.
+
+        Returns:
+            The new batcher.
+        """
+        if self._collector_args is None:
+            raise RuntimeError("Run.checkpoint: call collector() first")
+        batcher.close()
+        self.segment += 1
+        device, n_envs, n_timesteps, options = self._collector_args
+        new = self.collector(device, n_envs, n_timesteps, **options)
+        self._save(env_steps, model, rng=rng_state(*generators), **state)
+        return new
+
+    def _save(self, env_steps: int, model: torch.nn.Module, **state: Any) -> None:
+        self._last_checkpoint = env_steps
+        save_checkpoint(
+            self.logger.checkpoint_path,
+            model=model,
+            env_steps=env_steps,
+            segment=self.segment,
+            next_eval=self._next_eval,
+            **state,
         )
 
     def add_returns(self, *episodes: EpisodeReturns) -> None:
@@ -249,7 +348,7 @@ class Run:
             self._log_eval(result)
         final = self.evaluator.evaluate(self.weights(model), env_steps)
         self._log_eval(final)
-        save_checkpoint(self.logger.checkpoint_path, model=model, env_steps=env_steps, **checkpoint)
+        self._save(env_steps, model, finished=True, **checkpoint)
         self.logger.close()
         results: dict[str, Any] = {
             "algo": self.algo,
@@ -287,6 +386,25 @@ class Run:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _resumable(algo: str, path: Path) -> dict[str, Any]:
+    """The checkpoint at ``path``, checked to be one a run of ``algo`` can continue from."""
+    if not path.exists():
+        raise FileNotFoundError(f"{algo}: resume={str(path.parent)!r} holds no {path.name} to continue from")
+    state: dict[str, Any] = load_checkpoint(path)
+    missing = [key for key in ("segment", "next_eval", "rng") if key not in state]
+    if missing:
+        raise ValueError(
+            f"{algo}: resume={str(path.parent)!r}: its {path.name} lacks {missing}; "
+            "it was written by an older version and cannot be continued"
+        )
+    if state.get("finished", False):
+        raise ValueError(
+            f"{algo}: resume={str(path.parent)!r}: the run finished at {state['env_steps']} env steps; "
+            "there is nothing to continue"
+        )
+    return state
 
 
 def cpu_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:

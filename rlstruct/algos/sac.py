@@ -368,8 +368,21 @@ def train(config: Config) -> dict[str, Any]:
     try:
         batcher = run.collector(device, config.n_envs, config.n_steps)
         episodes = EpisodeReturns(config.n_envs)
-        env_steps, owed = 0, 0.0  # owed: gradient steps due and not yet taken
-        actor.uniform.fill_(config.learning_starts > 0)
+        actor.uniform.fill_(config.learning_starts > 0)  # a resumed run restores the value it had reached
+        env_steps = run.restore(
+            generator,
+            actor.generator,
+            model=actor,
+            critic=critic,
+            target=target,
+            critic_optimizer=critic_optimizer,
+            actor_optimizer=actor_optimizer,
+            buffer=buffer,
+        )
+        owed = 0.0 if run.resumed is None else float(run.resumed["owed"])  # gradient steps due, not taken
+        if run.resumed is not None:
+            with torch.no_grad():
+                log_alpha.copy_(run.resumed["log_alpha"])
         batcher.update(run.weights(actor))
         batcher.reset()
         run.begin()
@@ -396,6 +409,24 @@ def train(config: Config) -> dict[str, Any]:
             run.step(env_steps, actor, **{k: float(v) for k, v in stats.items()})
             if not more:
                 break
+            if run.checkpoint_due(env_steps):  # the batch in flight is dropped, in a resumed run alike
+                batcher = run.checkpoint(
+                    env_steps,
+                    batcher,
+                    actor,
+                    (generator, actor.generator),
+                    critic=critic,
+                    target=target,
+                    log_alpha=log_alpha.detach(),
+                    critic_optimizer=critic_optimizer,
+                    actor_optimizer=actor_optimizer,
+                    buffer=buffer,
+                    owed=owed,
+                )
+                batcher.update(run.weights(actor))
+                batcher.reset()
+                batcher.execute()
+                episodes = EpisodeReturns(config.n_envs)
         return run.finish(
             actor,
             env_steps,

@@ -1,0 +1,179 @@
+"""``--resume RUN_DIR``: a run interrupted after a checkpoint and resumed ends bit-identical to an uninterrupted one."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rlstruct import load_checkpoint
+from rlstruct.algos import a2c, dqn, impala, ppo, sac
+from rlstruct.algos.config import parse_config
+from rlstruct.algos.run import Run
+from rlstruct.cli import main as cli
+
+
+def parse(argv: list[str]) -> ppo.Config:
+    return parse_config(ppo.Config, argv, prog="rlstruct train ppo")
+
+
+class Interrupted(Exception):
+    """What the test raises to stop a run right after its first checkpoint."""
+
+
+def crash_after_first_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = Run.checkpoint
+
+    def checkpoint_then_crash(self: Run, *args: Any, **kwargs: Any) -> Any:
+        batcher = original(self, *args, **kwargs)
+        batcher.close()
+        raise Interrupted
+
+    monkeypatch.setattr(Run, "checkpoint", checkpoint_then_crash)
+
+
+def only_run(root: Path) -> Path:
+    (run_dir,) = root.iterdir()
+    return run_dir
+
+
+def assert_same_state(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert a["env_steps"] == b["env_steps"]
+    assert a["model"].keys() == b["model"].keys()
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key
+    optimizers = [key for key in a if key.endswith("optimizer")]
+    assert optimizers
+    for optimizer in optimizers:
+        assert a[optimizer]["state"].keys() == b[optimizer]["state"].keys()
+        for k, state in a[optimizer]["state"].items():
+            for name, value in state.items():
+                assert torch.equal(torch.as_tensor(value), torch.as_tensor(b[optimizer]["state"][k][name]))
+
+
+@pytest.mark.parametrize(
+    ("algo", "options"),
+    [
+        (ppo, {"n_envs": 4, "n_steps": 16, "minibatch_size": 32, "n_epochs": 2, "scale_rewards": True}),
+        (a2c, {"n_envs": 4, "n_steps": 8, "recurrent": True}),
+        (dqn, {"n_envs": 4, "n_steps": 16, "learning_starts": 64, "batch_size": 32, "prioritized": True}),
+        (sac, {"env": "Pendulum-v1", "n_envs": 2, "n_steps": 16, "learning_starts": 32, "batch_size": 32}),
+    ],
+)
+def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(
+    algo: Any, options: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    per_iteration = options["n_envs"] * options["n_steps"]
+    options = {"env": "CartPole-v1", **options}
+    config = algo.Config(
+        total_steps=6 * per_iteration,
+        checkpoint_every=2 * per_iteration,
+        eval_every=10**9,
+        eval_episodes=1,
+        progress=False,
+        seed=3,
+        **options,
+    )
+    algo.train(dataclasses.replace(config, run_dir=str(tmp_path / "whole")))
+    whole = load_checkpoint(only_run(tmp_path / "whole") / "checkpoint.pt")
+
+    with monkeypatch.context() as patch:
+        crash_after_first_checkpoint(patch)
+        with pytest.raises(Interrupted):
+            algo.train(dataclasses.replace(config, run_dir=str(tmp_path / "cut")))
+    run_dir = only_run(tmp_path / "cut")
+    assert load_checkpoint(run_dir / "checkpoint.pt")["env_steps"] == 2 * per_iteration
+    algo.train(dataclasses.replace(config, run_dir=str(tmp_path / "cut"), resume=str(run_dir)))
+    resumed = load_checkpoint(run_dir / "checkpoint.pt")
+
+    assert resumed["env_steps"] == 6 * per_iteration
+    assert_same_state(resumed, whole)
+    # the same run without checkpoints restarts no collection: it ends elsewhere (the test is not vacuous)
+    algo.train(dataclasses.replace(config, run_dir=str(tmp_path / "plain"), checkpoint_every=0))
+    plain = load_checkpoint(only_run(tmp_path / "plain") / "checkpoint.pt")
+    assert not all(torch.equal(plain["model"][k], whole["model"][k]) for k in whole["model"])
+    # the resumed run's progress.csv has each training step once, then the final evaluation's row
+    rows = (run_dir / "progress.csv").read_text().splitlines()[1:]
+    steps = [int(row.split(",")[0]) for row in rows]
+    assert steps[:-1] == list(range(per_iteration, 6 * per_iteration + 1, per_iteration))
+
+
+def test_resume_takes_the_settings_of_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text('{"env": "CartPole-v1", "total_steps": 1000, "lr": 0.5}\n')
+    config = parse(["--resume", str(run_dir), "--no-progress"])
+    assert (config.env, config.total_steps, config.lr, config.progress) == ("CartPole-v1", 1000, 0.5, False)
+    assert config.resume == str(run_dir)
+
+    with pytest.raises(SystemExit) as caught:
+        parse(["--resume", str(run_dir), "--lr", "0.1", "--seed", "2"])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert "--resume continues a run with the settings of its config.json; drop --lr --seed" in err
+
+    with pytest.raises(SystemExit):
+        parse(["--resume", str(tmp_path / "missing")])
+    err = capsys.readouterr().err
+    assert re.search(r"--resume: '.*missing/config.json' does not exist; expected a run directory", err)
+
+    (run_dir / "config.json").write_text('{"env": "CartPole-v1", "epsilon_start": 1.0}\n')
+    with pytest.raises(SystemExit):
+        parse(["--resume", str(run_dir)])
+    assert (
+        "is not a config of rlstruct train ppo: unknown fields ['epsilon_start']" in capsys.readouterr().err
+    )
+
+    with pytest.raises(SystemExit):
+        parse([])
+    assert "the following arguments are required: --env" in capsys.readouterr().err
+
+
+def test_resuming_a_directory_without_a_checkpoint_names_it(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    config = ppo.Config(env="CartPole-v1", total_steps=256, progress=False, resume=str(run_dir))
+    with pytest.raises(
+        FileNotFoundError, match=re.escape(f"ppo: resume={str(run_dir)!r} holds no checkpoint.pt")
+    ):
+        ppo.train(config)
+
+
+def test_the_command_line_resumes_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = [
+        "--env",
+        "CartPole-v1",
+        "--total-steps",
+        "1024",
+        "--checkpoint-every",
+        "512",
+        "--eval-episodes",
+        "1",
+    ]
+    with monkeypatch.context() as patch:
+        crash_after_first_checkpoint(patch)
+        with pytest.raises(Interrupted):
+            cli(["train", "ppo", *args, "--run-dir", str(tmp_path), "--no-progress"])
+    run_dir = only_run(tmp_path)
+    assert cli(["train", "ppo", "--resume", str(run_dir), "--no-progress"]) == 0
+    assert load_checkpoint(run_dir / "checkpoint.pt")["env_steps"] == 1024
+
+
+def test_a_finished_run_and_impala_refuse_to_resume(tmp_path: Path) -> None:
+    config = ppo.Config(
+        env="CartPole-v1", total_steps=256, eval_episodes=1, progress=False, run_dir=str(tmp_path)
+    )
+    ppo.train(config)
+    run_dir = only_run(tmp_path)
+    with pytest.raises(
+        ValueError, match=re.escape("the run finished at 256 env steps; there is nothing to continue")
+    ):
+        ppo.train(dataclasses.replace(config, resume=str(run_dir)))
+    with pytest.raises(ValueError, match=re.escape("config.checkpoint_every must be an int >= 0")):
+        ppo.train(dataclasses.replace(config, checkpoint_every=-1))
+    with pytest.raises(ValueError, match=re.escape("impala: checkpoint_every and resume are not supported")):
+        impala.train(impala.Config(env="CartPole-v1", checkpoint_every=1000, progress=False))
