@@ -1,4 +1,4 @@
-"""DQN: deep Q-learning with double-Q targets, an optional dueling head and optional prioritized replay.
+"""DQN: deep Q-learning with double-Q targets, a dueling head (by default) and optional prioritized replay.
 
 Each iteration takes ``n_envs x n_steps`` epsilon-greedy steps from the
 multiprocess batcher (fixed-length trajectories whose episodes carry over),
@@ -7,8 +7,8 @@ batch, and meanwhile takes ``train_ratio`` gradient steps per env step on the
 Huber loss between Q(s, a) and the double-Q target (Mnih et al. 2015; van
 Hasselt et al. 2016). A target network follows the online one every
 ``target_update_every`` gradient steps (a copy, or a Polyak blend with
-``tau < 1``). ``--dueling`` splits the head into a value and advantages (Wang
-et al. 2016); ``--prioritized`` replays transitions in proportion to their
+``tau < 1``). The head is split into a value and advantages (Wang et al.
+2016; ``--no-dueling`` for one head of Q-values); ``--prioritized`` replays transitions in proportion to their
 TD error with importance-sampling weights (Schaul et al. 2016).
 
 Run it with ``rlstruct train dqn --env CartPole-v1`` or
@@ -210,8 +210,8 @@ class Config(TrainConfig):
     """Discount factor."""
     double: bool = True
     """Double-DQN targets: the online network picks the next action, the target network values it."""
-    dueling: bool = False
-    """A dueling head: Q = V + A - mean(A)."""
+    dueling: bool = True
+    """A dueling head: Q = V + A - mean(A) (``--no-dueling``: one head of Q-values)."""
     target_update_every: int = 100
     """Gradient steps between target-network updates."""
     tau: float = 1.0
