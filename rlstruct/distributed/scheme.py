@@ -192,8 +192,9 @@ class Scheme:
             with its own copy of the optimiser, stopping after its batch's
             last minibatch, and returns its parameters; the update worker
             averages them and broadcasts them: as many updates as the most
-            steps a worker took (``k`` unless its batch ended first). With one gradient worker and the
-            same seeds the weights are bit for bit those of 1-step rounds
+            steps a worker took (``k`` unless its batch ended first). With
+            one gradient worker and the same data the weights are bit for
+            bit those of 1-step rounds
             (the same gradients, clipping and optimiser steps, only the
             optimiser's state lives on the gradient worker); with several,
             the update averages the workers' parameters after ``k`` steps
