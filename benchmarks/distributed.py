@@ -34,6 +34,10 @@ started here with one CPU per core.
   ``rlstruct.algos.ppo.train`` (2 processes x 8 envs) on the same budget,
   both with 20 passes of 256-step minibatches over each 512-step batch and a
   constant learning rate; start-up is not counted on either side.
+- **training, local steps**: the same scheme with ``grad_local_steps=40``:
+  the gradient worker takes all 40 optimiser steps of a batch itself and
+  returns the parameters, one round trip per batch instead of per minibatch
+  (target: 0.8 of ``ppo.train``).
 
 The configurations take turns within each repeat (order reversed every other
 repeat), each worker count with fresh actors. Actors ask Ray for ``cores / 4`` CPUs each,
@@ -52,6 +56,7 @@ import io
 import math
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -199,8 +204,11 @@ class Training:
     update_s: float
 
 
-def scheme_training(total: int, cpus: float) -> Training:
-    """The PPO scheme: 1 remote gradient worker with 2 remote collection workers, synchronous throughout."""
+def scheme_training(total: int, cpus: float, local_steps: int = 1) -> Training:
+    """The PPO scheme: 1 remote gradient worker with 2 remote collection workers, synchronous throughout.
+
+    ``local_steps`` is the scheme's ``grad_local_steps``: optimiser steps per round trip.
+    """
     start = time.perf_counter()
     scheme = Scheme(
         ActorCritic,
@@ -213,6 +221,7 @@ def scheme_training(total: int, cpus: float) -> Training:
         n_steps=N_STEPS,
         col_remote_workers=2,
         grad_remote_workers=1,
+        grad_local_steps=local_steps,
         col_worker_cpus=cpus,
         grad_worker_cpus=cpus,
         timeout=TIMEOUT,
@@ -226,6 +235,10 @@ def scheme_training(total: int, cpus: float) -> Training:
             learner.step()
         metrics = learner.metrics()
     return Training(start_s, metrics["sps"], metrics["wall_s"] / metrics["updates"])
+
+
+LOCAL_STEPS = N_EPOCHS * math.ceil(2 * N_ENVS * N_STEPS / MINIBATCH)
+"""``grad_local_steps`` of the local-steps row: every minibatch step of a batch in one round trip."""
 
 
 def ppo_training(total: int) -> Training:
@@ -272,15 +285,18 @@ def main() -> None:
             **{str(n): functools.partial(remote, n, cpus, seconds) for n in (1, 2, 4)},
         }
         samples: dict[str, list[Sample]] = {}
-        training: dict[str, list[Training]] = {"ppo.train": [], "Learner": []}
+        trainers: dict[str, Callable[[], Training]] = {
+            "ppo.train": lambda: ppo_training(train_steps),
+            "Learner": lambda: scheme_training(train_steps, cpus),
+            "Learner, local steps": lambda: scheme_training(train_steps, cpus, LOCAL_STEPS),
+        }
+        training: dict[str, list[Training]] = {name: [] for name in trainers}
         for repeat in range(repeats):
             for name in list(runs) if repeat % 2 == 0 else list(reversed(runs)):
                 for key, sample in runs[name]().items():
                     samples.setdefault(key if name == "local" else f"{key} {name}", []).append(sample)
-            order = ["ppo.train", "Learner"] if repeat % 2 == 0 else ["Learner", "ppo.train"]
-            for name in order:
-                run = ppo_training(train_steps) if name == "ppo.train" else scheme_training(train_steps, cpus)
-                training[name].append(run)
+            for name in list(trainers) if repeat % 2 == 0 else list(reversed(trainers)):
+                training[name].append(trainers[name]())
     finally:
         ray.shutdown()
 
@@ -320,6 +336,7 @@ def main() -> None:
         rows.append(Row(f"start: {n} remote to first round vs local", start, "s", local_start))
 
     ppo_run, learner = training["ppo.train"], training["Learner"]
+    local_steps = training["Learner, local steps"]
     ppo_sps = median([t.sps for t in ppo_run])
     ppo_update = median([t.update_s for t in ppo_run]) * 1e3
     ppo_start = median([t.start_s for t in ppo_run])
@@ -327,16 +344,23 @@ def main() -> None:
         Row("training: ppo.train 2 x 8", ppo_sps, "steps/s", higher_is_better=True),
         Row("training: Learner 1 grad + 2 col vs ppo.train", median([t.sps for t in learner]), "steps/s",
             ppo_sps, None, True),
+        Row(f"training: Learner, grad_local_steps={LOCAL_STEPS} vs ppo.train", median([t.sps for t in local_steps]),
+            "steps/s", ppo_sps, 0.8, True),
         Row("training: ms per update, ppo.train", ppo_update, "ms"),
         Row("training: ms per update, Learner vs ppo.train", median([t.update_s for t in learner]) * 1e3, "ms",
             ppo_update),
+        Row(f"training: ms per update, Learner, grad_local_steps={LOCAL_STEPS} vs ppo.train",
+            median([t.update_s for t in local_steps]) * 1e3, "ms", ppo_update),
         Row("training start: ppo.train (workers up)", ppo_start, "s"),
         Row("training start: Scheme (actors up) vs ppo.train", median([t.start_s for t in learner]), "s",
             ppo_start),
+        Row(f"training start: Scheme, grad_local_steps={LOCAL_STEPS} vs ppo.train",
+            median([t.start_s for t in local_steps]), "s", ppo_start),
     ]  # fmt: skip
 
+    print(f"\n$ python {' '.join(['benchmarks/distributed.py', *sys.argv[1:]])}")
     print(
-        f"\nCartPole-v1, {N_ENVS} envs x {N_STEPS} steps per batcher process or remote worker, {cores} cores, "
+        f"CartPole-v1, {N_ENVS} envs x {N_STEPS} steps per batcher process or remote worker, {cores} cores, "
         f"torch {torch.__version__}, ray {ray.__version__}, median of {repeats} repeats "
         f"({seconds:g} s of rounds each); training: {train_steps} env steps\n"
     )

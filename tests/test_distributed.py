@@ -134,6 +134,24 @@ def wait_for_cpus(expected: float, timeout: float = 30.0) -> float:
         ({"timeout": math.inf}, ValueError, r"timeout must be in \(0, 1e\+06\]"),
         ({"on_worker_failure": "ignore"}, ValueError, "on_worker_failure must be one of 'raise', 'continue'"),
         ({"broadcast_interval": 0}, ValueError, "broadcast_interval must be at least 1, got 0"),
+        ({"grad_local_steps": 0}, ValueError, "grad_local_steps must be at least 1, got 0"),
+        ({"grad_local_steps": 2.0}, TypeError, "grad_local_steps must be an int, got a float"),
+        (
+            {"grad_local_steps": 4, "grad_remote_workers": 2, "update_execution": "decentralised"},
+            ValueError,
+            "grad_local_steps > 1 needs update_execution='centralised' .*got grad_local_steps=4 with "
+            "update_execution='decentralised'",
+        ),
+        (
+            {"grad_local_steps": 4, "grad_remote_workers": 2, "grad_communication": "asynchronous"},
+            ValueError,
+            "grad_local_steps > 1 needs grad_communication='synchronous' .*with grad_communication='asynchronous'",
+        ),
+        (
+            {"grad_local_steps": 4, "col_remote_workers": 2, "col_communication": "asynchronous"},
+            ValueError,
+            "grad_local_steps > 1 needs col_communication='synchronous' .*with col_communication='asynchronous'",
+        ),
         (
             {
                 "device": "cuda",
@@ -345,6 +363,27 @@ def test_in_process_scheme_needs_no_ray_and_learns() -> None:
         and metrics["sent_bytes"] == 0
     )
     assert _mean(returns[-10:]) > 1.5 * _mean(returns[:10]), returns
+
+
+def _local_steps_run(k: int, **options: Any) -> tuple[dict[str, torch.Tensor], list[int]]:
+    """Weights after two batches of 8 x 32 steps (10 minibatches each), and each step's updates."""
+    with Learner(make_scheme(grad_local_steps=k, **options), target_steps=512, progress=False) as learner:
+        updates = []
+        while not learner.done():
+            updates.append(learner.step().updates)
+        assert learner.updates == sum(updates) == learner.scheme.version == 20
+        return learner.scheme.weights(), updates
+
+
+def test_local_steps_equal_single_steps_in_process() -> None:
+    single, updates = _local_steps_run(1)
+    assert updates == [1] * 20
+    # A round stops after its batch's last minibatch: 10 = 4 + 4 + 2.
+    for k, expected in ((4, [4, 4, 2] * 2), (10, [10, 10]), (1000, [10, 10])):
+        weights, updates = _local_steps_run(k)
+        assert updates == expected, k
+        # One gradient worker: the same gradients, clipping and Adam steps, bit for bit.
+        assert all(torch.equal(weights[name], single[name]) for name in single), k
 
 
 def _mean(values: list[float]) -> float:
@@ -645,6 +684,28 @@ def test_compressed_schemes_learn_the_same(local_ray: None, codec: str) -> None:
     assert all(torch.equal(plain[k], packed[k]) for k in plain)
     assert packed_metrics["raw_bytes"] == plain_metrics["raw_bytes"] > 0
     assert packed_metrics["sent_bytes"] != plain_metrics["sent_bytes"]
+
+
+@pytest.mark.slow
+def test_remote_local_steps_equal_single_steps(local_ray: None) -> None:
+    remote = {"col_remote_workers": 1, "grad_remote_workers": 1}
+    single, _ = _local_steps_run(1, **remote)
+    weights, updates = _local_steps_run(10, **remote)  # a round trip per batch, not per minibatch
+    assert updates == [10, 10]
+    assert all(torch.equal(weights[name], single[name]) for name in single)
+
+
+@pytest.mark.slow
+def test_local_steps_of_two_workers_average_their_parameters_and_learn(local_ray: None) -> None:
+    scheme = make_scheme(col_remote_workers=1, grad_remote_workers=2, grad_local_steps=5)
+    with Learner(scheme, target_steps=10_000, progress=False) as learner:
+        first = learner.step()
+        returns = first.episode_returns + train(learner)
+        metrics = learner.metrics()
+    assert first.updates == 5 and first.gradient_asynchrony == [0, 0]
+    assert metrics["updates"] == scheme.version and metrics["updates"] % 5 == 0
+    assert metrics["policy_lag"] == 0 and metrics["sent_bytes"] > 0
+    assert _mean(returns[-10:]) > 1.5 * _mean(returns[:10]), returns
 
 
 @pytest.mark.slow

@@ -7,8 +7,10 @@ in-process collection worker or from its own remote ones (see
 scheme's in-process option) or as a Ray actor.
 
 In a centralised scheme the worker returns the gradients
-(``compute_gradients``) and the update worker applies them. In a
-decentralised one the gradient workers average their gradients among
+(``compute_gradients``) and the update worker applies them; with the
+scheme's ``grad_local_steps`` above 1 it instead takes several optimiser
+steps itself, with its own optimiser, and returns the parameters they lead
+to (``local_steps``). In a decentralised one the gradient workers average their gradients among
 themselves with ``torch.distributed`` (gloo on the CPU, nccl on CUDA) and
 each applies the same update to its own copy (``step``).
 """
@@ -35,12 +37,12 @@ __all__ = ["GradientResult", "GradientWorker", "flat_gradients", "set_flat_gradi
 
 @dataclass
 class GradientResult:
-    """What a gradient worker reports of one minibatch.
+    """What a gradient worker reports of one minibatch, or of the minibatches of its local steps.
 
     Attributes:
         gradients: the flat gradients (``[n_params]``, the parameters' dtype, CPU), packed
             with the scheme's codec when they cross the network; None after a
-            decentralised step (applied in place).
+            decentralised step (applied in place) or local steps.
         worker: the gradient worker's index.
         version: the policy version of the weights the gradients were computed with.
         env_steps: environment steps collected for this minibatch (0 unless
@@ -53,6 +55,10 @@ class GradientResult:
         sent_bytes: bytes of ``gradients`` as sent over the network (0 in
             process); ``raw_bytes`` before compression.
         batch_end: True when this minibatch was the last of its batch.
+        parameters: after local steps, the flat parameters they led to
+            (``[n_params]``, CPU, packed as ``gradients`` are); else None.
+        steps: optimiser steps this result stands for: 1 for gradients,
+            the number taken for local steps.
     """
 
     gradients: torch.Tensor | Packed[torch.Tensor] | None
@@ -66,12 +72,20 @@ class GradientResult:
     sent_bytes: int = 0
     raw_bytes: int = 0
     batch_end: bool = True
+    parameters: torch.Tensor | Packed[torch.Tensor] | None = None
+    steps: int = 1
 
     def flat(self) -> torch.Tensor:
         """The flat gradients, unpacked if they were packed."""
         if self.gradients is None:
-            raise ValueError("GradientResult.flat: a decentralised step carries no gradients")
+            raise ValueError("GradientResult.flat: a decentralised step or local steps carry no gradients")
         return self.gradients if isinstance(self.gradients, torch.Tensor) else unpack(self.gradients)
+
+    def flat_parameters(self) -> torch.Tensor:
+        """The flat parameters after local steps, unpacked if they were packed."""
+        if self.parameters is None:
+            raise ValueError("GradientResult.flat_parameters: only local steps carry parameters")
+        return self.parameters if isinstance(self.parameters, torch.Tensor) else unpack(self.parameters)
 
 
 def flat_gradients(model: torch.nn.Module) -> torch.Tensor:
@@ -222,13 +236,50 @@ class GradientWorker:
     def compute_gradients(self) -> GradientResult:
         """The gradients of the next minibatch's loss (centralised schemes), packed unless ``compression`` is None."""
         result = self._backward()
-        flat = flat_gradients(self.model)
-        if self.compression is None:  # in-process: nothing crosses the network
-            result.gradients = flat
-        else:
-            packed = pack(flat, self.compression)
-            result.gradients, result.sent_bytes, result.raw_bytes = packed, packed.nbytes, packed.raw_nbytes
+        result.gradients = self._send(result, flat_gradients(self.model))
         return result
+
+    def local_steps(self, k: int) -> GradientResult:
+        """Up to ``k`` optimiser steps here, stopping after the batch's last minibatch; the parameters reached.
+
+        Each step is the update worker's step on one minibatch's gradients:
+        missing gradients count as zeros, the gradients are clipped to
+        ``max_grad_norm`` and this worker's optimiser (its own state) takes
+        the step. Only the first step may collect a new batch (the one
+        before it ended a batch), so the collection workers always have the
+        weights the round started from.
+
+        Returns:
+            The result of the round: the first step's collection (env
+            steps, returns, policy lag), the last step's loss terms and
+            ``batch_end``, ``steps`` taken (1 to ``k``) and the flat
+            ``parameters`` after them, packed unless ``compression`` is None.
+        """
+        result = self._backward()
+        result.steps = 0
+        while True:
+            for p in self.model.parameters():
+                if p.grad is None:  # the update worker gets zeros for these (flat_gradients)
+                    p.grad = torch.zeros_like(p)
+            if self.algorithm.max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.algorithm.max_grad_norm)
+            self.algorithm.optimizer.step()
+            result.steps += 1
+            if result.batch_end or result.steps == k:
+                break
+            step = self._backward()
+            result.stats, result.batch_end = step.stats, step.batch_end
+        flat = torch.nn.utils.parameters_to_vector(self.model.parameters()).detach().to("cpu")
+        result.parameters = self._send(result, flat)
+        return result
+
+    def _send(self, result: GradientResult, flat: torch.Tensor) -> torch.Tensor | Packed[torch.Tensor]:
+        """``flat`` as it goes to the update worker: packed, its sizes in ``result``, unless in process."""
+        if self.compression is None:  # in-process: nothing crosses the network
+            return flat
+        packed = pack(flat, self.compression)
+        result.sent_bytes, result.raw_bytes = packed.nbytes, packed.raw_nbytes
+        return packed
 
     # Decentralised schemes.
 

@@ -27,6 +27,12 @@ decentralised (synchronous)   every gradient worker computes its gradients, the 
                               nccl on CUDA) and each applies the same update
 ============================  =================================================================
 
+With ``grad_local_steps=k`` above 1 (centralised, synchronous), one step is
+one round trip of up to ``k`` updates: every gradient worker takes up to
+``k`` optimiser steps on its next minibatches with its own optimiser,
+stopping at the end of its batch, and the update worker averages the
+parameters they reach and broadcasts them.
+
 Collection is synchronous (optionally preempted once ``col_fraction_workers``
 of the workers have finished) or asynchronous (a bounded queue with
 back-pressure); see ``rlstruct.distributed.collection``.
@@ -179,6 +185,23 @@ class Scheme:
         grad_remote_workers: remote gradient workers; 0 computes gradients
             in the calling process.
         grad_communication: "synchronous" or "asynchronous" (centralised only).
+        grad_local_steps: optimiser steps a gradient worker takes per round
+            trip (centralised, synchronous, with synchronous collection).
+            1: it returns one minibatch's gradients and the update worker
+            applies them. ``k`` above 1: it takes up to ``k`` steps itself
+            with its own copy of the optimiser, stopping after its batch's
+            last minibatch, and returns its parameters; the update worker
+            averages them and broadcasts them: as many updates as the most
+            steps a worker took (``k`` unless its batch ended first). With
+            one gradient worker and the same data the weights are bit for
+            bit those of 1-step rounds
+            (the same gradients, clipping and optimiser steps, only the
+            optimiser's state lives on the gradient worker); with several,
+            the update averages the workers' parameters after ``k`` steps
+            each rather than their gradients at every step (local SGD), and
+            each worker's optimiser state follows its own gradients. A batch
+            of one minibatch (``WholeBatchBuffer``, IMPALA) gives rounds of
+            one step: nothing to gain.
         update_execution: "centralised" (the update worker applies the
             gradients) or "decentralised" (the gradient workers all-reduce them
             and each applies the update; needs remote gradient workers and
@@ -229,6 +252,7 @@ class Scheme:
         col_queue_size: int | None = None,
         grad_remote_workers: int = 0,
         grad_communication: str = "synchronous",
+        grad_local_steps: int = 1,
         update_execution: str = "centralised",
         broadcast_interval: int = 1,
         compression: str = "none",
@@ -261,6 +285,7 @@ class Scheme:
         _int("col_queue_size", queue_size, 1)
         self.grad_remote_workers = _int("grad_remote_workers", grad_remote_workers, 0)
         self.grad_communication = _choice("grad_communication", grad_communication, COMMUNICATIONS)
+        self.grad_local_steps = _int("grad_local_steps", grad_local_steps, 1)
         self.update_execution = _choice("update_execution", update_execution, EXECUTIONS)
         self.broadcast_interval = _int("broadcast_interval", broadcast_interval, 1)
         check_codec(compression)
@@ -313,6 +338,18 @@ class Scheme:
                 f"Scheme: col_queue_size applies to asynchronous collection, got {col_queue_size} "
                 f"with col_communication={col_communication!r}"
             )
+        if grad_local_steps > 1:
+            for name, value, needed in (
+                ("update_execution", update_execution, "centralised"),
+                ("grad_communication", grad_communication, "synchronous"),
+                ("col_communication", col_communication, "synchronous"),
+            ):
+                if value != needed:
+                    raise ValueError(
+                        f"Scheme: grad_local_steps > 1 needs {name}={needed!r} (rounds of local steps that "
+                        f"end together, weights fresh at every collection), got grad_local_steps="
+                        f"{grad_local_steps} with {name}={value!r}"
+                    )
         if self.device.type == "cuda" and update_execution == "decentralised" and 0 < grad_worker_gpus < 1:
             raise ValueError(
                 f"Scheme: decentralised updates on CUDA (nccl) need a whole GPU per gradient worker, "
@@ -519,12 +556,19 @@ class Scheme:
     def _step(self) -> StepInfo:
         version = self.version
         asynchrony: list[int] = []
-        if self.local is not None:
+        if self.local is not None and self.grad_local_steps > 1:
+            results = [self.local.local_steps(self.grad_local_steps)]
+            asynchrony += self._average(results)
+        elif self.local is not None:
             results = [self.local.compute_gradients()]
             asynchrony += self._apply(results)
         elif self.update_execution == "decentralised":
             results = self._decentralised_step()
             asynchrony += [version - r.version for r in results]  # all in step: 0
+        elif self.grad_local_steps > 1:
+            results = self._gather(len(self.pool.alive), "local_steps", self.grad_local_steps)
+            asynchrony += self._average(results)
+            self._broadcast()
         elif self.grad_communication == "synchronous":
             results = self._gather(len(self.pool.alive))
             asynchrony += self._apply(results)
@@ -540,11 +584,11 @@ class Scheme:
         info.gradient_asynchrony = asynchrony
         return info
 
-    def _gather(self, n: int, method: str = "compute_gradients") -> list[GradientResult]:
-        """Start ``method`` on the idle gradient workers; the results of at least ``n`` of them."""
+    def _gather(self, n: int, method: str = "compute_gradients", *args: Any) -> list[GradientResult]:
+        """Start ``method(*args)`` on the idle gradient workers; the results of at least ``n`` of them."""
         while True:  # again only if every call in flight was lost with its worker
             for i in self.pool.idle():
-                self.pool.submit(i, method)
+                self.pool.submit(i, method, *args)
             if results := self.pool.wait(n):
                 return [r for _, r in results]
 
@@ -573,6 +617,20 @@ class Scheme:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.algorithm.max_grad_norm)
         self.algorithm.optimizer.step()
         self.version += 1
+        if self.local is not None:
+            self.local.set_weights(cpu_weights(self.model), self.version)
+        return asynchrony
+
+    def _average(self, results: list[GradientResult]) -> list[int]:
+        """Load the mean of the parameters ``results`` reached by local steps: a version per step.
+
+        The optimiser here takes no step (the workers' did). Returns the
+        asynchrony of each result (0: all started from these weights).
+        """
+        asynchrony = [self.version - r.version for r in results]
+        flat = torch.stack([r.flat_parameters() for r in results]).mean(0)  # one worker: its own, exactly
+        torch.nn.utils.vector_to_parameters(flat.to(self.device), self.model.parameters())
+        self.version += max(r.steps for r in results)
         if self.local is not None:
             self.local.set_weights(cpu_weights(self.model), self.version)
         return asynchrony
