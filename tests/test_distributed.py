@@ -361,6 +361,7 @@ def test_in_process_scheme_needs_no_ray_and_learns() -> None:
         12_000 <= metrics["env_steps"] < 12_000 + 256
         and metrics["policy_lag"] == 0.0
         and metrics["sent_bytes"] == 0
+        and metrics["rollout_bytes"] == metrics["rollout_raw_bytes"] == 0
     )
     assert _mean(returns[-10:]) > 1.5 * _mean(returns[:10]), returns
 
@@ -686,6 +687,10 @@ def test_compressed_schemes_learn_the_same(local_ray: None, codec: str) -> None:
     assert all(torch.equal(plain[k], packed[k]) for k in plain)
     assert packed_metrics["raw_bytes"] == plain_metrics["raw_bytes"] > 0
     assert packed_metrics["sent_bytes"] != plain_metrics["sent_bytes"]
+    # the rollouts of the remote collection worker are counted too, where compression pays most
+    assert packed_metrics["rollout_raw_bytes"] == plain_metrics["rollout_raw_bytes"] > 0
+    assert plain_metrics["rollout_bytes"] == plain_metrics["rollout_raw_bytes"]
+    assert packed_metrics["rollout_bytes"] < packed_metrics["rollout_raw_bytes"]
 
 
 @pytest.mark.slow

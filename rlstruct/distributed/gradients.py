@@ -54,6 +54,9 @@ class GradientResult:
         lost_collectors: the worker's remote collection workers lost so far.
         sent_bytes: bytes of ``gradients`` as sent over the network (0 in
             process); ``raw_bytes`` before compression.
+        rollout_bytes: bytes of the rollouts this result's collection
+            received from remote collection workers (0 in process or without
+            a collection); ``rollout_raw_bytes`` before compression.
         batch_end: True when this minibatch was the last of its batch.
         parameters: after local steps, the flat parameters they led to
             (``[n_params]``, CPU, packed as ``gradients`` are); else None.
@@ -71,6 +74,8 @@ class GradientResult:
     lost_collectors: list[int] = field(default_factory=list)
     sent_bytes: int = 0
     raw_bytes: int = 0
+    rollout_bytes: int = 0
+    rollout_raw_bytes: int = 0
     batch_end: bool = True
     parameters: torch.Tensor | Packed[torch.Tensor] | None = None
     steps: int = 1
@@ -222,6 +227,9 @@ class GradientWorker:
             result.episode_returns = [x for r in rollouts for x in r.episode_returns]
             result.policy_lag = sum(self.version - r.version for r in rollouts) / len(rollouts)
             result.lost_collectors = self.collectors.lost
+            packed = [r.batch for r in rollouts if isinstance(r.batch, Packed)]
+            result.rollout_bytes = sum(p.nbytes for p in packed)
+            result.rollout_raw_bytes = sum(p.raw_nbytes for p in packed)
         self._next = next(self._minibatches, None)  # looked up now, to tell whether this one ends the batch
         result.batch_end = self._next is None
         self.model.zero_grad(set_to_none=True)

@@ -66,6 +66,7 @@ class Learner:
         self._stats: dict[str, float] = {}
         self._lost: list[tuple[str, int]] = []
         self._sent_bytes = self._raw_bytes = 0
+        self._rollout_bytes = self._rollout_raw_bytes = 0
         self._batch_end = True
         self._progress = Progress(target_steps, stream=stream) if progress else None
 
@@ -98,6 +99,8 @@ class Learner:
         self._stats = info.stats or self._stats
         self._sent_bytes += info.sent_bytes
         self._raw_bytes += info.raw_bytes
+        self._rollout_bytes += info.rollout_bytes
+        self._rollout_raw_bytes += info.rollout_raw_bytes
         self._batch_end = info.batch_end
         for lost in info.lost_workers:
             if lost not in self._lost:
@@ -126,7 +129,9 @@ class Learner:
             before any), ``policy_lag`` and ``gradient_asynchrony`` (means of
             the last 100, in policy versions), ``lost_workers`` (list of
             ``(role, index)``), ``sent_bytes`` and ``raw_bytes`` (gradients
-            sent to the update worker, compressed and not), and the last
+            sent to the update worker, compressed and not),
+            ``rollout_bytes`` and ``rollout_raw_bytes`` (rollouts sent by
+            remote collection workers, compressed and not), and the last
             loss terms.
         """
         wall = time.monotonic() - self.start
@@ -145,6 +150,8 @@ class Learner:
             "lost_workers": list(self._lost),
             "sent_bytes": self._sent_bytes,
             "raw_bytes": self._raw_bytes,
+            "rollout_bytes": self._rollout_bytes,
+            "rollout_raw_bytes": self._rollout_raw_bytes,
             **self._stats,
         }
 

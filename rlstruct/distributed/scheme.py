@@ -95,6 +95,8 @@ class StepInfo:
         stats: the loss terms, averaged over the gradient workers.
         lost_workers: ``(role, index)`` of the workers lost so far.
         sent_bytes: bytes of gradients sent to the update worker; ``raw_bytes`` before compression.
+        rollout_bytes: bytes of rollouts sent by remote collection workers to
+            their gradient workers; ``rollout_raw_bytes`` before compression.
         batch_end: True when every gradient of the step came from the last
             minibatch of its batch (no gradient worker is mid-batch).
     """
@@ -109,6 +111,8 @@ class StepInfo:
     lost_workers: list[tuple[str, int]] = field(default_factory=list)
     sent_bytes: int = 0
     raw_bytes: int = 0
+    rollout_bytes: int = 0
+    rollout_raw_bytes: int = 0
     batch_end: bool = True
 
 
@@ -653,6 +657,8 @@ class Scheme:
                 stats.setdefault(k, []).append(v)
             info.sent_bytes += r.sent_bytes
             info.raw_bytes += r.raw_bytes
+            info.rollout_bytes += r.rollout_bytes
+            info.rollout_raw_bytes += r.rollout_raw_bytes
             info.batch_end = info.batch_end and r.batch_end
             info.lost_workers.extend(("collection", i) for i in r.lost_collectors)
         info.lost_workers.extend(("collection", i) for i in sorted(self._lost_collectors))
