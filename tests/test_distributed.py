@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import torch
 from mp_helpers import SlowGymEnv
+from ray.exceptions import ActorUnavailableError
 
 from rlstruct import DictTensor, GymEnv, load_checkpoint
 from rlstruct.algos.evaluation import Evaluator
@@ -35,6 +36,7 @@ from rlstruct.distributed import (
     RemoteWorkerError,
     Scheme,
     WholeBatchBuffer,
+    _pool,
     resources,
 )
 from rlstruct.distributed.gradients import flat_gradients, set_flat_gradients
@@ -744,3 +746,30 @@ def test_every_option_is_documented() -> None:
     doc = Scheme.__doc__ or ""
     for name in inspect.signature(Scheme).parameters:
         assert f"    {name}:" in doc, name
+
+
+class _Method:
+    def remote(self, *args: Any) -> str:
+        return "ref"
+
+
+class _Actor:
+    compute_gradients = _Method()
+
+
+def test_an_unreachable_actor_is_lost_like_a_dead_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unreachable(ref: Any, **kwargs: Any) -> Any:
+        raise ActorUnavailableError("the network went down", None)
+
+    monkeypatch.setattr(_pool.ray, "get", unreachable)
+    pool = _pool.Pool("gradient", [_Actor(), _Actor()], on_failure="raise", timeout=1.0)
+    pool.submit(1, "compute_gradients")
+    with pytest.raises(
+        RemoteWorkerError, match=r"gradient worker 1: unreachable: .*the network went down"
+    ) as caught:
+        pool._get("ref", 1)
+    assert caught.value.died
+    pool = _pool.Pool("gradient", [_Actor(), _Actor()], on_failure="continue", timeout=1.0)
+    pool.submit(1, "compute_gradients")
+    assert pool._get("ref", 1) == (False, None)
+    assert pool.lost == [1] and list(pool.alive) == [0] and not pool.pending

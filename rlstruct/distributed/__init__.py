@@ -3,7 +3,7 @@
 Build a ``Scheme`` from factories (agent, environment, algorithm, buffer) and
 its options, then step a ``Learner`` to a target number of environment steps.
 With no remote workers everything runs in the calling process and Ray is not
-needed; remote workers need the ``ray`` extra (``pip install "rlstruct[ray]"``).
+needed; remote workers need the ``ray`` extra (``pip install -e ".[ray]"``).
 See ``docs/distributed.md``.
 """
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError, RayTaskError
 
 from rlstruct.errors import DistributedError, RemoteWorkerError
 
@@ -116,8 +116,11 @@ class Pool:
                 raise cause from error
             raise RemoteWorkerError(f"raised:\n{error}", self.role, index, died=False) from error
         except RayActorError as error:
+            # An unreachable actor (a network loss, ActorUnavailableError) is lost like a dead one: its
+            # call may or may not have run, and running it again would skip or repeat a minibatch.
+            what = "unreachable" if isinstance(error, ActorUnavailableError) else "died"
             if self.on_failure == "raise":
-                raise RemoteWorkerError(f"died: {error}", self.role, index, died=True) from error
+                raise RemoteWorkerError(f"{what}: {error}", self.role, index, died=True) from error
             self.lose(index)
             return False, None
         except RayError as error:  # its result was lost (its node died) or could not be read

@@ -81,7 +81,7 @@ def _module(codec: str) -> ModuleType:
         return importlib.import_module(name)
     except ImportError as err:
         raise ImportError(
-            f'codec {codec!r} needs the {name.split(".")[0]} package: pip install "rlstruct[ray]"'
+            f'codec {codec!r} needs the {name.split(".")[0]} package: pip install -e ".[ray]"'
         ) from err
 
 

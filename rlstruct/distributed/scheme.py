@@ -156,7 +156,7 @@ class Scheme:
 
     With no remote workers everything runs in the calling process and Ray is
     not needed. With remote workers, Ray must be installed
-    (``pip install "rlstruct[ray]"``); the scheme connects to the running
+    (``pip install -e ".[ray]"`` in a checkout); the scheme connects to the running
     cluster (``ray.init()`` is called with no arguments if it was not:
     ``RAY_ADDRESS`` or a local instance).
 
@@ -380,9 +380,9 @@ class Scheme:
         self._failed = False  # a start or a step failed: close() then kills the actors without waiting
         self._actors: list[Any] = []
         self.collection_actors: list[list[Any]] = []
-        """The remote collection workers' actors, per gradient worker (for inspection and tests)."""
+        """The remote collection workers' Ray actors, a list per gradient worker (for inspection and fault drills)."""
         self.gradient_actors: list[Any] = []
-        """The remote gradient workers' actors."""
+        """The remote gradient workers' Ray actors, by index (for inspection and fault drills)."""
         self._orphaned: set[int] = set()
         self._lost_collectors: set[int] = set()
         self.locations: dict[str, list[tuple[str, int]]] = {"collection": [], "gradient": []}
