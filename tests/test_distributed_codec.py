@@ -257,7 +257,7 @@ def test_check_codec() -> None:
 def test_missing_package_raises_import_error(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for module in (MODULES[name], MODULES[name].split(".")[0]):
         monkeypatch.setitem(sys.modules, module, None)
-    message = rf"codec '{name}' needs the \w+ package: pip install \"rlstruct\[ray\]\""
+    message = rf"codec '{name}' needs the \w+ package: pip install -e \"\.\[ray\]\""
     with pytest.raises(ImportError, match=message):
         check_codec(name)
     with pytest.raises(ImportError, match=message):
