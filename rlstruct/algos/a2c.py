@@ -112,7 +112,7 @@ def train(config: Config) -> dict[str, Any]:
         batcher = run.collector(device, config.n_envs, config.n_steps)
         episodes = EpisodeReturns(config.n_envs)
         scaler = RewardScaler(config.n_envs, config.gamma).to(device) if config.scale_rewards else None
-        scaled = {} if scaler is None else {"reward_scaler": scaler}
+        scaled: dict[str, Any] = {} if scaler is None else {"reward_scaler": scaler}
         env_steps = run.restore(model.generator, model=model, optimizer=optimizer, reward_scaler=scaler)
         batcher.update(run.weights(model))
         batcher.reset()
@@ -185,8 +185,6 @@ def train(config: Config) -> dict[str, Any]:
                 batcher = run.checkpoint(
                     env_steps, batcher, model, (model.generator,), optimizer=optimizer, **scaled
                 )
-                batcher.update(run.weights(model))
-                batcher.reset()
                 episodes = EpisodeReturns(config.n_envs)
         return run.finish(model, env_steps, optimizer=optimizer, rng=rng_state(model.generator), **scaled)
     finally:

@@ -364,10 +364,8 @@ def train(config: Config) -> dict[str, Any]:
                     optimizer=optimizer,
                     buffer=buffer,
                     grad_steps=grad_steps,
+                    execute=True,
                 )
-                batcher.update(run.weights(model))
-                batcher.reset()
-                batcher.execute()
                 episodes = EpisodeReturns(config.n_envs)
         return run.finish(
             model,

@@ -243,15 +243,17 @@ class Run:
         batcher: MultiprocessBatcher,
         model: torch.nn.Module,
         generators: Sequence[torch.Generator] = (),
+        *,
+        execute: bool = False,
         **state: Any,
     ) -> MultiprocessBatcher:
         """Restart the collection and save a checkpoint that ``--resume`` continues from bit-identically.
 
         The batcher is closed and a new one made, seeded from the run's seed
-        and the checkpoint's number, and the checkpoint is saved before it
-        gets its first weights: the point where a resumed run restores it.
-        The caller then updates and resets the returned batcher, as at the
-        start, and forgets the partial episodes of the old one.
+        and the checkpoint's number; the checkpoint is saved, and the new
+        batcher gets the model's weights and is reset (and started, with
+        ``execute``), as a resumed run does after ``restore``. The caller
+        forgets the partial episodes of the old batcher.
 
         Args:
             env_steps: the env steps trained so far.
@@ -259,6 +261,8 @@ class Run:
             model: the model (``model`` in the checkpoint).
             generators: the explicit generators of the learner; their states,
                 with the global ones, are saved as ``rng`` (``rng_state``).
+            execute: start collecting the first batch (``execute()``), for
+                the algorithms that collect while they learn.
             **state: everything else the algorithm needs to continue: the
                 optimiser, counters, a replay buffer.
 
@@ -272,6 +276,10 @@ class Run:
         device, n_envs, n_timesteps, options = self._collector_args
         new = self.collector(device, n_envs, n_timesteps, **options)
         self._save(env_steps, model, rng=rng_state(*generators), **state)
+        new.update(self.weights(model))
+        new.reset()
+        if execute:
+            new.execute()
         return new
 
     def _save(self, env_steps: int, model: torch.nn.Module, **state: Any) -> None:

@@ -422,10 +422,8 @@ def train(config: Config) -> dict[str, Any]:
                     actor_optimizer=actor_optimizer,
                     buffer=buffer,
                     owed=owed,
+                    execute=True,
                 )
-                batcher.update(run.weights(actor))
-                batcher.reset()
-                batcher.execute()
                 episodes = EpisodeReturns(config.n_envs)
         return run.finish(
             actor,
