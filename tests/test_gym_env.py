@@ -421,7 +421,7 @@ class RandomBoxAgent(Agent):
 
 
 def test_pybullet_half_cheetah_runs_in_a_batcher() -> None:
-    pytest.importorskip("pybullet", reason="pybullet is not installed (pip install -e ".[bullet]")")
+    pytest.importorskip("pybullet", reason="pybullet is not installed (pip install -e '.[bullet]')")
     pytest.importorskip("pybullet_envs_gymnasium", reason="pybullet-envs-gymnasium is not installed")
     with LocalBatcher(
         RandomBoxAgent,
