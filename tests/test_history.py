@@ -23,6 +23,7 @@ from rlstruct import (
     MultiprocessBatcher,
     TemporalDictTensor,
     Trajectories,
+    derive_seed,
     replay_agent,
 )
 from rlstruct.history import StepHistory, history_windows, window_after
@@ -223,8 +224,9 @@ def test_the_window_has_every_key_from_the_first_step_and_the_probe_call_is_undo
     # one probe call at reset (observation keys only, to learn the outputs), then 4 steps with every key
     assert agent.keys_seen == [OBSERVATION_KEYS] + [stored] * 4
     assert batch.trajectories["window_length"][:, 0].tolist() == [0, 0]
-    # the probe call's draw was undone: the first step draws the generator's first numbers (seed 0)
-    assert batch.trajectories["noise"][:, 0].equal(torch.rand(2, generator=torch.Generator().manual_seed(0)))
+    # the probe call's draw was undone: the first step draws the first numbers of group 0's agent seed
+    first = torch.rand(2, generator=torch.Generator().manual_seed(derive_seed(0, "agent")))
+    assert batch.trajectories["noise"][:, 0].equal(first)
 
 
 def test_agents_without_history_get_none_and_no_window_in_info() -> None:
