@@ -369,16 +369,15 @@ def train(config: Config) -> dict[str, Any]:
         batcher = run.collector(device, config.n_envs, config.n_steps)
         episodes = EpisodeReturns(config.n_envs)
         actor.uniform.fill_(config.learning_starts > 0)  # a resumed run restores the value it had reached
-        env_steps = run.restore(
-            generator,
-            actor.generator,
-            model=actor,
-            critic=critic,
-            target=target,
-            critic_optimizer=critic_optimizer,
-            actor_optimizer=actor_optimizer,
-            buffer=buffer,
-        )
+        # what the checkpoints hold besides the actor, its temperature and the counters
+        trained = {
+            "critic": critic,
+            "target": target,
+            "critic_optimizer": critic_optimizer,
+            "actor_optimizer": actor_optimizer,
+        }
+        generators = (generator, actor.generator)
+        env_steps = run.restore(*generators, model=actor, buffer=buffer, **trained)
         owed = 0.0 if run.resumed is None else float(run.resumed["owed"])  # gradient steps due, not taken
         if run.resumed is not None:
             with torch.no_grad():
@@ -414,26 +413,16 @@ def train(config: Config) -> dict[str, Any]:
                     env_steps,
                     batcher,
                     actor,
-                    (generator, actor.generator),
-                    critic=critic,
-                    target=target,
+                    generators,
+                    execute=True,
                     log_alpha=log_alpha.detach(),
-                    critic_optimizer=critic_optimizer,
-                    actor_optimizer=actor_optimizer,
                     buffer=buffer,
                     owed=owed,
-                    execute=True,
+                    **trained,
                 )
                 episodes = EpisodeReturns(config.n_envs)
         return run.finish(
-            actor,
-            env_steps,
-            critic=critic,
-            target=target,
-            log_alpha=log_alpha.detach(),
-            critic_optimizer=critic_optimizer,
-            actor_optimizer=actor_optimizer,
-            rng=rng_state(generator, actor.generator),
+            actor, env_steps, log_alpha=log_alpha.detach(), rng=rng_state(*generators), **trained
         )
     finally:
         if batcher is not None:
