@@ -9,7 +9,7 @@ from rlstruct.errors import ClusterError, DistributedError, RemoteWorkerError, W
 from rlstruct.gym_env import GymEnv
 from rlstruct.logger import Logger, make_run_dir, plot_csv, plot_runs
 from rlstruct.progress import Progress
-from rlstruct.replay import HindsightReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
+from rlstruct.replay import HindsightReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer, ReplaySample
 from rlstruct.returns import discounted_returns, gae, td_lambda, vtrace
 from rlstruct.seeding import derive_seed
 from rlstruct.specs import Specs, TensorSpec
@@ -32,6 +32,7 @@ __all__ = [
     "Progress",
     "RemoteWorkerError",
     "ReplayBuffer",
+    "ReplaySample",
     "Specs",
     "TemporalDictTensor",
     "TensorSpec",

@@ -1,4 +1,4 @@
-"""Tests of rlstruct.replay and rlstruct.sumtree: ring-buffer invariants, sampling laws, relabelling, saving, sharing.
+"""Tests of rlstruct.replay and its sum tree: ring-buffer invariants, sampling laws, relabelling, saving, sharing.
 
 Statistical tests run at fixed seeds, so they give the same answer every time;
 their thresholds are far in the tail of the law they check (a chi-square
@@ -23,9 +23,10 @@ from rlstruct import (
     HindsightReplayBuffer,
     PrioritizedReplayBuffer,
     ReplayBuffer,
+    ReplaySample,
     TemporalDictTensor,
 )
-from rlstruct.sumtree import BRANCHING, SumTree
+from rlstruct.replay.sumtree import BRANCHING, SumTree
 
 
 def seeded(seed: int = 0) -> torch.Generator:
@@ -175,17 +176,40 @@ def test_constructor_errors(kwargs: dict[str, object], error: type[Exception], m
 def test_uniform_sample_frequencies_are_flat() -> None:
     buffer = ReplayBuffer(10, generator=seeded(3))
     buffer.add(rows(range(25)))  # wrapped: ids 15..24 are held
-    batch = buffer.sample(20_000)
+    batch = buffer.sample(20_000).rows
     assert torch.equal(batch["twice"], 2 * batch["id"])
     counts = torch.bincount(batch["id"] - 15, minlength=10).double()
     assert counts.shape == (10,)  # nothing outside the held ids
     assert chi_square(counts, torch.full((10,), 2000.0)) < CHI2_1E4[9]
 
 
+def test_every_buffer_samples_rows_with_their_slots_and_weights() -> None:
+    uniform = ReplayBuffer(8, generator=seeded(3))
+    uniform.add(rows(range(11)))  # slots hold ids 8, 9, 10, 3, 4, 5, 6, 7
+    prioritized = PrioritizedReplayBuffer(8, generator=seeded(3))
+    prioritized.add(rows(range(11)))
+    prioritized.update_priorities(torch.arange(8), torch.arange(8, dtype=torch.float32))
+    for buffer in (uniform, prioritized):
+        sample = buffer.sample(64)
+        assert isinstance(sample, ReplaySample)
+        rows_, indices, weights = sample  # unpacks like a tuple
+        assert indices.dtype == torch.int64 and weights.dtype == torch.float32
+        assert indices.shape == weights.shape == (64,)
+        assert rows_["id"].tolist() == [held_ids(buffer)[i] for i in indices.tolist()]
+    assert torch.equal(uniform.sample(5).weights, torch.ones(5))
+    assert not bool((prioritized.sample(64).weights == 1).all())  # unequal priorities: unequal weights
+    hindsight = HindsightReplayBuffer(30, reached, k=3, generator=seeded(4))
+    hindsight.add_trajectories(goal_episodes([6, 9, 4], 9))
+    sample = hindsight.sample(32)
+    assert isinstance(sample, ReplaySample) and sample.rows.n_elems() == 32
+    assert sample.indices.dtype == torch.int64 and bool((sample.indices < len(hindsight)).all())
+    assert torch.equal(sample.weights, torch.ones(32))
+
+
 def test_sample_returns_new_tensors_and_is_reproducible() -> None:
     buffer = ReplayBuffer(8, generator=seeded(5))
     buffer.add(rows(range(8)))
-    first = buffer.sample(16)
+    first = buffer.sample(16).rows
     first["id"].fill_(-1)
     first["obs"].fill_(-1)
     assert held_ids(buffer) == list(range(8))
@@ -197,8 +221,8 @@ def test_sample_returns_new_tensors_and_is_reproducible() -> None:
     b = ReplayBuffer(8)
     for buf in (a, b):
         buf.add(rows(range(8)))
-    assert a.sample(32).equal(b.sample(32))
-    assert again.sample(16)["id"].tolist() != [-1] * 16
+    assert a.sample(32).rows.equal(b.sample(32).rows)
+    assert again.sample(16).rows["id"].tolist() != [-1] * 16
 
 
 def test_sample_errors() -> None:
@@ -440,7 +464,7 @@ def test_hindsight_goals_come_from_later_in_the_same_episode(strategy: str) -> N
     buffer = HindsightReplayBuffer(100, reached, strategy=strategy, k=4, generator=seeded(6))
     buffer.add_trajectories(trajectories)
     assert len(buffer) == 17
-    batch = buffer.sample(4000)
+    batch = buffer.sample(4000).rows
     assert "hindsight/steps_left" not in batch
     relabelled = check_relabelling(batch, episode_ends(trajectories), strategy)
     fraction = float(relabelled.double().mean())
@@ -458,7 +482,7 @@ def test_hindsight_ring_buffer_keeps_goals_inside_the_episode() -> None:
     buffer.add_trajectories(trajectories)
     buffer.add_trajectories(goal_episodes([4], 7))  # row 0 again, a later episode
     assert len(buffer) == 10
-    batch = buffer.sample(2000)
+    batch = buffer.sample(2000).rows
     assert set(batch["row"].tolist()) <= {0, 1, 2}
     ends = torch.zeros(3, 7, dtype=torch.int64)
     ends[0], ends[1], ends[2] = 3, 4, 5  # the episodes held: row 0 is now the 4-step one
@@ -469,7 +493,7 @@ def test_hindsight_ring_buffer_keeps_goals_inside_the_episode() -> None:
 def test_hindsight_k_zero_keeps_every_goal_and_reward() -> None:
     buffer = HindsightReplayBuffer(50, reached, k=0)
     buffer.add_trajectories(goal_episodes([5, 5], 5))
-    batch = buffer.sample(200)
+    batch = buffer.sample(200).rows
     assert bool((batch["desired_goal"] == -1).all()) and bool((batch["next/reward"] == 0).all())
 
 
@@ -521,12 +545,12 @@ def test_save_load_round_trip_uniform(tmp_path: Path) -> None:
     buffer.add(rows(range(9)))
     buffer.sample(5)  # move the generator
     buffer.save(tmp_path / "buffer.pt")
-    expected = buffer.sample(10)
+    expected = buffer.sample(10).rows
     restored = ReplayBuffer(6, generator=seeded(123))
     restored.load(tmp_path / "buffer.pt")
     assert len(restored) == 6 and held_ids(restored) == held_ids(buffer)
     assert restored.state_dict()["position"] == buffer.state_dict()["position"] == 3
-    assert restored.sample(10).equal(expected)
+    assert restored.sample(10).rows.equal(expected)
     restored.add(rows([100]))
     buffer.add(rows([100]))
     assert held_ids(restored) == held_ids(buffer)
@@ -577,7 +601,7 @@ def test_save_load_round_trip_hindsight(tmp_path: Path) -> None:
     buffer.save(tmp_path / "her.pt")
     restored = HindsightReplayBuffer(30, reached, k=3)
     restored.load(tmp_path / "her.pt")
-    assert restored.sample(64).equal(buffer.sample(64))
+    assert restored.sample(64).rows.equal(buffer.sample(64).rows)
     with pytest.raises(ValueError, match="the state has k=3, this buffer k=2"):
         HindsightReplayBuffer(30, reached, k=2).load(tmp_path / "her.pt")
 
@@ -654,4 +678,4 @@ def test_cuda_storage_samples_and_priorities_on_the_device() -> None:
         buffer.update_priorities(indices, torch.rand(64))
     uniform = ReplayBuffer(10, device="cuda")
     uniform.add(rows(range(3)).to("cuda"))
-    assert uniform.sample(4).device == buffer.device
+    assert uniform.sample(4).rows.device == buffer.device

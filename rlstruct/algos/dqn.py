@@ -396,21 +396,23 @@ def learn(
     does not change between them); prioritized replay draws each after the
     previous step's priority update.
     """
-    prioritized = isinstance(buffer, PrioritizedReplayBuffer)
-    if not prioritized:
-        data = buffer.sample(n_updates * config.batch_size)
+    prioritized = buffer if isinstance(buffer, PrioritizedReplayBuffer) else None
+    if prioritized is None:
+        drawn = buffer.sample(n_updates * config.batch_size)
         uniform = [
-            data[key].view(n_updates, config.batch_size, *data[key].shape[1:]) for key in TRANSITION_KEYS
+            drawn.rows[key].view(n_updates, config.batch_size, *drawn.rows[key].shape[1:])
+            for key in TRANSITION_KEYS
         ]
+        uniform_weights = drawn.weights.view(n_updates, config.batch_size)  # ones
     total_loss = torch.zeros((), device=buffer.device)
     total_q, total_td = torch.zeros_like(total_loss), torch.zeros_like(total_loss)
     for i in range(n_updates):
-        weights = indices = None
-        if isinstance(buffer, PrioritizedReplayBuffer):
-            rows, indices, weights = buffer.sample(config.batch_size)
+        if prioritized is not None:
+            rows, indices, weights = prioritized.sample(config.batch_size)
             obs, action, next_obs, reward, terminated = (rows[key] for key in TRANSITION_KEYS)
         else:
             obs, action, next_obs, reward, terminated = (x[i] for x in uniform)
+            weights = uniform_weights[i]
         n = obs.shape[0]
         with torch.no_grad():
             next_q_target = target.q_values(next_obs)
@@ -422,15 +424,14 @@ def learn(
         y = q_targets(reward, terminated, next_q_online, next_q_target, config.gamma, config.double)
         q = q_all.gather(1, action.unsqueeze(1)).squeeze(1)
         loss_rows = torch.nn.functional.smooth_l1_loss(q, y, reduction="none")
-        loss = loss_rows.mean() if weights is None else (weights * loss_rows).mean()
+        loss = (weights * loss_rows).mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
         optimizer.step()
         td = (q - y).detach().abs()
-        if isinstance(buffer, PrioritizedReplayBuffer):
-            assert indices is not None
-            buffer.update_priorities(indices, td)
+        if prioritized is not None:
+            prioritized.update_priorities(indices, td)
         if (grad_steps + i + 1) % config.target_update_every == 0:
             with torch.no_grad():
                 for t, p in zip(target.parameters(), model.parameters(), strict=True):

@@ -403,7 +403,7 @@ def train(config: Config) -> dict[str, Any]:
             if env_steps >= config.learning_starts:
                 owed += per_iteration * config.gradient_steps
                 while owed >= 1:
-                    stats = learner.step(buffer.sample(config.batch_size), config, target_entropy)
+                    stats = learner.step(buffer.sample(config.batch_size).rows, config, target_entropy)
                     owed -= 1
             run.step(env_steps, actor, **{k: float(v) for k, v in stats.items()})
             if not more:

@@ -24,7 +24,7 @@ shared-memory segment.
 
 Examples:
     >>> import torch
-    >>> from rlstruct.sumtree import SumTree
+    >>> from rlstruct.replay.sumtree import SumTree
     >>> tree = SumTree(4)
     >>> tree.update(torch.tensor([0, 1, 2]), torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64))
     >>> tree.total(), tree.min()
