@@ -22,6 +22,9 @@ alike; the median is reported.
 - A Bullet row (HalfCheetahBulletEnv-v0, 2 x 4) against its floor (target
   0.95), when the ``bullet`` extra is installed.
 - ``MultiprocessBatcher`` 2 x 8 in "stream" mode against the 2 x 8 floor.
+- EnvPool's C++ CartPole-v1, 16 environments stepped synchronously on one
+  thread per core, driven by the same policy (the batcher's target is 1.2x
+  it), when ``envpool`` is installed.
 - 84x84x4 uint8 observations (``FramesEnv``, whose step costs next to
   nothing), 2 x 4: the floor, ``AsyncVectorEnv(8)`` with shared memory (the
   batcher's target is 3x it), and the batcher with the "full" and the
@@ -143,6 +146,38 @@ def vector_env_rate(envs: gym.vector.VectorEnv, agent: MLPAgent, transitions: in
                 counted += n - int(ended.sum())  # the rows that only reset are not transitions
                 ended = terminated | truncated
     return counted / (time.perf_counter() - start)
+
+
+class EnvPoolVector:
+    """EnvPool's C++ CartPole-v1, stepped synchronously (batch size = n_envs), seen as a gymnasium vector env.
+
+    EnvPool resets an environment at the step after it ended, as gymnasium
+    does, so ``vector_env_rate`` counts its real transitions the same way.
+    """
+
+    def __init__(self, n_envs: int, threads: int) -> None:
+        import envpool
+
+        self.num_envs = n_envs
+        self.envs = envpool.make(
+            "CartPole-v1",
+            env_type="gymnasium",
+            num_envs=n_envs,
+            batch_size=n_envs,
+            num_threads=threads,
+            seed=0,
+        )
+        self.single_observation_space = self.envs.observation_space
+        self.single_action_space = self.envs.action_space
+
+    def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        return self.envs.reset()
+
+    def step(self, actions: np.ndarray) -> tuple[Any, ...]:
+        return self.envs.step(actions)
+
+    def close(self) -> None:
+        self.envs.close()
 
 
 def batcher_rate(batcher: Any, transitions: int) -> float:
@@ -335,6 +370,13 @@ def main() -> None:
         opened.callback(sync.close)
         async_ = gym.vector.AsyncVectorEnv([lambda: gym.make("CartPole-v1")] * n_async)
         opened.callback(async_.close)
+        measures: dict[str, Callable[[], float]] = {}
+        if importlib.util.find_spec("envpool") is not None:
+            pool = EnvPoolVector(16, threads=cores)
+            opened.callback(pool.close)
+            measures["envpool"] = lambda: vector_env_rate(pool, agent, transitions)  # type: ignore[arg-type]
+        else:
+            print("envpool is not installed: no EnvPool row")
         for batcher in (mp64, local):
             batcher.reset()
             batcher.execute()
@@ -351,6 +393,7 @@ def main() -> None:
                 "mp8": lambda: batcher_rate(mp8, transitions),
                 "mp64": lambda: batcher_rate(mp64, transitions),
                 "stream8": lambda: stream_rate(stream8, transitions),
+                **measures,
             },
             repeats,
         )
@@ -391,6 +434,26 @@ def main() -> None:
             rates["floor 2 x 64"],
             0.95,
             higher_is_better=True,
+        ),
+        *(
+            [
+                Row(
+                    f"EnvPool 16 envs sync ({cores} threads)",
+                    rates["envpool"],
+                    "steps/s",
+                    higher_is_better=True,
+                ),
+                Row(
+                    "Multiprocess 2 x 8 vs EnvPool(16)",
+                    rates["mp8"],
+                    "steps/s",
+                    rates["envpool"],
+                    1.2,
+                    higher_is_better=True,
+                ),
+            ]
+            if "envpool" in rates
+            else []
         ),
         # the target is 1 s: against a baseline of 1 s, the ratio must stay at most 1
         Row("first batch of 2 x 8 after construction", first_batch, "s", 1.0, 1.0),
@@ -443,9 +506,8 @@ def main() -> None:
             )
         )
     rows += image_rows(transitions // 8, repeats)
-    for library in ("envpool", "torchrl"):
-        if importlib.util.find_spec(library) is not None:
-            print(f"{library} is installed, but this benchmark has no row for it yet")
+    if importlib.util.find_spec("torchrl") is not None:
+        print("torchrl is installed, but this benchmark has no row for it yet")
 
     print(
         f"CartPole-v1, T = {T}, {cores} cores, torch {torch.__version__}, {transitions} transitions "
