@@ -28,8 +28,6 @@ def public_modules() -> Iterator[ModuleType]:
     for info in pkgutil.walk_packages(rlstruct.__path__, prefix="rlstruct."):
         if any(part.startswith("_") for part in info.name.split(".")):
             continue
-        if info.name == "rlstruct.cli" or info.name.startswith("rlstruct.cli."):
-            continue  # the command line's entry point: documented by its --help
         try:
             yield importlib.import_module(info.name)
         except ImportError:
