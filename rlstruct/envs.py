@@ -82,6 +82,7 @@ class SelectObservation(gym.ObservationWrapper[Observation, Any, Observation]):
         )
 
     def observation(self, observation: Observation) -> Observation:
+        """The entries ``keep`` of a flat observation, in that order (same dtype, a copy)."""
         return observation[self._keep]
 
 
@@ -153,12 +154,38 @@ class CueMemoryEnv(gym.Env[Observation, np.int64]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Observation, dict[str, Any]]:
+        """Draw a new cue (from ``seed`` if given) and show it.
+
+        Args:
+            seed: seeds ``self.np_random`` (gymnasium's convention); None
+                continues its stream.
+            options: not read.
+
+        Returns:
+            ``(observation, info)``: the cue's float32 observation [3] and an
+            empty info dict.
+        """
         super().reset(seed=seed)
         self._cue = int(self.np_random.integers(2))
         self._t = 0
         return self._observation(), {}
 
     def step(self, action: np.int64) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+        """Take one step; the action counts only on the answer step.
+
+        Args:
+            action: 0 or 1.
+
+        Returns:
+            ``(observation, reward, terminated, truncated, info)`` as in
+            gymnasium: the next float32 observation [3], +1.0 / -1.0 for a
+            right / wrong answer and 0.0 before it, ``terminated`` True after
+            the answer, ``truncated`` always False, an empty info dict.
+
+        Raises:
+            ValueError: for an action outside {0, 1}.
+            RuntimeError: for a step after the episode ended (call ``reset``).
+        """
         if not self.action_space.contains(action):
             raise ValueError(f"CueMemoryEnv: action must be 0 or 1, got {action}")
         if self._t > self.delay + 1:

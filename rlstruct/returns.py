@@ -172,8 +172,9 @@ def td_lambda(
         A new tensor [B, T] with the dtype and device of ``reward``; 0 on padding.
 
     Raises:
-        TypeError: as for :func:`discounted_returns`.
-        ValueError: as for :func:`discounted_returns`, or ``lam`` outside [0, 1].
+        TypeError: as for [`discounted_returns`][rlstruct.returns.discounted_returns].
+        ValueError: as for [`discounted_returns`][rlstruct.returns.discounted_returns],
+            or ``lam`` outside [0, 1].
 
     Examples:
         >>> import torch
@@ -233,8 +234,9 @@ def gae(
         A new tensor [B, T] with the dtype and device of ``reward``; 0 on padding.
 
     Raises:
-        TypeError: as for :func:`discounted_returns`.
-        ValueError: as for :func:`discounted_returns`, or ``lam`` outside [0, 1].
+        TypeError: as for [`discounted_returns`][rlstruct.returns.discounted_returns].
+        ValueError: as for [`discounted_returns`][rlstruct.returns.discounted_returns],
+            or ``lam`` outside [0, 1].
 
     Examples:
         >>> import torch
@@ -280,10 +282,11 @@ def vtrace(
 
     ``vs_t = value_t + rho_t * delta_t + gamma * c_t * (vs_{t+1} - value_{t+1})``
 
-    with ``delta_t`` as in :func:`gae`, the trace cut after a done step and
-    after the last valid step of a row (the paper's eq. 1, with the
-    termination and truncation handling of :func:`gae`). The policy-gradient
-    advantage is ``rho_t * (r_t + gamma * (1 - terminated_t) * vs_{t+1} - value_t)``,
+    with ``delta_t`` as in [`gae`][rlstruct.returns.gae], the trace cut after
+    a done step and after the last valid step of a row (the paper's eq. 1,
+    with the termination and truncation handling of
+    [`gae`][rlstruct.returns.gae]). The policy-gradient advantage is
+    ``rho_t * (r_t + gamma * (1 - terminated_t) * vs_{t+1} - value_t)``,
     where ``vs_{t+1}`` is ``next_value_t`` after a done step or at a row end.
     With ``log_rho = 0`` (on-policy) and ``rho_bar, c_bar >= 1``, ``vs`` equals
     ``td_lambda(..., lam=lam)`` for consistent values, as the paper remarks.
@@ -307,9 +310,9 @@ def vtrace(
         of ``reward``, 0 on padding.
 
     Raises:
-        TypeError: as for :func:`discounted_returns`.
-        ValueError: as for :func:`discounted_returns`, ``lam`` outside [0, 1], or
-            ``rho_bar`` or ``c_bar`` not positive.
+        TypeError: as for [`discounted_returns`][rlstruct.returns.discounted_returns].
+        ValueError: as for [`discounted_returns`][rlstruct.returns.discounted_returns],
+            ``lam`` outside [0, 1], or ``rho_bar`` or ``c_bar`` not positive.
 
     Examples:
         >>> import torch

@@ -70,6 +70,18 @@ class CounterEnv(Environment):
         )
 
     def reset(self, env_info: DictTensor, auto_reset: bool = False) -> DictTensor:
+        """Start episode ``episode + 1`` in every instance, at ``t`` = 0.
+
+        Args:
+            env_info: w, ``n_envs`` rows; its optional key ``length`` (int64
+                [n_envs]) sets each instance's episode length.
+            auto_reset: start the next episode of an instance when one ends
+                (True), or stop it until the next ``reset`` (False).
+
+        Returns:
+            The first observation: ``n_envs`` rows on the CPU, ``t`` 0,
+            ``reward`` 0.0, ``initial_state`` True.
+        """
         n = self.n_envs
         if "length" in env_info:
             self.length = env_info["length"].clone()
@@ -83,6 +95,19 @@ class CounterEnv(Environment):
         return self._observation(torch.zeros(n), no, torch.ones(n, dtype=torch.bool))
 
     def step(self, action: DictTensor) -> tuple[DictTensor, DictTensor]:
+        """Count one more step in every running instance; rewards ``action + 1``.
+
+        Args:
+            action: ``n_envs`` rows with the key ``action`` (int64 [n_envs]).
+
+        Returns:
+            ``(reached, observation)``, ``n_envs`` rows each on the CPU: the
+            step's outcome and the observation to act on next, the same
+            unless an instance ended with ``auto_reset``, where
+            ``observation`` is the next episode's first (``t`` 0,
+            ``initial_state`` True). A stopped instance keeps its ``t`` and
+            rewards 0.0.
+        """
         running = ~self.stopped
         reward = torch.where(running, action["action"].float() + 1, torch.zeros(()))
         self.t = torch.where(running, self.t + 1, self.t)
@@ -119,6 +144,17 @@ class RandomAgent(Agent):
         agent_info: DictTensor,
         history: TemporalDictTensor | None = None,
     ) -> tuple[DictTensor, DictTensor]:
+        """Draw an action uniformly in ``[0, n_actions)`` for each of B rows.
+
+        Args:
+            state: B rows, returned unchanged.
+            observation: B rows; only their number is read.
+            agent_info: not read.
+            history: not read.
+
+        Returns:
+            ``(output, state)``: ``output`` holds ``action``, int64 [B] on the CPU.
+        """
         n = observation.n_elems()
         return DictTensor({"action": torch.randint(0, self.n_actions, (n,), generator=self.generator)}), state
 
@@ -143,10 +179,12 @@ class CountingAgent(Agent):
         self.history = history
 
     def initial_state(self, agent_info: DictTensor, n: int) -> DictTensor:
+        """``count``, int64 [n]: a copy of ``agent_info["start"]``, or zeros on the CPU."""
         start = agent_info["start"].clone() if "start" in agent_info else torch.zeros(n, dtype=torch.int64)
         return DictTensor({"count": start})
 
     def require_history(self) -> bool | int:
+        """The constructor's ``history``, read as ``Agent.require_history`` describes."""
         return self.history
 
     def forward(
@@ -156,6 +194,20 @@ class CountingAgent(Agent):
         agent_info: DictTensor,
         history: TemporalDictTensor | None = None,
     ) -> tuple[DictTensor, DictTensor]:
+        """Take the constant action and count one step.
+
+        Args:
+            state: B rows with ``count`` (int64 [B]).
+            observation: B rows; only their number is read.
+            agent_info: not read.
+            history: the window before the step, when ``require_history()``
+                asks for one; its ``lengths`` are output.
+
+        Returns:
+            ``(output, new_state)``: ``output`` holds ``action`` and ``count``
+            (int64 [B]) and, with a history, ``history_length``;
+            ``new_state`` holds ``count + 1``.
+        """
         n = observation.n_elems()
         output = {
             "action": torch.full((n,), self.action, dtype=torch.int64),

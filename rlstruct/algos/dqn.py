@@ -115,6 +115,23 @@ class QNetwork(Agent):
         agent_info: DictTensor,
         history: TemporalDictTensor | None = None,
     ) -> tuple[DictTensor, DictTensor]:
+        """Act epsilon-greedily on B rows: a uniform random action with probability ``epsilon``.
+
+        Both draws come from ``self.generator`` (on the CPU) and are moved to
+        the Q-values' device.
+
+        Args:
+            state: B rows, returned unchanged (the network has no memory).
+            observation: B rows with the key ``observation`` ``[B, ...]`` (any
+                dtype: read as flat float32).
+            agent_info: z of every row; rows whose optional bool key
+                ``greedy`` [B] is True take the greedy action.
+            history: not read.
+
+        Returns:
+            ``(output, state)``: ``output`` holds ``action``, int64 [B] on the
+            model's device.
+        """
         q = self.q_values(observation["observation"])
         action = q.argmax(1)
         n = action.shape[0]

@@ -120,10 +120,12 @@ class EvalResult:
 
     @property
     def mean(self) -> float:
+        """The mean of ``returns``."""
         return sum(self.returns) / len(self.returns)
 
     @property
     def std(self) -> float:
+        """The population standard deviation of ``returns`` (dividing by their number)."""
         m = self.mean
         return math.sqrt(sum((r - m) ** 2 for r in self.returns) / len(self.returns))
 

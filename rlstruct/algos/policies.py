@@ -196,6 +196,18 @@ class ActorCritic(Agent):
         return self._state_keys("v") if self.recurrent else []
 
     def initial_state(self, agent_info: DictTensor, n: int) -> DictTensor:
+        """The memory of ``n`` rows at the start of an episode: zeros.
+
+        Args:
+            agent_info: z for those rows (``n`` rows); not read.
+            n: the number of rows.
+
+        Returns:
+            For a recurrent agent, ``h_pi`` and ``h_v`` (plus ``c_pi`` and
+            ``c_v`` for an LSTM), each float32 ``[n, hidden[0]]`` on the
+            device of the agent's parameters; for a feed-forward agent an
+            empty DictTensor of ``n`` rows.
+        """
         if self.actor_memory is None:
             return DictTensor(batch_size=n)
         size, device = self.actor_memory.hidden_size, next(self.actor_memory.parameters()).device
@@ -316,6 +328,26 @@ class ActorCritic(Agent):
         agent_info: DictTensor,
         history: TemporalDictTensor | None = None,
     ) -> tuple[DictTensor, DictTensor]:
+        """Sample an action for each of B rows (the mode where ``agent_info["greedy"]`` is True).
+
+        Actions are drawn with ``self.generator`` (or a generator on the
+        parameters' device seeded from it).
+
+        Args:
+            state: B rows, the keys of ``initial_state`` (empty for a
+                feed-forward agent).
+            observation: B rows with the key ``observation`` ``[B, ...]`` (any
+                dtype: read as flat float32), on the agent's device.
+            agent_info: z of every row; its optional bool key ``greedy`` [B]
+                selects the most likely action.
+            history: not read.
+
+        Returns:
+            ``(output, new_state)``: ``output`` holds the keys listed in the
+            class description, each with B rows on the agent's device;
+            ``new_state`` the memory after the step (``state`` itself for a
+            feed-forward agent).
+        """
         x = self.normalized(observation["observation"])
         out: dict[str, torch.Tensor] = {}
         if self.actor_memory is None:

@@ -251,6 +251,22 @@ class SquashedGaussianActor(Agent):
         agent_info: DictTensor,
         history: TemporalDictTensor | None = None,
     ) -> tuple[DictTensor, DictTensor]:
+        """Act on B rows: a squashed Gaussian sample, ``tanh(mean)`` where greedy, uniform if ``uniform``.
+
+        The noise comes from ``self.generator``, which must be on the
+        parameters' device.
+
+        Args:
+            state: B rows, returned unchanged (the policy has no memory).
+            observation: B rows with the key ``observation`` ``[B, ...]`` (any
+                dtype: read as flat float32), on the parameters' device.
+            agent_info: z of every row; its optional bool key ``greedy`` [B].
+            history: not read.
+
+        Returns:
+            ``(output, state)``: ``output`` holds ``unit_action`` and
+            ``action``, float32 [B, k] on the parameters' device.
+        """
         mean, log_std = self.distribution(observation["observation"])
         noise = torch.randn(mean.shape, generator=self.generator, device=mean.device)
         if bool(self.uniform):

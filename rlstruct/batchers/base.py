@@ -37,30 +37,32 @@ class Batcher(Protocol):
     ``isinstance(x, Batcher)`` checks only that the members exist (as for any
     ``runtime_checkable`` protocol), not their signatures; a type checker
     checks those.
-
-    Attributes:
-        n_envs: environment instances per group (per worker process).
-        n_timesteps: T, the steps of every trajectory (their maximum in
-            "episodes" mode).
-        n_processes: the number of groups (worker processes).
-        mode: "fixed", "episodes" or "stream" (see ``docs/batchers.md``).
-        device: where ``get()`` puts the trajectories.
     """
 
     @property
-    def n_envs(self) -> int: ...
+    def n_envs(self) -> int:
+        """Environment instances per group (per worker process)."""
+        ...
 
     @property
-    def n_timesteps(self) -> int: ...
+    def n_timesteps(self) -> int:
+        """T, the steps of every trajectory (their maximum in "episodes" mode)."""
+        ...
 
     @property
-    def n_processes(self) -> int: ...
+    def n_processes(self) -> int:
+        """The number of groups (worker processes)."""
+        ...
 
     @property
-    def mode(self) -> str: ...
+    def mode(self) -> str:
+        """The collection mode: "fixed", "episodes" or "stream" (see ``docs/batchers.md``)."""
+        ...
 
     @property
-    def device(self) -> torch.device: ...
+    def device(self) -> torch.device:
+        """Where ``get()`` puts the trajectories."""
+        ...
 
     def n_elems(self) -> int:
         """The number of rows a ``get()`` returns.
