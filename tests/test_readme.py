@@ -21,15 +21,22 @@ def test_readme_example_runs_and_prints_its_comments() -> None:
     assert out.getvalue().splitlines() == claimed
 
 
+def commands(text: str) -> list[str]:
+    """The README's set-up command lines, each with its continuation lines joined."""
+    return re.findall(r"^python3 -m venv.*$", text.replace("\\\n", " "), re.M)
+
+
 def test_readme_pins_torch_before_the_package() -> None:
     text = README.read_text()
-    for line in re.findall(r"^python3 -m venv.*$", text, re.M):
+    lines = commands(text)
+    assert lines, "README.md has no set-up command"
+    for line in lines:
         assert line.index("pip install torch==") < line.index("pip install -e")
 
 
 def test_ci_installs_what_the_readme_test_command_installs() -> None:
     readme = README.read_text()
-    test_line = next(line for line in re.findall(r"^python3 -m venv.*$", readme, re.M) if "pytest" in line)
+    test_line = next(line for line in commands(readme) if "pytest" in line)
     readme_installs = re.findall(r"pip install ([^&]+?)\s*(?:&&|$)", test_line)
     ci = (README.parent / ".ci" / "run").read_text()
     ci_installs = [
