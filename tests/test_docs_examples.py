@@ -145,10 +145,10 @@ def test_page_examples_run(page: Path, tmp_path: Path) -> None:
     )
 
 
-def test_code_lines_fit_the_page() -> None:
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_code_lines_fit_the_page(page: Path) -> None:
     too_long = [
         f"{page_id(page)}:{first_line + k}: {len(line)} characters"
-        for page in PAGES
         for _, first_line, body, _ in code_blocks(page.read_text())
         for k, line in enumerate(body)
         if len(line) > MAX_LINE
