@@ -17,11 +17,14 @@ The script keeps each block on the lines it has on the page (the lines between
 blocks are left empty), so a traceback's line number is the page's.
 
 Pages are found by globbing, so a page added to docs/ is checked without
-changing this file.
+changing this file. A page that fails only because a package of an optional
+extra (``bullet``, ``ray``) is not installed is skipped, saying which extra to
+install; CI installs them all.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -36,6 +39,14 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
 MAX_LINE = 88
 NOT_RUN = re.compile(r"^\s*<!--\s*not run:\s*\S.*-->\s*$")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
+# packages of the optional extras, by the extra that installs them
+EXTRAS = {
+    "pybullet": "bullet",
+    "pybullet_envs_gymnasium": "bullet",
+    "ray": "ray",
+    "lz4": "ray",
+    "zstandard": "ray",
+}
 
 
 def code_blocks(text: str) -> list[tuple[str, int, list[str], bool]]:
@@ -139,6 +150,11 @@ def test_page_examples_run(page: Path, tmp_path: Path) -> None:
         )
     except subprocess.TimeoutExpired as error:
         pytest.fail(f"{page_id(page)}: the examples ran past 300 s\n{error.stderr!s:.3000}")
+    if result.returncode != 0:
+        missing = {name.split(".")[0] for name in re.findall(r"No module named '([\w.]+)'", result.stderr)}
+        for name in sorted(missing & EXTRAS.keys()):
+            if importlib.util.find_spec(name) is None:
+                pytest.skip(f'{page_id(page)} needs {name}: pip install -e ".[{EXTRAS[name]}]"')
     assert result.returncode == 0, (
         f"{page_id(page)}: the examples failed (exit code {result.returncode}; line numbers "
         f"in page.py are the page's)\n{result.stderr[-3000:]}"
