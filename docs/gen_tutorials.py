@@ -106,7 +106,7 @@ def page(script: Path, output: str, images: list[str]) -> str:
     title, text = intro(docstring)
     shown = " ".join(command(script))
     output, wrapped = wrap(re.sub(r"\n{3,}", "\n\n", output.strip("\n")))
-    said = " Lines longer than 88 characters are wrapped, continued 4 spaces in." if wrapped else ""
+    said = f" Lines longer than {WIDTH} characters are wrapped, continued 4 spaces in." if wrapped else ""
     parts = [
         f"# {title}",
         text,
