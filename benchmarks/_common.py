@@ -31,14 +31,23 @@ class Budget:
     min_time: float
 
 
-def parse_args(description: str | None, default_repeats: int = 41) -> tuple[argparse.Namespace, Budget]:
-    """Parse ``--json PATH``, ``--quick`` and ``--repeats N``; return the arguments and the budget."""
+def parse_args(
+    description: str | None,
+    default_repeats: int = 41,
+    extra: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> tuple[argparse.Namespace, Budget]:
+    """Parse ``--json PATH``, ``--quick`` and ``--repeats N``; return the arguments and the budget.
+
+    ``extra``, if given, adds a benchmark's own options to the parser first.
+    """
     parser = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the rows as JSON to PATH")
     parser.add_argument("--quick", action="store_true", help="a tiny budget (for CI): a few seconds in all")
     parser.add_argument("--repeats", type=int, metavar="N", help="timed loops per function (median taken)")
+    if extra is not None:
+        extra(parser)
     args = parser.parse_args()
     if args.repeats is not None and args.repeats < 1:
         parser.error("--repeats must be at least 1")

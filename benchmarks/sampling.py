@@ -30,19 +30,28 @@ alike; the median is reported.
   batcher's target is 3x it), and the batcher with the "full" and the
   "compact" storage layout.
 
+``--plot PATH`` also draws the steps/s rows as a horizontal bar chart, one
+panel per environment, the floors hatched in grey; ``--from-json JSON``
+draws it from the rows of an earlier ``--json`` instead of measuring.
+
 Usage:
-    python benchmarks/sampling.py [--quick] [--repeats N] [--json PATH]
+    python benchmarks/sampling.py [--quick] [--repeats N] [--json PATH] [--plot PATH]
+    python benchmarks/sampling.py --from-json JSON --plot PATH
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.util
+import json
 import multiprocessing
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -322,8 +331,111 @@ def image_rows(transitions: int, repeats: int) -> list[Row]:
     ]
 
 
+PANELS = (("HalfCheetah ", "HalfCheetahBulletEnv-v0, 2 x 4"), ("84x84x4 ", "84x84x4 frames, 2 x 4"))
+"""Row-name prefixes with a panel of their own; every other row is CartPole-v1's."""
+
+KIND_COLOURS = {"floor": "0.6", "gymnasium": "C1", "rlstruct": "C0"}
+
+
+def bars(rows: list[dict[str, Any]]) -> dict[str, list[tuple[str, float, str]]]:
+    """The chart's bars, by panel title: ``(label, steps/s, kind)``, in the order of ``rows``.
+
+    Only the rows in steps/s are drawn. ``kind`` is ``"floor"``,
+    ``"gymnasium"`` (a vector environment) or ``"rlstruct"``. A measurement
+    reported against two baselines (``X vs its floor``, ``X vs Sync(16)``) is
+    one bar, labelled ``X``.
+    """
+    panels: dict[str, list[tuple[str, float, str]]] = {"CartPole-v1": []}
+    for row in rows:
+        if row["unit"] != "steps/s":
+            continue
+        name = str(row["name"])
+        title = "CartPole-v1"
+        for prefix, panel in PANELS:
+            if name.startswith(prefix):
+                name, title = name.removeprefix(prefix), panel
+        label = name.partition(" vs ")[0]
+        kind = "floor" if label.startswith("floor:") else "gymnasium" if "VectorEnv" in label else "rlstruct"
+        shown = panels.setdefault(title, [])
+        if all(label != other for other, _, _ in shown):
+            shown.append((label, float(row["value"]), kind))
+    return {title: shown for title, shown in panels.items() if shown}
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Draw the steps/s rows of ``rows`` (the ``--json`` records) as horizontal bars into ``path``.
+
+    Raises:
+        ValueError: if no row is in steps/s.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    panels = bars(rows)
+    if not panels:
+        raise ValueError("plot: no row is in steps/s, nothing to draw")
+    counts = [len(shown) for shown in panels.values()]
+    figure = Figure(figsize=(8.0, 1.0 + 0.32 * sum(counts) + 0.5 * len(counts)), layout="constrained")
+    axes_list = figure.subplots(len(panels), 1, squeeze=False, height_ratios=counts)[:, 0]
+    for axes, (title, shown) in zip(axes_list, panels.items(), strict=True):
+        labels, values, kinds = zip(*shown, strict=True)
+        drawn = axes.barh(
+            range(len(shown)),
+            values,
+            color=[KIND_COLOURS[k] for k in kinds],
+            hatch=["//" if k == "floor" else "" for k in kinds],
+        )
+        axes.bar_label(drawn, labels=[f"{v:,.0f}" for v in values], padding=3, fontsize="small")
+        axes.set_yticks(range(len(shown)), labels)
+        axes.invert_yaxis()  # the first row on top, as in the table
+        axes.set_xlim(0, max(values) * 1.18)  # room for the figures after the bars
+        axes.set_title(title, fontsize="medium", loc="left")
+        axes.grid(axis="x", alpha=0.3)
+    axes_list[-1].set_xlabel("real transitions per second (steps/s)")
+    figure.legend(
+        handles=[Patch(facecolor=KIND_COLOURS["floor"], hatch="//", label="floor (no batcher)")]
+        + [Patch(color=KIND_COLOURS[k], label=k) for k in ("gymnasium", "rlstruct")],
+        loc="outside lower center",
+        ncols=3,
+        fontsize="small",
+    )
+    figure.savefig(path)
+    return path
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a ``--json`` file, checked to be a list of objects with a name, a value and a unit."""
+    rows = json.loads(path.read_text())
+    if not isinstance(rows, list) or not all(
+        isinstance(r, dict) and {"name", "value", "unit"} <= set(r) for r in rows
+    ):
+        raise ValueError(
+            f"--from-json: {str(path)!r} must hold a list of rows with a name, a value and a unit, "
+            "as --json writes"
+        )
+    return rows
+
+
+def _plot_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--plot", type=Path, metavar="PATH", help="also draw the steps/s rows into PATH")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        metavar="JSON",
+        help="draw --plot from the rows of an earlier --json file instead of measuring",
+    )
+
+
 def main() -> None:
-    args, budget = parse_args(__doc__, default_repeats=3)
+    args, budget = parse_args(__doc__, default_repeats=3, extra=_plot_options)
+    if args.from_json is not None:
+        if args.plot is None:
+            sys.exit("sampling.py: --from-json JSON needs --plot PATH (the image to draw)")
+        try:
+            print(f"wrote {plot(read_rows(args.from_json), args.plot)}")
+        except (OSError, ValueError) as error:
+            sys.exit(f"sampling.py: {error}")
+        return
     torch.set_num_threads(1)
     quick = args.quick
     transitions = 4096 if quick else 65536  # per row and repeat
@@ -514,6 +626,8 @@ def main() -> None:
         f"per row, median of {repeats} interleaved repeats\n"
     )
     report(args, rows, "rlstruct", "baseline")
+    if args.plot is not None:
+        print(f"wrote {plot([row.to_json() for row in rows], args.plot)}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,11 @@ tutorial script), run on its seeds in a fresh process; its final greedy
 return over 10 episodes must reach the threshold on every seed. The suite
 prints the table that docs/performance.md shows (``--write`` puts it there,
 between the ``learning-suite`` markers) and exits with status 1 if a target
-is missed. CI runs it in full, two runs at a time (about 30 minutes on 2
+is missed. With ``--write PAGE``, every ``rlstruct train`` entry it ran also
+gets its learning curve, its seeds' runs overlaid by ``rlstruct plot``'s
+function (``rlstruct.logger.plot_runs``), in ``img/learning/<Entry.curve>``
+next to PAGE: ``docs/img/learning/ppo-CartPole-v1.png`` and so on, which the
+algorithm pages show. Without ``--write`` nothing is written into docs/. CI runs it in full, two runs at a time (about 30 minutes on 2
 cores).
 
 Usage:
@@ -49,6 +53,15 @@ class Entry:
     @property
     def tutorial(self) -> bool:
         return self.command[0].endswith(".py")
+
+    @property
+    def curve(self) -> str | None:
+        """The file name of the learning curve (``ppo-CartPole-v1.png``); None for a tutorial (no run dir)."""
+        if self.tutorial:
+            return None
+        _, algo, _, env, *rest = self.command  # "train", ALGO, "--env", ENV, options
+        words = [algo, env.rpartition(":")[2], *(word.removeprefix("--") for word in rest)]
+        return "-".join(words) + ".png"
 
     def shown(self) -> str:
         words = (
@@ -116,6 +129,7 @@ class Result:
     final: float
     env_steps: int
     train_s: float
+    run_dir: Path | None = None  # an ``rlstruct train`` run's directory, named "seed N"
 
 
 def run(entry: Entry, seed: int, total_steps: int | None, workdir: Path) -> Result:
@@ -143,7 +157,28 @@ def run(entry: Entry, seed: int, total_steps: int | None, workdir: Path) -> Resu
             f"{entry.shown()} (seed {seed}) failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
         )
     results = json.loads(out.read_text())
-    return Result(float(results["eval_return_mean"]), int(results["env_steps"]), float(results["wall_s"]))
+    # the seed names the run in its learning curve's legend
+    run_dir = Path(results["run_dir"]).rename(workdir / f"seed {seed}")
+    return Result(
+        float(results["eval_return_mean"]), int(results["env_steps"]), float(results["wall_s"]), run_dir
+    )
+
+
+def plot(entry: Entry, results: list[Result], folder: Path) -> Path | None:
+    """Draw the learning curve of an ``rlstruct train`` entry's runs into ``folder``; None for a tutorial.
+
+    The greedy evaluation return (solid) and the training return (dashed)
+    against env steps, one colour per seed, as ``rlstruct plot`` draws them.
+    """
+    from rlstruct.logger import plot_runs
+
+    run_dirs = [r.run_dir for r in results if r.run_dir is not None]
+    if entry.curve is None or not run_dirs:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    return plot_runs(
+        run_dirs, ["eval_return_mean"], optional=["train_return_mean"], path=folder / entry.curve
+    )
 
 
 HEADER = (
@@ -197,7 +232,10 @@ def main(argv: list[str] | None = None) -> int:
         "--total-steps", type=int, metavar="N", help="every budget N (a smoke run: no checks)"
     )
     parser.add_argument(
-        "--write", type=Path, metavar="PATH", help="write the table into PATH (between the markers)"
+        "--write",
+        type=Path,
+        metavar="PATH",
+        help="write the table into PATH (between the markers), the learning curves into img/learning/ next to it",
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--jobs", type=int, default=2, metavar="N", help="runs at a time (default: 2)")
@@ -230,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{'ran ' if met is None else 'ok  ' if met else 'MISS'} {entry.shown()}: {finals} ({time.monotonic() - start:.0f} s)",
                 flush=True,
             )
+            if args.write is not None:  # the run directories go with the temporary directory
+                image = plot(entry, results, args.write.parent / "img" / "learning")
+                if image is not None:
+                    print(f"     wrote {image}", flush=True)
     text = table(rows)
     print(f"\n{text}\n")
     if args.write is not None:

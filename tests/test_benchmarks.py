@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import subprocess
@@ -10,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = sorted(
-    p for p in (Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py") if not p.name.startswith("_")
-)
+DIRECTORY = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = sorted(p for p in DIRECTORY.glob("*.py") if not p.name.startswith("_"))
 FIELDS = {"name", "value", "unit", "baseline", "ratio", "target", "higher_is_better"}
+PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def test_benchmarks_are_found() -> None:
@@ -23,13 +24,17 @@ def test_benchmarks_are_found() -> None:
 @pytest.mark.parametrize("path", BENCHMARKS, ids=lambda p: p.stem)
 def test_benchmark_quick_run_writes_json_rows(path: Path, tmp_path: Path) -> None:
     out = tmp_path / "rows.json"
+    image = tmp_path / "rows.png"
+    plot = ["--plot", str(image)] if path.stem == "sampling" else []  # the one benchmark that draws
     result = subprocess.run(
-        [sys.executable, str(path), "--quick", "--json", str(out)],
+        [sys.executable, str(path), "--quick", "--json", str(out), *plot],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, f"{path.name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    if plot:
+        assert image.read_bytes().startswith(PNG)
     rows = json.loads(out.read_text())
     assert isinstance(rows, list) and rows
     for row in rows:
@@ -40,3 +45,62 @@ def test_benchmark_quick_run_writes_json_rows(path: Path, tmp_path: Path) -> Non
         assert row["target"] is None or isinstance(row["target"], (int, float))
         if row["baseline"] is not None:
             assert row["ratio"] == pytest.approx(row["value"] / row["baseline"])
+
+
+def _row(name: str, value: float, unit: str = "steps/s", baseline: float | None = None) -> dict[str, object]:
+    ratio = value / baseline if baseline else None
+    return {"name": name, "value": value, "unit": unit, "baseline": baseline, "ratio": ratio}
+
+
+ROWS = [
+    _row("floor: 2 processes x 8 envs + policy", 1000.0),
+    _row("gymnasium SyncVectorEnv(16)", 500.0),
+    _row("Multiprocess 2 x 8 vs its floor", 800.0, baseline=1000.0),
+    _row("Multiprocess 2 x 8 vs Sync(16)", 800.0, baseline=500.0),
+    _row("first batch of 2 x 8 after construction", 1.5, unit="s", baseline=1.0),
+    _row("84x84x4 floor: 2 processes x 4 envs + policy", 300.0),
+    _row("84x84x4 Multiprocess 2 x 4 compact vs full", 200.0, baseline=250.0),
+]
+
+
+def test_sampling_bars_are_one_per_measurement_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(DIRECTORY))
+    sampling = importlib.import_module("sampling")
+    assert sampling.bars(ROWS) == {
+        "CartPole-v1": [
+            ("floor: 2 processes x 8 envs + policy", 1000.0, "floor"),
+            ("gymnasium SyncVectorEnv(16)", 500.0, "gymnasium"),
+            ("Multiprocess 2 x 8", 800.0, "rlstruct"),  # two rows of one measurement, one bar
+        ],
+        "84x84x4 frames, 2 x 4": [
+            ("floor: 2 processes x 4 envs + policy", 300.0, "floor"),
+            ("Multiprocess 2 x 4 compact", 200.0, "rlstruct"),
+        ],
+    }  # the row in seconds is not a bar
+
+
+def test_sampling_plots_an_earlier_json_without_measuring(tmp_path: Path) -> None:
+    rows, image = tmp_path / "rows.json", tmp_path / "sampling.png"
+    rows.write_text(json.dumps(ROWS))
+    script = str(DIRECTORY / "sampling.py")
+    done = subprocess.run(
+        [sys.executable, script, "--from-json", str(rows), "--plot", str(image)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"wrote {image}\n"  # nothing measured, no table
+    assert image.read_bytes().startswith(PNG)
+    no_plot = subprocess.run(
+        [sys.executable, script, "--from-json", str(rows)], capture_output=True, text=True, timeout=300
+    )
+    assert no_plot.returncode != 0 and "--from-json JSON needs --plot PATH" in no_plot.stderr
+    rows.write_text(json.dumps({"name": "not a list"}))
+    bad = subprocess.run(
+        [sys.executable, script, "--from-json", str(rows), "--plot", str(image)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode != 0 and "must hold a list of rows" in bad.stderr

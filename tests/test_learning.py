@@ -46,6 +46,39 @@ def test_a_smoke_run_writes_its_table_and_results(tmp_path: Path, capsys: pytest
     )
     assert lines[5].endswith("| - |")  # a smoke run checks no threshold
     assert "ran  rlstruct train ppo --env CueMemory-v0" in capsys.readouterr().out
+    # the learning curve of the rlstruct train entry, next to the page; none for the tutorial
+    curves = sorted((tmp_path / "img" / "learning").iterdir())
+    assert [p.name for p in curves] == ["ppo-CueMemory-v0.png"]
+    assert curves[0].read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_without_write_no_curve_is_drawn(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    drawn: list[str] = []
+    monkeypatch.setattr(learning_suite, "run", lambda *args: learning_suite.Result(1.0, 1, 1.0, tmp_path))
+    monkeypatch.setattr(learning_suite, "plot", lambda entry, *args: drawn.append(entry.shown()))
+    assert learning_suite.main(["--only", "CueMemory-v0"]) == 0
+    assert drawn == []
+    page = tmp_path / "page.md"
+    page.write_text(f"{learning_suite.START}\n{learning_suite.END}\n")
+    assert learning_suite.main(["--only", "CueMemory-v0", "--write", str(page)]) == 0
+    assert drawn == [
+        "rlstruct train ppo --env CueMemory-v0",
+        "python tutorials/09_attention_history.py --env CueMemory-v0 --steps 50000",
+    ]
+
+
+def test_every_curve_an_algorithm_page_shows_is_one_the_suite_draws() -> None:
+    curves = {e.curve for e in learning_suite.ENTRIES if e.curve is not None}
+    assert len(curves) == len([e for e in learning_suite.ENTRIES if not e.tutorial])  # no two alike
+    shown: set[str] = set()
+    for algo in ("ppo", "a2c", "dqn", "sac", "impala"):
+        page = (PERFORMANCE.parent / "algos" / f"{algo}.md").read_text()
+        images = set(re.findall(r"\]\(\.\./img/learning/([^)]+)\)", page))
+        assert images, f"docs/algos/{algo}.md shows no learning curve"
+        assert images <= curves, images - curves
+        assert all(image.startswith(f"{algo}-") for image in images), images
+        shown |= images
+    assert shown == curves  # every curve the suite draws is on its algorithm's page
 
 
 def test_a_missed_threshold_fails_the_suite(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

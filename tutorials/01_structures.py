@@ -22,8 +22,12 @@ def section(title: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="The structures rlstruct's data travels in.")
-    parser.add_argument("--quick", action="store_true", help="accepted for uniformity; always quick")
+    parser = argparse.ArgumentParser(
+        description="The structures rlstruct's data travels in."
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="accepted for uniformity; always quick"
+    )
     parser.parse_args()
     torch.manual_seed(0)
 
@@ -57,18 +61,25 @@ def main() -> None:
     print("cat of two batches:", both.n_elems(), "rows")
     z = DictTensor({"epsilon": torch.tensor([0.0, 0.05, 0.1, 0.2])})
     print("merged keys:", list((step | z.prepend_key("agent_info/")).keys()))
-    print("where(done, zeros, step):", DictTensor.where(step["done"], buffer[0:4], step)["reward"])
+    print(
+        "where(done, zeros, step):",
+        DictTensor.where(step["done"], buffer[0:4], step)["reward"],
+    )
 
     section("TemporalDictTensor: B rows of up to T steps")
     # Three episodes of lengths 5, 2 and 4, padded to T = 5.
     rewards = torch.ones(3, 5)
     observations = torch.arange(15.0).view(3, 5, 1).expand(3, 5, 2).clone()
     episodes = TemporalDictTensor(
-        {"reward": rewards, "observation": observations}, lengths=torch.tensor([5, 2, 4])
+        {"reward": rewards, "observation": observations},
+        lengths=torch.tensor([5, 2, 4]),
     )
     print(episodes)
     print("mask:\n", episodes.mask())
-    print("returns (masked sum of rewards):", (episodes["reward"] * episodes.mask()).sum(1))
+    print(
+        "returns (masked sum of rewards):",
+        (episodes["reward"] * episodes.mask()).sum(1),
+    )
     print("step 3 of the episodes still running:", episodes.masked_temporal_index(3)[1])
     last = episodes.temporal_multi_index(episodes.lengths - 1)
     print("last observation of each episode:", last["observation"][:, 0])
@@ -78,14 +89,24 @@ def main() -> None:
     first_two = episodes.temporal_slice(0, 2)
     print("first two steps, lengths:", first_two.lengths)
     longer = TemporalDictTensor.cat([first_two, episodes])
-    print("cat of T=2 and T=5 batches:", longer.n_timesteps(), "steps, lengths", longer.lengths)
+    print(
+        "cat of T=2 and T=5 batches:",
+        longer.n_timesteps(),
+        "steps, lengths",
+        longer.lengths,
+    )
 
     section("Trajectories: per-row info plus the steps")
     info = DictTensor(
-        {"agent_info/epsilon": torch.tensor([0.0, 0.1, 0.2]), "env_info/seed": torch.tensor([7, 8, 9])}
+        {
+            "agent_info/epsilon": torch.tensor([0.0, 0.1, 0.2]),
+            "env_info/seed": torch.tensor([7, 8, 9]),
+        }
     )
     batch = Trajectories(info, episodes)
-    print(batch.n_elems(), "trajectories; the second one:", batch[1].info["env_info/seed"])
+    print(
+        batch.n_elems(), "trajectories; the second one:", batch[1].info["env_info/seed"]
+    )
 
     section("Specs: per-row shapes and dtypes, allocating shared buffers")
     specs = episodes.specs()

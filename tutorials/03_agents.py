@@ -13,7 +13,14 @@ import argparse
 
 import torch
 
-from rlstruct import Agent, DictTensor, GymEnv, LocalBatcher, TemporalDictTensor, replay_agent
+from rlstruct import (
+    Agent,
+    DictTensor,
+    GymEnv,
+    LocalBatcher,
+    TemporalDictTensor,
+    replay_agent,
+)
 
 
 class RecurrentAgent(Agent):
@@ -39,16 +46,23 @@ class RecurrentAgent(Agent):
     ) -> tuple[DictTensor, DictTensor]:
         h = self.cell(torch.tanh(self.encoder(observation["observation"])), state["h"])
         logits = self.policy(h)
-        sampled = torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator).squeeze(1)
+        sampled = torch.multinomial(
+            torch.softmax(logits, -1), 1, generator=self.generator
+        ).squeeze(1)
         uniform = torch.randint(0, 2, sampled.shape, generator=self.generator)
-        explore = torch.rand(sampled.shape, generator=self.generator) < agent_info["epsilon"]
+        explore = (
+            torch.rand(sampled.shape, generator=self.generator) < agent_info["epsilon"]
+        )
         action = torch.where(explore, uniform, sampled)
-        # Everything in the output is stored in the trajectories, next to the observation.
+        # Everything in the output is stored in the trajectories, next to the
+        # observation.
         return DictTensor({"action": action, "logits": logits}), DictTensor({"h": h})
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Agents with internal state, parametrised by z.")
+    parser = argparse.ArgumentParser(
+        description="Agents with internal state, parametrised by z."
+    )
     parser.add_argument("--quick", action="store_true", help="shorter trajectories")
     args = parser.parse_args()
     n_timesteps = 20 if args.quick else 200
@@ -58,7 +72,8 @@ def main() -> None:
     epsilons = DictTensor({"epsilon": torch.tensor([0.0, 0.1, 0.5, 1.0])})
 
     print("=== Continuing acquisition: fixed-length pieces of an endless stream ===")
-    learner = RecurrentAgent()  # the learner's copy; the batcher's copies act with its weights
+    # the learner's copy; the batcher's copies act with its weights
+    learner = RecurrentAgent()
     with LocalBatcher(
         RecurrentAgent,
         {},
@@ -76,11 +91,15 @@ def main() -> None:
             steps = batch.trajectories
             episodes_ended = steps["next/done"].sum().item()
             print(
-                f"piece {piece}: {tuple(steps['observation'].shape)} steps, lengths {steps.lengths.tolist()}, "
-                f"{episodes_ended} episode ends; hidden state carried in: "
+                f"piece {piece}: {tuple(steps['observation'].shape)} steps, "
+                f"lengths {steps.lengths.tolist()}, {episodes_ended} episode ends;\n"
+                f"         hidden state carried in: "
                 f"{batch.info['agent_state/h'].abs().sum().item():.2f}"
             )
-        print("z stored with every row:", [round(e, 2) for e in batch.info["agent_info/epsilon"].tolist()])
+        print(
+            "z stored with every row:",
+            [round(e, 2) for e in batch.info["agent_info/epsilon"].tolist()],
+        )
 
         # Recompute the outputs over the stored steps, with gradients, as a loss would.
         replayed = replay_agent(learner, batch)
@@ -91,7 +110,9 @@ def main() -> None:
             "| requires grad:",
             replayed["logits"].requires_grad,
         )
-        loss = -(torch.log_softmax(replayed["logits"], -1).max(-1).values * steps.mask()).sum()
+        loss = -(
+            torch.log_softmax(replayed["logits"], -1).max(-1).values * steps.mask()
+        ).sum()
         loss.backward()
         print("gradient reached the GRU:", learner.cell.weight_hh.grad is not None)
 
@@ -112,7 +133,10 @@ def main() -> None:
         batch = batcher.get()
         returns = (batch.trajectories["next/reward"] * batch.trajectories.mask()).sum(1)
         for eps, length, ret in zip(
-            epsilons["epsilon"].tolist(), batch.lengths.tolist(), returns.tolist(), strict=True
+            epsilons["epsilon"].tolist(),
+            batch.lengths.tolist(),
+            returns.tolist(),
+            strict=True,
         ):
             print(f"epsilon {eps:.1f}: episode of {length} steps, return {ret:.0f}")
 

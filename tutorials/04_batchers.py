@@ -15,7 +15,14 @@ import time
 
 import torch
 
-from rlstruct import Agent, DictTensor, GymEnv, LocalBatcher, MultiprocessBatcher, TemporalDictTensor
+from rlstruct import (
+    Agent,
+    DictTensor,
+    GymEnv,
+    LocalBatcher,
+    MultiprocessBatcher,
+    TemporalDictTensor,
+)
 
 
 class Policy(Agent):
@@ -24,7 +31,9 @@ class Policy(Agent):
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)  # every copy starts from the same weights
-        self.net = torch.nn.Sequential(torch.nn.Linear(4, 32), torch.nn.Tanh(), torch.nn.Linear(32, 2))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(4, 32), torch.nn.Tanh(), torch.nn.Linear(32, 2)
+        )
 
     def forward(
         self,
@@ -34,29 +43,41 @@ class Policy(Agent):
         history: TemporalDictTensor | None = None,
     ) -> tuple[DictTensor, DictTensor]:
         logits = self.net(observation["observation"])
-        sampled = torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator).squeeze(1)
+        sampled = torch.multinomial(
+            torch.softmax(logits, -1), 1, generator=self.generator
+        ).squeeze(1)
         if "epsilon" in agent_info:
             uniform = torch.randint(0, 2, sampled.shape, generator=self.generator)
-            explore = torch.rand(sampled.shape, generator=self.generator) < agent_info["epsilon"]
+            explore = (
+                torch.rand(sampled.shape, generator=self.generator)
+                < agent_info["epsilon"]
+            )
             sampled = torch.where(explore, uniform, sampled)
         return DictTensor({"action": sampled, "logits": logits}), state
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Collecting in worker processes.")
-    parser.add_argument("--quick", action="store_true", help="fewer and shorter batches")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer and shorter batches"
+    )
     args = parser.parse_args()
     n_timesteps, rounds = (16, 3) if args.quick else (64, 10)
     cartpole = {"env": "CartPole-v1"}
     layout = {"n_envs": 4, "n_timesteps": n_timesteps, "n_processes": 2, "seed": 0}
-    epsilons = DictTensor({"epsilon": torch.tensor([0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0])})
+    epsilons = DictTensor(
+        {"epsilon": torch.tensor([0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0])}
+    )
 
-    learner = Policy()  # the learner's copy: every batcher's agents act with its weights
+    # the learner's copy: every batcher's agents act with its weights
+    learner = Policy()
     weights = learner.state_dict()
 
     print("=== Same seeds and layout: the same trajectories as in-process ===")
     with (
-        MultiprocessBatcher(Policy, {}, GymEnv, cartpole, **layout, weights=weights) as workers,
+        MultiprocessBatcher(
+            Policy, {}, GymEnv, cartpole, **layout, weights=weights
+        ) as workers,
         LocalBatcher(Policy, {}, GymEnv, cartpole, **layout, weights=weights) as local,
     ):
         for batcher in (workers, local):
@@ -65,9 +86,14 @@ def main() -> None:
         in_workers, in_process = workers.get(), local.get()
         print("identical:", in_workers.equal(in_process))
 
-    print("\n=== Non-blocking: evaluate in the background while training data keeps coming ===")
+    print(
+        "\n=== Non-blocking: evaluate in the background while training data "
+        "keeps coming ==="
+    )
     with (
-        MultiprocessBatcher(Policy, {}, GymEnv, cartpole, **layout, weights=weights) as train,
+        MultiprocessBatcher(
+            Policy, {}, GymEnv, cartpole, **layout, weights=weights
+        ) as train,
         MultiprocessBatcher(
             Policy,
             {},
@@ -90,11 +116,14 @@ def main() -> None:
             train.update(learner.state_dict())
             report = evaluation.get(blocking=False)  # None until the evaluation is done
         print(
-            f"{train_batches} training batches of {batch.n_elems()} x {n_timesteps} steps while evaluating;"
+            f"{train_batches} training batches of {batch.n_elems()} x {n_timesteps} "
+            "steps while evaluating;"
         )
         print("evaluation episode lengths:", report.lengths.tolist())
 
-    print("\n=== Streaming: workers fill free slots, the learner takes finished ones ===")
+    print(
+        "\n=== Streaming: workers fill free slots, the learner takes finished ones ==="
+    )
     with MultiprocessBatcher(
         Policy,
         {},

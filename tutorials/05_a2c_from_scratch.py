@@ -32,13 +32,21 @@ import argparse
 
 import torch
 
-from rlstruct import Agent, DictTensor, GymEnv, MultiprocessBatcher, TemporalDictTensor, gae, replay_agent
+from rlstruct import (
+    Agent,
+    DictTensor,
+    GymEnv,
+    MultiprocessBatcher,
+    TemporalDictTensor,
+    gae,
+    replay_agent,
+)
 from rlstruct.algos.evaluation import Evaluator
 from rlstruct.algos.policies import run_memory
 
 
 class GRUActorCritic(Agent):
-    """A GRU memory and a head for the policy, another pair for the value, over CartPole's observations."""
+    """A GRU memory and a head for the policy, another pair for the value (CartPole)."""
 
     def __init__(self, hidden: int = 64) -> None:
         super().__init__()
@@ -64,15 +72,24 @@ class GRUActorCritic(Agent):
         agent_info: DictTensor,
         history: TemporalDictTensor | None = None,
     ) -> tuple[DictTensor, DictTensor]:
-        x = observation["observation"].unsqueeze(1)  # [B, 1, 4]: one step of each memory
+        # [B, 1, 4]: one step of each memory
+        x = observation["observation"].unsqueeze(1)
         h_pi = self.policy_memory(x, state["h_pi"].unsqueeze(0))[1].squeeze(0)
         h_v = self.value_memory(x, state["h_v"].unsqueeze(0))[1].squeeze(0)
         logits = self.policy(h_pi)
-        action = torch.multinomial(logits.softmax(-1), 1, generator=self.generator).squeeze(-1)
+        action = torch.multinomial(
+            logits.softmax(-1), 1, generator=self.generator
+        ).squeeze(-1)
         if "greedy" in agent_info:  # evaluation
             action = torch.where(agent_info["greedy"], logits.argmax(-1), action)
-        # "h_v" is also an output: the value of the observation reached after this step needs it
-        out = {"action": action, "logits": logits, "value": self.value(h_v).squeeze(-1), "h_v": h_v}
+        # "h_v" is also an output: the value of the observation reached after this
+        # step needs it
+        out = {
+            "action": action,
+            "logits": logits,
+            "value": self.value(h_v).squeeze(-1),
+            "h_v": h_v,
+        }
         return DictTensor(out), DictTensor({"h_pi": h_pi, "h_v": h_v})
 
     def forward_sequence(
@@ -83,20 +100,28 @@ class GRUActorCritic(Agent):
         history: TemporalDictTensor | None = None,
     ) -> TemporalDictTensor:
         x, starts = observation["observation"], observation["initial_state"]
-        h_pi = run_memory(self.policy_memory, x, [state["h_pi"]], starts)  # [B, T, hidden]
+        # [B, T, hidden]
+        h_pi = run_memory(self.policy_memory, x, [state["h_pi"]], starts)
         h_v = run_memory(self.value_memory, x, [state["h_v"]], starts)
         return TemporalDictTensor(
-            {"logits": self.policy(h_pi), "value": self.value(h_v).squeeze(-1)}, observation.lengths
+            {"logits": self.policy(h_pi), "value": self.value(h_v).squeeze(-1)},
+            observation.lengths,
         )
 
-    def value_after(self, next_observation: torch.Tensor, h_v: torch.Tensor) -> torch.Tensor:
+    def value_after(
+        self, next_observation: torch.Tensor, h_v: torch.Tensor
+    ) -> torch.Tensor:
         """V [N] of observations [N, 4] reached from value memories [N, hidden]."""
-        h = self.value_memory(next_observation.unsqueeze(1), h_v.unsqueeze(0))[1].squeeze(0)
+        h = self.value_memory(next_observation.unsqueeze(1), h_v.unsqueeze(0))[
+            1
+        ].squeeze(0)
         return self.value(h).squeeze(-1)  # type: ignore[no-any-return]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="A recurrent actor-critic from scratch.")
+    parser = argparse.ArgumentParser(
+        description="A recurrent actor-critic from scratch."
+    )
     parser.add_argument("--quick", action="store_true", help="a tiny budget")
     args = parser.parse_args()
     iterations = 5 if args.quick else 1_000  # 256 env steps each
@@ -113,9 +138,12 @@ def main() -> None:
         n_timesteps=16,
         n_processes=2,
         seed=0,
-        weights=learner.state_dict(),  # the workers act with the learner's weights from the first step
+        # the workers act with the learner's weights from the first step
+        weights=learner.state_dict(),
     )
-    evaluator = Evaluator(GRUActorCritic, {}, "CartPole-v1", n_episodes=10, max_steps=500, seed=10**6)
+    evaluator = Evaluator(
+        GRUActorCritic, {}, "CartPole-v1", n_episodes=10, max_steps=500, seed=10**6
+    )
     running = torch.zeros(16)  # the return of each row's current episode
     finished: list[float] = []
     with batcher, evaluator:
@@ -123,7 +151,8 @@ def main() -> None:
         for iteration in range(1, iterations + 1):
             batcher.execute()
             batch = batcher.get()
-            steps = batch.trajectories  # [16 rows, 16 steps], every row full in "fixed" mode
+            # [16 rows, 16 steps], every row full in "fixed" mode
+            steps = batch.trajectories
 
             # Returns of the episodes that ended in this batch, for printing.
             for t in range(steps.n_timesteps()):
@@ -135,8 +164,13 @@ def main() -> None:
             # The agent again, with gradients, seeing what it saw while collecting.
             out = replay_agent(learner, batch)  # forward_sequence: one call per memory
             with torch.no_grad():
-                next_obs, h_v = steps["next/observation"].flatten(0, 1), steps["h_v"].flatten(0, 1)
-                next_value = learner.value_after(next_obs, h_v).view(steps["value"].shape)
+                next_obs, h_v = (
+                    steps["next/observation"].flatten(0, 1),
+                    steps["h_v"].flatten(0, 1),
+                )
+                next_value = learner.value_after(next_obs, h_v).view(
+                    steps["value"].shape
+                )
                 advantage = gae(
                     steps["next/reward"],
                     value=out["value"],
@@ -148,22 +182,38 @@ def main() -> None:
                 )
                 target = advantage + out["value"]
                 advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-            log_prob = out["logits"].log_softmax(-1).gather(-1, steps["action"].unsqueeze(-1)).squeeze(-1)
-            loss = -(log_prob * advantage).mean() + 0.5 * (out["value"] - target).pow(2).mean()
+            log_prob = (
+                out["logits"]
+                .log_softmax(-1)
+                .gather(-1, steps["action"].unsqueeze(-1))
+                .squeeze(-1)
+            )
+            loss = (
+                -(log_prob * advantage).mean()
+                + 0.5 * (out["value"] - target).pow(2).mean()
+            )
 
-            for group in optimizer.param_groups:  # the learning rate decays linearly to 0
+            # the learning rate decays linearly to 0
+            for group in optimizer.param_groups:
                 group["lr"] = 1e-3 * (1 - (iteration - 1) / iterations)
             optimizer.zero_grad()
             loss.backward()
-            for part in ([learner.policy_memory, learner.policy], [learner.value_memory, learner.value]):
-                torch.nn.utils.clip_grad_norm_([p for m in part for p in m.parameters()], 0.5)
+            for part in (
+                [learner.policy_memory, learner.policy],
+                [learner.value_memory, learner.value],
+            ):
+                torch.nn.utils.clip_grad_norm_(
+                    [p for m in part for p in m.parameters()], 0.5
+                )
             optimizer.step()
-            batcher.update(learner.state_dict())  # one copy per tensor into shared memory
+            # one copy per tensor into shared memory
+            batcher.update(learner.state_dict())
 
             if iteration % (1 if args.quick else 100) == 0:
                 mean = sum(finished) / len(finished) if finished else float("nan")
                 print(
-                    f"iteration {iteration}: {iteration * 256} env steps, loss {loss.item():.3f}, "
+                    f"iteration {iteration}: {iteration * 256} env steps, "
+                    f"loss {loss.item():.3f}, "
                     f"{len(finished)} episodes ended, mean return {mean:.1f}"
                 )
                 finished.clear()

@@ -1,4 +1,4 @@
-"""Tutorial 7: PPO on several processes, each with its own batcher, averaging gradients every update.
+"""Tutorial 7: PPO on several processes, each with a batcher, averaging the gradients.
 
 Run it alone, as 2 local processes, or with torchrun (on one machine or several):
 
@@ -41,7 +41,7 @@ class Config:
     n_envs: int = 8
     """CartPole instances per process."""
     n_timesteps: int = 64
-    """Steps per trajectory: each update learns from n_processes x n_envs x n_timesteps steps."""
+    """Steps per trajectory; an update sees n_processes x n_envs x n_timesteps steps."""
     updates: int = 30
     """Collect-then-learn rounds."""
     epochs: int = 4
@@ -57,12 +57,16 @@ class Config:
 
 
 class ActorCritic(Agent):
-    """A policy and a value function for CartPole; stores its logits and value estimate with every step."""
+    """A policy and a value for CartPole; stores logits and value with each step."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.policy = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 2))
-        self.critic = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+        self.policy = torch.nn.Sequential(
+            torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 2)
+        )
+        self.critic = torch.nn.Sequential(
+            torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)
+        )
 
     def value(self, observation: torch.Tensor) -> torch.Tensor:
         return self.critic(observation).squeeze(-1)
@@ -76,16 +80,25 @@ class ActorCritic(Agent):
     ) -> tuple[DictTensor, DictTensor]:
         obs = observation["observation"]
         logits = self.policy(obs)
-        action = torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator).squeeze(1)
-        return DictTensor({"action": action, "logits": logits, "value": self.value(obs)}), state
+        action = torch.multinomial(
+            torch.softmax(logits, -1), 1, generator=self.generator
+        ).squeeze(1)
+        return DictTensor(
+            {"action": action, "logits": logits, "value": self.value(obs)}
+        ), state
 
 
 def ppo_loss(
-    learner: ActorCritic, batch: Trajectories, advantage: torch.Tensor, target: torch.Tensor, cfg: Config
+    learner: ActorCritic,
+    batch: Trajectories,
+    advantage: torch.Tensor,
+    target: torch.Tensor,
+    cfg: Config,
 ) -> torch.Tensor:
-    """The clipped PPO objective, plus value regression and an entropy bonus, averaged over the steps."""
+    """The clipped PPO objective, a value regression and an entropy bonus."""
     steps = batch.trajectories
-    replayed = replay_agent(learner, batch)  # the learner's outputs on the stored steps, with gradients
+    # the learner's outputs on the stored steps, with gradients
+    replayed = replay_agent(learner, batch)
     action = steps["action"].unsqueeze(-1)
     logp = torch.log_softmax(replayed["logits"], -1)
     old_logp = torch.log_softmax(steps["logits"], -1).gather(-1, action).squeeze(-1)
@@ -98,7 +111,7 @@ def ppo_loss(
 
 
 def finished_returns(batch: Trajectories, running: torch.Tensor) -> list[float]:
-    """The returns of the episodes that ended in ``batch``; ``running`` [B] carries the others on."""
+    """Returns of the episodes ended in ``batch``; ``running`` [B] carries the rest."""
     steps = batch.trajectories
     returns = []
     for t in range(steps.n_timesteps()):
@@ -110,7 +123,9 @@ def finished_returns(batch: Trajectories, running: torch.Tensor) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="PPO across processes with averaged gradients.")
+    parser = argparse.ArgumentParser(
+        description="PPO across processes with averaged gradients."
+    )
     parser.add_argument("--quick", action="store_true", help="a tiny budget")
     parser.add_argument(
         "--n-processes",
@@ -121,17 +136,24 @@ def main() -> None:
     args = parser.parse_args()
     cfg = Config(n_processes=args.n_processes)
     if args.quick:
-        cfg = Config(n_processes=args.n_processes, n_envs=4, n_timesteps=32, updates=3, epochs=2)
+        cfg = Config(
+            n_processes=args.n_processes, n_envs=4, n_timesteps=32, updates=3, epochs=2
+        )
 
-    # Everything above runs in every process; fork() starts the others (or joins torchrun's group).
+    # Everything above runs in every process; fork() starts the others (or joins
+    # torchrun's group).
     rank = cluster.fork(cfg.n_processes - 1)
     world = cluster.world_size()
     if rank == 0:
-        print(f"{world} processes x {cfg.n_envs} envs x {cfg.n_timesteps} steps per update")
+        print(
+            f"{world} processes x {cfg.n_envs} envs x {cfg.n_timesteps} steps "
+            "per update"
+        )
 
     torch.manual_seed(cfg.seed)
     learner = ActorCritic()
-    cluster.broadcast_parameters(learner)  # the same start everywhere, whatever each process did before
+    # the same start everywhere, whatever each process did before
+    cluster.broadcast_parameters(learner)
     optimizer = torch.optim.Adam(learner.parameters(), lr=cfg.lr)
     running = torch.zeros(cfg.n_envs)
 
@@ -139,7 +161,13 @@ def main() -> None:
     env_args = {"env": "CartPole-v1"}
     seed = cfg.seed + 1000 * rank
     with LocalBatcher(
-        ActorCritic, {}, GymEnv, env_args, n_envs=cfg.n_envs, n_timesteps=cfg.n_timesteps, seed=seed
+        ActorCritic,
+        {},
+        GymEnv,
+        env_args,
+        n_envs=cfg.n_envs,
+        n_timesteps=cfg.n_timesteps,
+        seed=seed,
     ) as batcher:
         batcher.reset()
         for update in range(cfg.updates):
@@ -160,7 +188,8 @@ def main() -> None:
                 lam=cfg.gae_lambda,
             )
             target = advantage + steps["value"]
-            # Normalise with the statistics of every process's advantages, so that all weigh alike.
+            # Normalise with the statistics of every process's advantages, so that all
+            # weigh alike.
             stats = cluster.statistics_scalar(advantage)
             advantage = (advantage - stats.mean) / (stats.std + 1e-8)
 
@@ -168,17 +197,21 @@ def main() -> None:
                 loss = ppo_loss(learner, batch, advantage, target, cfg)
                 optimizer.zero_grad()
                 loss.backward()
-                cluster.average_gradients(learner)  # every process now holds the same gradient
+                # every process now holds the same gradient
+                cluster.average_gradients(learner)
                 optimizer.step()
 
-            mean_loss = cluster.avg(loss.detach()).item()  # a collective call: every process makes it
+            # a collective call: every process makes it
+            mean_loss = cluster.avg(loss.detach()).item()
             returns = finished_returns(batch, running)
-            ended = cluster.sum_number(len(returns))  # the same on every process, so all take the same branch
+            # the same on every process, so all take the same branch
+            ended = cluster.sum_number(len(returns))
             if ended:
                 r = cluster.statistics_scalar(returns)
                 if rank == 0:
                     print(
-                        f"update {update:3d}: {ended:3d} episodes ended, return {r.mean:6.1f} +- {r.std:5.1f} "
+                        f"update {update:3d}: {ended:3d} episodes ended, "
+                        f"return {r.mean:6.1f} +- {r.std:5.1f} "
                         f"(min {r.min:3.0f}, max {r.max:3.0f}), loss {mean_loss:.3f}"
                     )
             elif rank == 0:

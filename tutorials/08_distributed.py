@@ -37,15 +37,27 @@ import ray
 from rlstruct import GymEnv
 from rlstruct.algos.evaluation import Evaluator
 from rlstruct.algos.policies import ActorCritic
-from rlstruct.distributed import IMPALA, PPO, Learner, MinibatchBuffer, Scheme, WholeBatchBuffer
+from rlstruct.distributed import (
+    IMPALA,
+    PPO,
+    Learner,
+    MinibatchBuffer,
+    Scheme,
+    WholeBatchBuffer,
+)
 
 AGENT_ARGS = {"obs_dim": 4, "n_actions": 2, "orthogonal": True}
 ENV_ARGS = {"env": "CartPole-v1"}
-WORKERS = {"col_remote_workers": 2, "grad_remote_workers": 2, "col_worker_cpus": 0.2, "grad_worker_cpus": 0.2}
+WORKERS = {
+    "col_remote_workers": 2,
+    "grad_remote_workers": 2,
+    "col_worker_cpus": 0.2,
+    "grad_worker_cpus": 0.2,
+}
 
 
 def ppo_scheme() -> Scheme:
-    """Synchronous collection, synchronous centralised gradients: PPO as on one machine, spread out."""
+    """Synchronous collection and centralised gradients: PPO spread out."""
     return Scheme(
         ActorCritic,
         AGENT_ARGS,
@@ -81,7 +93,7 @@ def impala_scheme() -> Scheme:
 
 
 def run(name: str, scheme: Scheme, target_steps: int, out: Path) -> float:
-    """Train to ``target_steps``, save the model, evaluate it greedily; the mean evaluation return."""
+    """Train to ``target_steps``, save, evaluate greedily; the mean return."""
     lr = scheme.algorithm.optimizer.param_groups[0]["lr"]
     with Learner(scheme, target_steps) as learner:
         while not learner.done():
@@ -94,16 +106,19 @@ def run(name: str, scheme: Scheme, target_steps: int, out: Path) -> float:
         path = learner.save_model(out / f"{name}.pt")
         weights = scheme.weights()
     print(
-        f"{name}: {metrics['env_steps']} env steps in {metrics['wall_s']:.1f} s ({metrics['sps']:.0f}/s), "
-        f"{metrics['updates']} updates, training return {metrics['episode_return']:.1f}, "
-        f"policy lag {metrics['policy_lag']:.2f}, gradient asynchrony {metrics['gradient_asynchrony']:.2f}; "
-        f"saved to {path}"
+        f"{name}: {metrics['env_steps']} env steps in {metrics['wall_s']:.1f} s "
+        f"({metrics['sps']:.0f}/s), {metrics['updates']} updates,\n"
+        f"{name}: training return {metrics['episode_return']:.1f}, "
+        f"policy lag {metrics['policy_lag']:.2f}, "
+        f"gradient asynchrony {metrics['gradient_asynchrony']:.2f},\n"
+        f"{name}: saved to {path}"
     )
     with Evaluator(
         ActorCritic, AGENT_ARGS, "CartPole-v1", n_episodes=10, max_steps=500, seed=10**6
     ) as evaluator:
         result = evaluator.evaluate(weights, metrics["env_steps"])
-    print(f"{name}: greedy evaluation {result.mean:.1f} +- {result.std:.1f} over 10 episodes")
+    mean, std = result.mean, result.std
+    print(f"{name}: greedy evaluation {mean:.1f} +- {std:.1f} over 10 episodes")
     return result.mean
 
 
@@ -118,7 +133,10 @@ def main() -> None:
         ray.init()  # join the running cluster
     else:
         ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
-    budgets = {"ppo": 2_048 if args.quick else 40_000, "impala": 4_096 if args.quick else 200_000}
+    budgets = {
+        "ppo": 2_048 if args.quick else 40_000,
+        "impala": 4_096 if args.quick else 200_000,
+    }
     with tempfile.TemporaryDirectory() as out:
         for name, make in (("ppo", ppo_scheme), ("impala", impala_scheme)):
             if args.algo in (name, "both"):
