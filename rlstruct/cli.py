@@ -26,7 +26,8 @@ with status 0. Bad input ends the command with one line on standard error,
 naming the likely fix or the path and what is missing, and exit status 2: an
 environment id gymnasium cannot make, a run directory that does not exist or
 lacks its ``config.json``, ``checkpoint.pt`` or ``progress.csv``, a column a
-``progress.csv`` does not have, an environment that cannot render a GIF.
+``progress.csv`` does not have, an environment that cannot render a GIF, a
+``--resume`` of a run that finished.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from typing import Any
 
 from rlstruct.algos import ALGORITHMS
 from rlstruct.algos.evaluation import UnknownEnvironment
+from rlstruct.algos.run import CannotResume
 
 __all__ = ["main"]
 
@@ -77,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(f"rlstruct.algos.{args[1]}")
     try:
         module.main(args[2:])
-    except UnknownEnvironment as error:
+    except (UnknownEnvironment, CannotResume) as error:
         print(f"rlstruct: {error}", file=sys.stderr)
         return 2
     return 0

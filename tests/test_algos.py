@@ -282,6 +282,17 @@ def test_recurrent_actor_critic_carries_a_memory_per_head(memory: str, keys: lis
         agent.value_of(torch.ones(2, 4))
 
 
+def test_actor_critic_names_hidden_when_given_an_int() -> None:
+    # a config.json stores "hidden": 64 for both layers; the agent takes one size per layer
+    with pytest.raises(
+        TypeError,
+        match=message(
+            "ActorCritic: hidden must be a sequence of layer sizes such as (64, 64), got the int 64"
+        ),
+    ):
+        ActorCritic(obs_dim=4, n_actions=2, hidden=64)  # type: ignore[arg-type]
+
+
 def test_actor_critic_rejects_an_unknown_memory() -> None:
     with pytest.raises(
         ValueError, match=message("ActorCritic: memory must be one of ['gru', 'lstm'], got 'rnn'")

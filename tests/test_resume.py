@@ -163,7 +163,9 @@ def test_the_command_line_resumes_a_run(tmp_path: Path, monkeypatch: pytest.Monk
     assert load_checkpoint(run_dir / "checkpoint.pt")["env_steps"] == 1024
 
 
-def test_a_finished_run_and_impala_refuse_to_resume(tmp_path: Path) -> None:
+def test_a_finished_run_and_impala_refuse_to_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = ppo.Config(
         env="CartPole-v1", total_steps=256, eval_episodes=1, progress=False, run_dir=str(tmp_path)
     )
@@ -173,6 +175,13 @@ def test_a_finished_run_and_impala_refuse_to_resume(tmp_path: Path) -> None:
         ValueError, match=re.escape("the run finished at 256 env steps; there is nothing to continue")
     ):
         ppo.train(dataclasses.replace(config, resume=str(run_dir)))
+    # the command line says so in one line, with the usage error's status
+    capsys.readouterr()
+    assert cli(["train", "ppo", "--resume", str(run_dir), "--no-progress"]) == 2
+    assert capsys.readouterr().err == (
+        f"rlstruct: ppo: resume={str(run_dir)!r}: the run finished at 256 env steps; "
+        "there is nothing to continue\n"
+    )
     with pytest.raises(ValueError, match=re.escape("config.checkpoint_every must be an int >= 0")):
         ppo.train(dataclasses.replace(config, checkpoint_every=-1))
     with pytest.raises(ValueError, match=re.escape("impala: checkpoint_every and resume are not supported")):

@@ -58,7 +58,8 @@ class ActorCritic(Agent):
         n_actions: the number of discrete actions; or None for continuous actions.
         action_low: the lower bounds of continuous actions (one per dimension).
         action_high: the upper bounds of continuous actions.
-        hidden: the hidden layer sizes of the policy and of the value network.
+        hidden: the hidden layer sizes of the policy and of the value network
+            (a sequence: ``(64, 64)``, not ``64``).
         recurrent: give the policy and the value each their own recurrent
             memory of ``hidden[0]`` units (separate memories: the value's
             errors do not disturb the policy's), under heads of the remaining
@@ -90,6 +91,7 @@ class ActorCritic(Agent):
     Raises:
         ValueError: for a non-positive ``obs_dim``/``n_actions``, missing or
             mismatched continuous bounds, or an unknown ``memory``.
+        TypeError: for an int ``hidden``.
     """
 
     low: torch.Tensor
@@ -112,6 +114,11 @@ class ActorCritic(Agent):
             raise ValueError(f"ActorCritic: obs_dim must be positive, got {obs_dim}")
         if memory not in MEMORIES:
             raise ValueError(f"ActorCritic: memory must be one of {sorted(MEMORIES)}, got {memory!r}")
+        if isinstance(hidden, int):  # config.json's "hidden": 64 is both layers' size
+            raise TypeError(
+                f"ActorCritic: hidden must be a sequence of layer sizes such as ({hidden}, {hidden}), "
+                f"got the int {hidden}"
+            )
         hidden = tuple(hidden)
         if not hidden or any(h < 1 for h in hidden):
             raise ValueError(f"ActorCritic: hidden must be positive sizes, got {hidden!r}")

@@ -35,7 +35,15 @@ from rlstruct.logger import CHECKPOINT_NAME, Logger, make_run_dir
 from rlstruct.seeding import derive_seed
 from rlstruct.temporal import TemporalDictTensor
 
-__all__ = ["EpisodeReturns", "Run", "check_config", "check_layout", "cpu_weights", "eval_seed"]
+__all__ = [
+    "CannotResume",
+    "EpisodeReturns",
+    "Run",
+    "check_config",
+    "check_layout",
+    "cpu_weights",
+    "eval_seed",
+]
 
 
 def eval_seed(seed: int) -> int:
@@ -396,6 +404,13 @@ class Run:
         self.close()
 
 
+class CannotResume(ValueError):
+    """A run directory that ``resume`` names but no run can continue: it finished, or its checkpoint is too old.
+
+    ``rlstruct train`` reports it in one line on standard error (exit status 2).
+    """
+
+
 def _resumable(algo: str, path: Path) -> dict[str, Any]:
     """The checkpoint at ``path``, checked to be one a run of ``algo`` can continue from."""
     if not path.exists():
@@ -403,12 +418,12 @@ def _resumable(algo: str, path: Path) -> dict[str, Any]:
     state: dict[str, Any] = load_checkpoint(path)
     missing = [key for key in ("segment", "next_eval", "rng") if key not in state]
     if missing:
-        raise ValueError(
+        raise CannotResume(
             f"{algo}: resume={str(path.parent)!r}: its {path.name} lacks {missing}; "
             "it was written by an older version and cannot be continued"
         )
     if state.get("finished", False):
-        raise ValueError(
+        raise CannotResume(
             f"{algo}: resume={str(path.parent)!r}: the run finished at {state['env_steps']} env steps; "
             "there is nothing to continue"
         )
