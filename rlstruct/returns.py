@@ -72,7 +72,7 @@ from collections.abc import Sequence
 
 import torch
 
-from rlstruct.dicttensor import _describe
+from rlstruct.errors import describe
 
 __all__ = ["discounted_returns", "gae", "td_lambda", "vtrace"]
 
@@ -410,7 +410,7 @@ def _check_tensors(
     """
     first, ref = floats[0]
     if not isinstance(ref, torch.Tensor):
-        raise TypeError(f"{fn}: {first} must be a tensor, got {_describe(ref)}")
+        raise TypeError(f"{fn}: {first} must be a tensor, got {describe(ref)}")
     if not ref.is_floating_point():
         raise TypeError(f"{fn}: {first} must have a floating-point dtype, got {ref.dtype}")
     if ref.dim() != 2:
@@ -419,7 +419,7 @@ def _check_tensors(
         if x is None:
             continue
         if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{fn}: {name} must be a tensor, got {_describe(x)}")
+            raise TypeError(f"{fn}: {name} must be a tensor, got {describe(x)}")
         if x.shape != ref.shape:
             raise ValueError(
                 f"{fn}: {name} must have the shape of {first}, {tuple(ref.shape)}, got {tuple(x.shape)}"
@@ -436,7 +436,7 @@ def _check_tensors(
 
 def _check_number(fn: str, name: str, x: object) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise TypeError(f"{fn}: {name} must be a float, got {_describe(x)}")
+        raise TypeError(f"{fn}: {name} must be a float, got {describe(x)}")
     return float(x)
 
 

@@ -27,7 +27,8 @@ from typing import overload
 
 import torch
 
-from rlstruct.dicttensor import Device, DictTensor, RowIndex, _describe
+from rlstruct.dicttensor import Device, DictTensor, RowIndex
+from rlstruct.errors import describe
 from rlstruct.specs import Specs, TensorSpec
 
 __all__ = ["TemporalDictTensor"]
@@ -68,7 +69,7 @@ class TemporalDictTensor:
         if not isinstance(data, DictTensor):
             if not isinstance(data, Mapping):
                 raise TypeError(
-                    f"TemporalDictTensor: data must be a mapping of tensors or a DictTensor, got {_describe(data)}"
+                    f"TemporalDictTensor: data must be a mapping of tensors or a DictTensor, got {describe(data)}"
                 )
             rows = lengths.shape[0] if isinstance(lengths, torch.Tensor) and lengths.dim() == 1 else None
             data = DictTensor(data, batch_size=None if data else rows)
@@ -201,7 +202,7 @@ class TemporalDictTensor:
 
     def _check_time(self, t: int, op: str) -> int:
         if not isinstance(t, int) or isinstance(t, bool):
-            raise TypeError(f"TemporalDictTensor.{op}: time index must be an int, got {_describe(t)}")
+            raise TypeError(f"TemporalDictTensor.{op}: time index must be an int, got {describe(t)}")
         if not -self._n_timesteps <= t < self._n_timesteps:
             raise IndexError(
                 f"TemporalDictTensor.{op}: time index {t} is out of range for {self._n_timesteps} steps"
@@ -243,7 +244,7 @@ class TemporalDictTensor:
         b = self.n_elems()
         if not isinstance(t, torch.Tensor) or t.dtype != torch.int64:
             raise TypeError(
-                f"TemporalDictTensor.temporal_multi_index: t must be an int64 tensor, got {_describe(t)}"
+                f"TemporalDictTensor.temporal_multi_index: t must be an int64 tensor, got {describe(t)}"
             )
         if t.shape != (b,):
             raise ValueError(
@@ -375,7 +376,7 @@ class TemporalDictTensor:
         """
         if not isinstance(tensors, (list, tuple)):
             raise TypeError(
-                f"TemporalDictTensor.cat: expected a list of TemporalDictTensors, got {_describe(tensors)}"
+                f"TemporalDictTensor.cat: expected a list of TemporalDictTensors, got {describe(tensors)}"
             )
         if not tensors:
             raise ValueError(
@@ -385,7 +386,7 @@ class TemporalDictTensor:
         for i, tdt in enumerate(tensors):
             if not isinstance(tdt, TemporalDictTensor):
                 raise TypeError(
-                    f"TemporalDictTensor.cat: element {i} must be a TemporalDictTensor, got {_describe(tdt)}"
+                    f"TemporalDictTensor.cat: element {i} must be a TemporalDictTensor, got {describe(tdt)}"
                 )
             n_timesteps = max(n_timesteps, tdt._n_timesteps)
         padded = [
@@ -451,7 +452,7 @@ class TemporalDictTensor:
 def _check_lengths(lengths: object, batch_size: int, n_timesteps: int, device: torch.device | None) -> None:
     if not isinstance(lengths, torch.Tensor):
         raise TypeError(
-            f"TemporalDictTensor: lengths must be an int64 tensor of shape [{batch_size}], got {_describe(lengths)}"
+            f"TemporalDictTensor: lengths must be an int64 tensor of shape [{batch_size}], got {describe(lengths)}"
         )
     if lengths.dtype != torch.int64:
         raise TypeError(f"TemporalDictTensor: lengths must have dtype torch.int64, got {lengths.dtype}")

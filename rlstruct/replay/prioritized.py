@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from rlstruct.dicttensor import _describe
+from rlstruct.errors import describe
 from rlstruct.replay._checks import _check_number, _check_positive_int
 from rlstruct.replay.sumtree import SumTree
 from rlstruct.replay.uniform import ReplayBuffer, ReplaySample
@@ -167,9 +167,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """
         op = "PrioritizedReplayBuffer.update_priorities"
         if not isinstance(indices, torch.Tensor) or indices.dtype != torch.int64:
-            raise TypeError(f"{op}: indices must be an int64 tensor, got {_describe(indices)}")
+            raise TypeError(f"{op}: indices must be an int64 tensor, got {describe(indices)}")
         if not isinstance(priorities, torch.Tensor) or not priorities.is_floating_point():
-            raise TypeError(f"{op}: priorities must be a floating-point tensor, got {_describe(priorities)}")
+            raise TypeError(f"{op}: priorities must be a floating-point tensor, got {describe(priorities)}")
         if indices.dim() != 1 or priorities.shape != indices.shape:
             raise ValueError(
                 f"{op}: indices and priorities must both have shape [n], got {tuple(indices.shape)} "
