@@ -292,6 +292,45 @@ class DictTensor:
         """The per-row shape and dtype of every key."""
         return Specs({k: TensorSpec(tuple(v.shape[1:]), v.dtype) for k, v in self._data.items()})
 
+    @staticmethod
+    def zeros(
+        specs: Specs, batch_size: int, *, device: Device | None = None, shared: bool = False
+    ) -> DictTensor:
+        """Allocate a zero-filled DictTensor of ``batch_size`` rows laid out by ``specs``.
+
+        Args:
+            specs: the per-row shape and dtype of every key (``dt.specs()``
+                gives those of an existing DictTensor).
+            batch_size: the number of rows B.
+            device: where to allocate; the default device if None.
+            shared: move the storage to shared memory (CPU only), so that
+                other processes can write into it.
+
+        Returns:
+            A new DictTensor whose key ``k`` holds ``[B, *specs[k].shape]`` zeros
+            of dtype ``specs[k].dtype``. With no keys, an empty DictTensor of B rows.
+
+        Raises:
+            TypeError: if ``specs`` is not a ``Specs``.
+            ValueError: if ``batch_size`` is not a non-negative int.
+
+        Examples:
+            >>> import torch
+            >>> step = DictTensor({"obs": torch.ones(2, 4), "done": torch.ones(2, dtype=torch.bool)})
+            >>> buffer = DictTensor.zeros(step.specs(), 8)
+            >>> buffer["obs"].shape, buffer["done"].dtype
+            (torch.Size([8, 4]), torch.bool)
+        """
+        if not isinstance(specs, Specs):
+            raise TypeError(f"DictTensor.zeros: specs must be a Specs, got {describe(specs)}")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0:
+            raise ValueError(f"DictTensor.zeros: batch_size must be a non-negative int, got {batch_size!r}")
+        data = {}
+        for key, spec in specs.items():
+            value = torch.zeros((batch_size, *spec.shape), dtype=spec.dtype, device=device)
+            data[key] = value.share_memory_() if shared else value
+        return DictTensor(data, batch_size=batch_size)
+
     # ------------------------------------------------------------------ rows
 
     def _normalize(self, index: RowIndex) -> int | slice | torch.Tensor:

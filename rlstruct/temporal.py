@@ -185,6 +185,52 @@ class TemporalDictTensor:
         """The per-step shape (after B and T) and dtype of every key."""
         return Specs({k: TensorSpec(tuple(v.shape[2:]), v.dtype) for k, v in self._dt.items()})
 
+    @staticmethod
+    def zeros(
+        specs: Specs,
+        batch_size: int,
+        n_timesteps: int,
+        *,
+        device: Device | None = None,
+        shared: bool = False,
+    ) -> TemporalDictTensor:
+        """Allocate a zero-filled TemporalDictTensor of B x T steps laid out by ``specs``.
+
+        Args:
+            specs: the per-step shape and dtype of every key (``specs()`` of a
+                DictTensor of one step, or of a TemporalDictTensor).
+            batch_size: the number of rows B.
+            n_timesteps: the number of time steps T.
+            device: where to allocate; the default device if None.
+            shared: move the storage, lengths included, to shared memory.
+
+        Returns:
+            A new TemporalDictTensor whose key ``k`` holds ``[B, T, *specs[k].shape]``
+            zeros, with every length set to T (int64, shape [B]).
+
+        Raises:
+            TypeError: if ``specs`` is not a ``Specs``.
+            ValueError: if ``batch_size`` or ``n_timesteps`` is not a non-negative int.
+
+        Examples:
+            >>> import torch
+            >>> step = DictTensor({"obs": torch.ones(2, 4), "done": torch.ones(2, dtype=torch.bool)})
+            >>> buffer = TemporalDictTensor.zeros(step.specs(), 8, 16)
+            >>> buffer["obs"].shape, buffer["done"].dtype, buffer.lengths[0].item()
+            (torch.Size([8, 16, 4]), torch.bool, 16)
+        """
+        if not isinstance(specs, Specs):
+            raise TypeError(f"TemporalDictTensor.zeros: specs must be a Specs, got {describe(specs)}")
+        for name, n in (("batch_size", batch_size), ("n_timesteps", n_timesteps)):
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise ValueError(f"TemporalDictTensor.zeros: {name} must be a non-negative int, got {n!r}")
+        steps = Specs({k: TensorSpec((n_timesteps, *spec.shape), spec.dtype) for k, spec in specs.items()})
+        data = DictTensor.zeros(steps, batch_size, device=device, shared=shared)
+        lengths = torch.full((batch_size,), n_timesteps, dtype=torch.int64, device=device)
+        if shared:
+            lengths.share_memory_()
+        return TemporalDictTensor(data, lengths, n_timesteps=n_timesteps)
+
     # ------------------------------------------------------------------ time
 
     def mask(self) -> torch.Tensor:

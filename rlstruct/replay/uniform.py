@@ -311,7 +311,7 @@ class ReplayBuffer:
     # ------------------------------------------------------------------ internals
 
     def _allocate(self, specs: Specs) -> None:
-        self._storage = specs.zeros(self._capacity, device=self._device, shared=self._shared)
+        self._storage = DictTensor.zeros(specs, self._capacity, device=self._device, shared=self._shared)
 
     def _check_rows(self, rows: DictTensor, op: str) -> None:
         """Rows must have exactly the storage's keys, per-row shapes and dtypes."""
