@@ -60,7 +60,7 @@ from typing import Any
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.algos.run import cpu_weights
+from rlstruct.batchers import cpu_weights
 from rlstruct.distributed.algorithms import Algorithm, Buffer
 from rlstruct.distributed.codec import check_codec, pack
 from rlstruct.distributed.collection import Collectors
