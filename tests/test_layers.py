@@ -17,6 +17,7 @@ private names).
 from __future__ import annotations
 
 import ast
+import builtins
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -203,6 +204,33 @@ def test_no_module_imports_another_modules_private_names() -> None:
         if reaches_into_privates(imp)
     ]
     assert not wrong, "private names used outside their module or package:\n" + "\n".join(wrong)
+
+
+# rlstruct.cluster exports its reductions as sum, max and min (docs/cluster.md); nothing calls a builtin there.
+PUBLIC_BUILTIN_NAMES = {"rlstruct.cluster": {"sum", "max", "min"}}
+
+
+def test_no_module_shadows_a_builtin_at_module_level() -> None:
+    """A later ``max(a, b)`` in such a module would call the module's function, not Python's."""
+    wrong = []
+    for module, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [t.id for t in targets if isinstance(t, ast.Name)]
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.asname or a.name.split(".")[0] for a in node.names]
+            else:
+                continue
+            allowed = PUBLIC_BUILTIN_NAMES.get(module, set())
+            wrong += [
+                f"{module}: {name} (line {node.lineno})"
+                for name in names
+                if name in dir(builtins) and name not in allowed
+            ]
+    assert not wrong, "module-level names that shadow builtins:\n" + "\n".join(wrong)
 
 
 def test_gymnasium_is_imported_only_by_its_adapter_and_the_algorithms() -> None:

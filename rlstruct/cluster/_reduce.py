@@ -4,6 +4,11 @@ Each operation checks its input, returns it unchanged when the world size is
 1, checks that every process passes the same layout (``_agree``), then moves
 the data with one collective per dtype: the tensors are flattened into one
 buffer, reduced, and split back.
+
+The element-wise reductions are named ``reduce_sum``, ``reduce_avg``,
+``reduce_max`` and ``reduce_min`` here, so that ``sum``, ``max`` and ``min``
+stay Python's builtins in this module; the package exports them as
+``rlstruct.cluster.sum``, ``avg``, ``max`` and ``min``.
 """
 
 from __future__ import annotations
@@ -24,13 +29,13 @@ from rlstruct.errors import describe
 __all__ = [
     "Statistics",
     "average_gradients",
-    "avg",
     "avg_number",
     "broadcast_parameters",
-    "max",
-    "min",
+    "reduce_avg",
+    "reduce_max",
+    "reduce_min",
+    "reduce_sum",
     "statistics_scalar",
-    "sum",
     "sum_number",
 ]
 
@@ -111,7 +116,7 @@ def _reduce(op: str, x: Reducible) -> Reducible:
     raise TypeError(f"cluster.{op}: x must be a torch.Tensor or a DictTensor, got {describe(x)}{hint}")
 
 
-def sum(x: Reducible) -> Reducible:
+def reduce_sum(x: Reducible) -> Reducible:
     """The element-wise sum of ``x`` over all processes.
 
     Every process passes a tensor (or DictTensor) with the same shape, dtype
@@ -144,7 +149,7 @@ def sum(x: Reducible) -> Reducible:
     return _reduce("sum", x)
 
 
-def avg(x: Reducible) -> Reducible:
+def reduce_avg(x: Reducible) -> Reducible:
     """The element-wise mean of ``x`` over all processes: ``sum(x) / world_size()``.
 
     As ``sum``, for floating-point tensors only (an average of integers would
@@ -159,7 +164,7 @@ def avg(x: Reducible) -> Reducible:
     return _reduce("avg", x)
 
 
-def max(x: Reducible) -> Reducible:
+def reduce_max(x: Reducible) -> Reducible:
     """The element-wise maximum of ``x`` over all processes (exact).
 
     As ``sum``; bool tensors are accepted (``max`` is then a logical or).
@@ -173,7 +178,7 @@ def max(x: Reducible) -> Reducible:
     return _reduce("max", x)
 
 
-def min(x: Reducible) -> Reducible:
+def reduce_min(x: Reducible) -> Reducible:
     """The element-wise minimum of ``x`` over all processes (exact).
 
     As ``sum``; bool tensors are accepted (``min`` is then a logical and).
