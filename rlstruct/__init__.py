@@ -1,4 +1,12 @@
-"""rlstruct: reinforcement-learning data structures, agents, environments and batchers on PyTorch."""
+"""rlstruct: reinforcement-learning data structures, agents, environments and batchers on PyTorch.
+
+``import rlstruct`` does not import gymnasium: ``GymEnv`` (and the ``envs``
+module of memory tasks, which it registers as gymnasium ids) is imported the
+first time it is used, as ``rlstruct.GymEnv`` or ``from rlstruct import GymEnv``.
+"""
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from rlstruct.agent import Agent, replay_agent
 from rlstruct.batchers import Batcher, LocalBatcher, MultiprocessBatcher
@@ -6,7 +14,6 @@ from rlstruct.checkpoint import load_checkpoint, rng_state, save_checkpoint, set
 from rlstruct.dicttensor import DictTensor, masked_dicttensor
 from rlstruct.env import Environment
 from rlstruct.errors import ClusterError, DistributedError, RemoteWorkerError, WorkerError, WorkerTimeout
-from rlstruct.gym_env import GymEnv
 from rlstruct.logger import Logger, make_run_dir, plot_csv, plot_runs
 from rlstruct.progress import Progress
 from rlstruct.replay import HindsightReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer, ReplaySample
@@ -56,3 +63,23 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from rlstruct import envs as envs
+    from rlstruct.gym_env import GymEnv
+
+# The names whose modules import gymnasium, and the module each one is in (itself, for a module).
+_GYMNASIUM = {"GymEnv": "rlstruct.gym_env", "envs": "rlstruct.envs"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _GYMNASIUM:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(_GYMNASIUM[name])
+    value = module if module.__name__ == f"{__name__}.{name}" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_GYMNASIUM})

@@ -36,6 +36,7 @@ from typing import overload
 
 import torch
 
+from rlstruct.errors import describe
 from rlstruct.specs import Specs, TensorSpec
 
 __all__ = ["DictTensor", "RowIndex", "masked_dicttensor"]
@@ -45,13 +46,6 @@ RowIndex = int | slice | torch.Tensor | list[int]
 mask of length B, or a list of ints."""
 
 Device = torch.device | str | int
-
-
-def _describe(value: object) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {tuple(value.shape)}, dtype {value.dtype}, device {value.device}"
-    name = type(value).__name__
-    return f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}"
 
 
 class DictTensor:
@@ -104,7 +98,7 @@ class DictTensor:
                 raise TypeError(f"DictTensor: keys must be str, got {key!r} ({type(key).__name__})")
             if not isinstance(value, torch.Tensor):
                 raise TypeError(
-                    f"DictTensor: value of key {key!r} must be a torch.Tensor, got {_describe(value)}"
+                    f"DictTensor: value of key {key!r} must be a torch.Tensor, got {describe(value)}"
                 )
             if value.dim() == 0:
                 raise ValueError(
@@ -245,7 +239,7 @@ class DictTensor:
         if not isinstance(key, str):
             raise TypeError(f"{op}: key must be str, got {key!r}")
         if not isinstance(value, torch.Tensor):
-            raise TypeError(f"{op}: value of key {key!r} must be a torch.Tensor, got {_describe(value)}")
+            raise TypeError(f"{op}: value of key {key!r} must be a torch.Tensor, got {describe(value)}")
         if value.dim() == 0 or value.shape[0] != self._batch_size:
             raise ValueError(
                 f"{op}: value of key {key!r} must have {self._batch_size} rows, got shape {tuple(value.shape)}"
@@ -279,7 +273,7 @@ class DictTensor:
             ValueError: if keys overlap, or B or the device differ.
         """
         if not isinstance(other, DictTensor):
-            raise TypeError(f"DictTensor.merge: other must be a DictTensor, got {_describe(other)}")
+            raise TypeError(f"DictTensor.merge: other must be a DictTensor, got {describe(other)}")
         common = [k for k in other._data if k in self._data]
         if common:
             raise ValueError(f"DictTensor.merge: the keys must be disjoint, both hold {common}")
@@ -297,6 +291,45 @@ class DictTensor:
     def specs(self) -> Specs:
         """The per-row shape and dtype of every key."""
         return Specs({k: TensorSpec(tuple(v.shape[1:]), v.dtype) for k, v in self._data.items()})
+
+    @staticmethod
+    def zeros(
+        specs: Specs, batch_size: int, *, device: Device | None = None, shared: bool = False
+    ) -> DictTensor:
+        """Allocate a zero-filled DictTensor of ``batch_size`` rows laid out by ``specs``.
+
+        Args:
+            specs: the per-row shape and dtype of every key (``dt.specs()``
+                gives those of an existing DictTensor).
+            batch_size: the number of rows B.
+            device: where to allocate; the default device if None.
+            shared: move the storage to shared memory (CPU only), so that
+                other processes can write into it.
+
+        Returns:
+            A new DictTensor whose key ``k`` holds ``[B, *specs[k].shape]`` zeros
+            of dtype ``specs[k].dtype``. With no keys, an empty DictTensor of B rows.
+
+        Raises:
+            TypeError: if ``specs`` is not a ``Specs``.
+            ValueError: if ``batch_size`` is not a non-negative int.
+
+        Examples:
+            >>> import torch
+            >>> step = DictTensor({"obs": torch.ones(2, 4), "done": torch.ones(2, dtype=torch.bool)})
+            >>> buffer = DictTensor.zeros(step.specs(), 8)
+            >>> buffer["obs"].shape, buffer["done"].dtype
+            (torch.Size([8, 4]), torch.bool)
+        """
+        if not isinstance(specs, Specs):
+            raise TypeError(f"DictTensor.zeros: specs must be a Specs, got {describe(specs)}")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0:
+            raise ValueError(f"DictTensor.zeros: batch_size must be a non-negative int, got {batch_size!r}")
+        data = {}
+        for key, spec in specs.items():
+            value = torch.zeros((batch_size, *spec.shape), dtype=spec.dtype, device=device)
+            data[key] = value.share_memory_() if shared else value
+        return DictTensor(data, batch_size=batch_size)
 
     # ------------------------------------------------------------------ rows
 
@@ -340,7 +373,7 @@ class DictTensor:
             )
         raise TypeError(
             "DictTensor: rows are indexed by an int, a slice, a list of ints, an int64 (or int32) tensor "
-            f"or a bool tensor, got {_describe(index)}"
+            f"or a bool tensor, got {describe(index)}"
         )
 
     def _rows(self, index: int | slice | torch.Tensor) -> int:
@@ -418,7 +451,7 @@ class DictTensor:
 
     def _check_compatible(self, src: DictTensor, op: str) -> None:
         if not isinstance(src, DictTensor):
-            raise TypeError(f"DictTensor.{op}: expected a DictTensor, got {_describe(src)}")
+            raise TypeError(f"DictTensor.{op}: expected a DictTensor, got {describe(src)}")
         if src.keys() != self.keys():
             raise ValueError(
                 f"DictTensor.{op}: the keys differ: expected {sorted(self._data)}, got {sorted(src._data)}"
@@ -473,12 +506,12 @@ class DictTensor:
         if isinstance(index, str):
             if not isinstance(value, torch.Tensor):
                 raise TypeError(
-                    f"DictTensor: value of key {index!r} must be a torch.Tensor, got {_describe(value)}"
+                    f"DictTensor: value of key {index!r} must be a torch.Tensor, got {describe(value)}"
                 )
             self.set(index, value)
         else:
             if not isinstance(value, DictTensor):
-                raise TypeError(f"DictTensor: rows are assigned from a DictTensor, got {_describe(value)}")
+                raise TypeError(f"DictTensor: rows are assigned from a DictTensor, got {describe(value)}")
             self.copy_(value, index)
 
     @staticmethod
@@ -486,15 +519,15 @@ class DictTensor:
         # op is the full name used in messages, for example "DictTensor.cat".
         """Check that DictTensors agree on keys, dtypes, per-row shapes and device."""
         if isinstance(dicttensors, DictTensor) or not isinstance(dicttensors, Sequence):
-            raise TypeError(f"{op}: expected a list of DictTensors, got {_describe(dicttensors)}")
+            raise TypeError(f"{op}: expected a list of DictTensors, got {describe(dicttensors)}")
         if not dicttensors:
             raise ValueError(f"{op}: expected at least one DictTensor, got an empty list")
         first = dicttensors[0]
         if not isinstance(first, DictTensor):
-            raise TypeError(f"{op}: element 0 must be a DictTensor, got {_describe(first)}")
+            raise TypeError(f"{op}: element 0 must be a DictTensor, got {describe(first)}")
         for i, dt in enumerate(dicttensors[1:], 1):
             if not isinstance(dt, DictTensor):
-                raise TypeError(f"{op}: element {i} must be a DictTensor, got {_describe(dt)}")
+                raise TypeError(f"{op}: element {i} must be a DictTensor, got {describe(dt)}")
             if dt.keys() != first.keys():
                 raise ValueError(
                     f"{op}: element {i} has keys {sorted(dt._data)}, expected "
@@ -625,7 +658,7 @@ class DictTensor:
         """
         DictTensor._check_same([input, other], "DictTensor.where", check_rows=True)
         if not isinstance(condition, torch.Tensor) or condition.dtype != torch.bool:
-            raise TypeError(f"DictTensor.where: condition must be a bool tensor, got {_describe(condition)}")
+            raise TypeError(f"DictTensor.where: condition must be a bool tensor, got {describe(condition)}")
         if input._device is not None and condition.device != input._device:
             raise ValueError(
                 f"DictTensor.where: condition is on {condition.device}, expected {input._device}"

@@ -1,4 +1,4 @@
-"""Tasks that need memory, registered as gymnasium ids when ``rlstruct`` is imported.
+"""Tasks that need memory, registered as gymnasium ids when this module is imported.
 
 | id | observation | limit | optimal return |
 |---|---|---|---|
@@ -12,13 +12,14 @@ but a policy that sees only the current observation cannot tell which way the
 pole moves; history (a recurrent agent, stacked frames) gives it back.
 ``CueMemory-v0`` can be solved only by remembering its first observation.
 
-``rlstruct/gym_env.py`` imports this module, so any ``import rlstruct`` (a
-spawned batcher worker unpickling ``GymEnv`` too) registers the ids; calling
+``rlstruct/gym_env.py`` imports this module, so any use of ``rlstruct.GymEnv``
+(a spawned batcher worker unpickling ``GymEnv`` too) registers the ids; a bare
+``import rlstruct`` does not (it does not import gymnasium). Calling
 ``register()`` again changes nothing.
 
 Examples:
     >>> import gymnasium as gym
-    >>> import rlstruct
+    >>> import rlstruct.envs
     >>> env = gym.make("CartPoleNoVel-v1")
     >>> observation, _ = env.reset(seed=0)
     >>> observation.shape, observation.dtype, env.spec.max_episode_steps

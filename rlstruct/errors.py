@@ -1,8 +1,43 @@
-"""The library's exceptions."""
+"""The library's exceptions, and how its error messages name a received value."""
 
 from __future__ import annotations
 
-__all__ = ["ClusterError", "DistributedError", "RemoteWorkerError", "WorkerError", "WorkerTimeout"]
+import torch
+
+__all__ = [
+    "ClusterError",
+    "DistributedError",
+    "RemoteWorkerError",
+    "WorkerError",
+    "WorkerTimeout",
+    "describe",
+]
+
+
+def describe(value: object) -> str:
+    """What an error message says it received instead of what it expected.
+
+    A tensor is described by its shape, dtype and device; anything else by
+    its type's name, with its article.
+
+    Args:
+        value: the received value, of any type.
+
+    Returns:
+        A phrase to follow "got", such as ``"a tensor of shape (2, 3), dtype
+        torch.float32, device cpu"`` or ``"an int"``.
+
+    Examples:
+        >>> import torch
+        >>> describe(torch.zeros(2, 3))
+        'a tensor of shape (2, 3), dtype torch.float32, device cpu'
+        >>> describe(3), describe([1.0])
+        ('an int', 'a list')
+    """
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}, dtype {value.dtype}, device {value.device}"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}"
 
 
 class WorkerError(RuntimeError):

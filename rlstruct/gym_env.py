@@ -50,8 +50,9 @@ import numpy as np
 import torch
 
 from rlstruct import envs as _envs  # noqa: F401  (registers the memory tasks' ids, in spawned workers too)
-from rlstruct.dicttensor import DictTensor, _describe
+from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
+from rlstruct.errors import describe
 
 __all__ = ["GymEnv"]
 
@@ -176,9 +177,9 @@ class GymEnv(Environment):
         if not isinstance(n_envs, int) or isinstance(n_envs, bool) or n_envs < 1:
             raise ValueError(f"GymEnv: n_envs must be a positive int, got {n_envs!r}")
         if not (isinstance(env, str) or callable(env)):
-            raise TypeError(f"GymEnv: env must be an environment id or a callable, got {_describe(env)}")
+            raise TypeError(f"GymEnv: env must be an environment id or a callable, got {describe(env)}")
         if not isinstance(seed, int) or isinstance(seed, bool):
-            raise TypeError(f"GymEnv: seed must be an int, got {_describe(seed)}")
+            raise TypeError(f"GymEnv: seed must be an int, got {describe(seed)}")
         if reward_dtype not in (torch.float16, torch.float32, torch.float64):
             raise TypeError(
                 f"GymEnv: reward_dtype must be torch.float16, float32 or float64, got {reward_dtype!r}"
@@ -208,7 +209,7 @@ class GymEnv(Environment):
             env = gym.make(self._make, **kwargs) if isinstance(self._make, str) else self._make(**kwargs)
             if not isinstance(env, gym.Env):
                 raise TypeError(
-                    f"GymEnv({self.name!r}): the factory must return a gymnasium.Env, got {_describe(env)}"
+                    f"GymEnv({self.name!r}): the factory must return a gymnasium.Env, got {describe(env)}"
                 )
             self._envs[i], self._kwargs[i], self._seeded[i] = env, kwargs, False
             self._check_spaces(i, env)
@@ -266,7 +267,7 @@ class GymEnv(Environment):
     def _actions(self, action: DictTensor) -> np.ndarray[Any, Any]:
         if not isinstance(action, DictTensor):
             raise TypeError(
-                f"GymEnv({self.name!r}).step: action must be a DictTensor, got {_describe(action)}"
+                f"GymEnv({self.name!r}).step: action must be a DictTensor, got {describe(action)}"
             )
         if "action" not in action:
             raise ValueError(
@@ -334,7 +335,7 @@ class GymEnv(Environment):
             raise RuntimeError(f"GymEnv({self.name!r}): reset() after close()")
         if not isinstance(env_info, DictTensor):
             raise TypeError(
-                f"GymEnv({self.name!r}).reset: env_info must be a DictTensor, got {_describe(env_info)}"
+                f"GymEnv({self.name!r}).reset: env_info must be a DictTensor, got {describe(env_info)}"
             )
         if env_info.n_elems() != self.n_envs:
             raise ValueError(
@@ -417,7 +418,7 @@ class GymEnv(Environment):
                 if not isinstance(r, (int, float, np.integer, np.floating)) or isinstance(r, bool):
                     raise ValueError(
                         f"GymEnv({self.name!r}), instance {i}: the reward of the first step is "
-                        f"{_describe(r)}, expected a number"
+                        f"{describe(r)}, expected a number"
                     )
         self._step_checked = self._checked = True
         last_action = self._last_action

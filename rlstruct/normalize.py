@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import torch
 
-from rlstruct.dicttensor import _describe
+from rlstruct.errors import describe
 
 __all__ = ["ObservationNormalizer", "RewardScaler", "RunningMeanStd"]
 
@@ -68,7 +68,7 @@ class RunningMeanStd(torch.nn.Module):
         if x.shape[1:] != self.shape:
             raise ValueError(
                 f"{type(self).__name__}.update: x must have shape [N, {', '.join(map(str, self.shape))}], "
-                f"got {_describe(x)}"
+                f"got {describe(x)}"
             )
         n = x.shape[0]
         if n == 0:
@@ -162,7 +162,7 @@ class RewardScaler(torch.nn.Module):
         if reward.dim() != 2 or reward.shape[0] != self.returns.shape[0] or done.shape != reward.shape:
             raise ValueError(
                 f"RewardScaler: reward and done must both be [{self.returns.shape[0]}, T], got "
-                f"{_describe(reward)} and {_describe(done)}"
+                f"{describe(reward)} and {describe(done)}"
             )
         valid = torch.ones_like(done) if mask is None else mask
         r = reward.to(self.returns.device, torch.float64)

@@ -40,15 +40,12 @@ The outputs are learning targets: every function runs under
 Speed: every function is a few element-wise operations over [B, T] and one
 linear recurrence ``out_t = x_t + coef_t * out_{t+1}`` run backwards in time,
 solved as a parallel prefix scan: ceil(log2 T) rounds of whole-tensor operations
-instead of T rounds of [B]-sized ones. Measured on a 2-core Intel Xeon virtual
-machine with torch 2.13.0 (CPU build), one thread, for the recurrence alone at
-[B=64, T=256] and [B=8, T=128]: the scan took about 250 us and 150 us; a lean
-reverse loop over T (preallocated time-major output, one in-place ``addcmul_``
-per step) 890 us and 430 us; the same loop on numpy arrays 380 us and 180 us; a
-straightforward loop building each step from slices 3.3 ms and 1.7 ms. The scan
-also keeps to whole-tensor kernels on a GPU, where numpy cannot follow.
-``benchmarks/returns.py`` times the four functions against straightforward
-loops; the figures are in ``docs/performance.md``.
+instead of T rounds of [B]-sized ones. On the CPU the scan beat the loops over T
+it was compared with (torch and numpy), and on a GPU it keeps to whole-tensor
+kernels, where numpy cannot follow. ``benchmarks/returns.py`` times the four
+functions against straightforward loops; those figures, and the comparison of
+ways to solve the recurrence, are in ``docs/performance.md`` (Returns and
+advantages).
 
 Examples:
     >>> import torch
@@ -72,7 +69,7 @@ from collections.abc import Sequence
 
 import torch
 
-from rlstruct.dicttensor import _describe
+from rlstruct.errors import describe
 
 __all__ = ["discounted_returns", "gae", "td_lambda", "vtrace"]
 
@@ -410,7 +407,7 @@ def _check_tensors(
     """
     first, ref = floats[0]
     if not isinstance(ref, torch.Tensor):
-        raise TypeError(f"{fn}: {first} must be a tensor, got {_describe(ref)}")
+        raise TypeError(f"{fn}: {first} must be a tensor, got {describe(ref)}")
     if not ref.is_floating_point():
         raise TypeError(f"{fn}: {first} must have a floating-point dtype, got {ref.dtype}")
     if ref.dim() != 2:
@@ -419,7 +416,7 @@ def _check_tensors(
         if x is None:
             continue
         if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{fn}: {name} must be a tensor, got {_describe(x)}")
+            raise TypeError(f"{fn}: {name} must be a tensor, got {describe(x)}")
         if x.shape != ref.shape:
             raise ValueError(
                 f"{fn}: {name} must have the shape of {first}, {tuple(ref.shape)}, got {tuple(x.shape)}"
@@ -436,7 +433,7 @@ def _check_tensors(
 
 def _check_number(fn: str, name: str, x: object) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise TypeError(f"{fn}: {name} must be a float, got {_describe(x)}")
+        raise TypeError(f"{fn}: {name} must be a float, got {describe(x)}")
     return float(x)
 
 

@@ -2,17 +2,19 @@
 
 A ``TensorSpec`` describes one row of one key: the shape that follows the
 batch dimension (and the time dimension, for temporal data) and the dtype.
-``Specs`` maps keys to specs and allocates zero-filled storage for ``B``
-rows, or ``B x T`` steps, in ordinary or shared memory. Batchers infer specs
-from one probe step and allocate their buffers once from them.
+``Specs`` maps keys to specs. Batchers infer specs from one probe step and
+allocate their buffers once from them, in ordinary or shared memory, with
+``DictTensor.zeros(specs, B)`` (``B`` rows) or
+``TemporalDictTensor.zeros(specs, B, T)`` (``B x T`` steps). This module
+imports nothing else of rlstruct's: the structures build on it.
 
 Examples:
     >>> import torch
-    >>> from rlstruct import DictTensor
+    >>> from rlstruct import DictTensor, TemporalDictTensor
     >>> specs = DictTensor({"obs": torch.zeros(2, 4), "done": torch.zeros(2, dtype=torch.bool)}).specs()
     >>> specs["obs"]
     TensorSpec(shape=(4,), dtype=torch.float32)
-    >>> buffer = specs.zeros_temporal(8, 16)
+    >>> buffer = TemporalDictTensor.zeros(specs, 8, 16)
     >>> buffer["obs"].shape, buffer["done"].dtype
     (torch.Size([8, 16, 4]), torch.bool)
 """
@@ -21,13 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
-
-if TYPE_CHECKING:
-    from rlstruct.dicttensor import DictTensor
-    from rlstruct.temporal import TemporalDictTensor
 
 __all__ = ["Specs", "TensorSpec"]
 
@@ -57,7 +54,7 @@ class TensorSpec:
 
 
 class Specs(Mapping[str, TensorSpec]):
-    """An immutable mapping from keys to ``TensorSpec``, which allocates storage.
+    """An immutable mapping from keys to ``TensorSpec``.
 
     Args:
         specs: the key -> spec pairs.
@@ -90,63 +87,3 @@ class Specs(Mapping[str, TensorSpec]):
 
     def __repr__(self) -> str:
         return f"Specs({self._specs!r})"
-
-    def _alloc(
-        self, lead: tuple[int, ...], device: torch.device | str | None, shared: bool
-    ) -> dict[str, torch.Tensor]:
-        for name, n in zip(("batch_size", "n_timesteps"), lead, strict=False):
-            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-                raise ValueError(f"Specs: {name} must be a non-negative int, got {n!r}")
-        data = {}
-        for key, spec in self._specs.items():
-            value = torch.zeros(lead + spec.shape, dtype=spec.dtype, device=device)
-            data[key] = value.share_memory_() if shared else value
-        return data
-
-    def zeros(
-        self, batch_size: int, *, device: torch.device | str | None = None, shared: bool = False
-    ) -> DictTensor:
-        """Allocate a zero-filled ``DictTensor`` of ``batch_size`` rows.
-
-        Args:
-            batch_size: the number of rows B.
-            device: where to allocate; the default device if None.
-            shared: move the storage to shared memory (CPU only), so that
-                other processes can write into it.
-
-        Returns:
-            A DictTensor whose key ``k`` holds ``[B, *self[k].shape]`` zeros of
-            dtype ``self[k].dtype``. With no keys, an empty DictTensor of B rows.
-        """
-        from rlstruct.dicttensor import DictTensor
-
-        return DictTensor(self._alloc((batch_size,), device, shared), batch_size=batch_size)
-
-    def zeros_temporal(
-        self,
-        batch_size: int,
-        n_timesteps: int,
-        *,
-        device: torch.device | str | None = None,
-        shared: bool = False,
-    ) -> TemporalDictTensor:
-        """Allocate a zero-filled ``TemporalDictTensor`` of B x T steps.
-
-        Args:
-            batch_size: the number of rows B.
-            n_timesteps: the number of time steps T.
-            device: where to allocate; the default device if None.
-            shared: move the storage, lengths included, to shared memory.
-
-        Returns:
-            A TemporalDictTensor whose key ``k`` holds ``[B, T, *self[k].shape]``
-            zeros, with every length set to T (int64, shape [B]).
-        """
-        from rlstruct.dicttensor import DictTensor
-        from rlstruct.temporal import TemporalDictTensor
-
-        data = DictTensor(self._alloc((batch_size, n_timesteps), device, shared), batch_size=batch_size)
-        lengths = torch.full((batch_size,), n_timesteps, dtype=torch.int64, device=device)
-        if shared:
-            lengths.share_memory_()
-        return TemporalDictTensor(data, lengths, n_timesteps=n_timesteps)

@@ -27,7 +27,8 @@ from typing import overload
 
 import torch
 
-from rlstruct.dicttensor import Device, DictTensor, RowIndex, _describe
+from rlstruct.dicttensor import Device, DictTensor, RowIndex
+from rlstruct.errors import describe
 from rlstruct.specs import Specs, TensorSpec
 
 __all__ = ["TemporalDictTensor"]
@@ -68,7 +69,7 @@ class TemporalDictTensor:
         if not isinstance(data, DictTensor):
             if not isinstance(data, Mapping):
                 raise TypeError(
-                    f"TemporalDictTensor: data must be a mapping of tensors or a DictTensor, got {_describe(data)}"
+                    f"TemporalDictTensor: data must be a mapping of tensors or a DictTensor, got {describe(data)}"
                 )
             rows = lengths.shape[0] if isinstance(lengths, torch.Tensor) and lengths.dim() == 1 else None
             data = DictTensor(data, batch_size=None if data else rows)
@@ -184,6 +185,52 @@ class TemporalDictTensor:
         """The per-step shape (after B and T) and dtype of every key."""
         return Specs({k: TensorSpec(tuple(v.shape[2:]), v.dtype) for k, v in self._dt.items()})
 
+    @staticmethod
+    def zeros(
+        specs: Specs,
+        batch_size: int,
+        n_timesteps: int,
+        *,
+        device: Device | None = None,
+        shared: bool = False,
+    ) -> TemporalDictTensor:
+        """Allocate a zero-filled TemporalDictTensor of B x T steps laid out by ``specs``.
+
+        Args:
+            specs: the per-step shape and dtype of every key (``specs()`` of a
+                DictTensor of one step, or of a TemporalDictTensor).
+            batch_size: the number of rows B.
+            n_timesteps: the number of time steps T.
+            device: where to allocate; the default device if None.
+            shared: move the storage, lengths included, to shared memory.
+
+        Returns:
+            A new TemporalDictTensor whose key ``k`` holds ``[B, T, *specs[k].shape]``
+            zeros, with every length set to T (int64, shape [B]).
+
+        Raises:
+            TypeError: if ``specs`` is not a ``Specs``.
+            ValueError: if ``batch_size`` or ``n_timesteps`` is not a non-negative int.
+
+        Examples:
+            >>> import torch
+            >>> step = DictTensor({"obs": torch.ones(2, 4), "done": torch.ones(2, dtype=torch.bool)})
+            >>> buffer = TemporalDictTensor.zeros(step.specs(), 8, 16)
+            >>> buffer["obs"].shape, buffer["done"].dtype, buffer.lengths[0].item()
+            (torch.Size([8, 16, 4]), torch.bool, 16)
+        """
+        if not isinstance(specs, Specs):
+            raise TypeError(f"TemporalDictTensor.zeros: specs must be a Specs, got {describe(specs)}")
+        for name, n in (("batch_size", batch_size), ("n_timesteps", n_timesteps)):
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise ValueError(f"TemporalDictTensor.zeros: {name} must be a non-negative int, got {n!r}")
+        steps = Specs({k: TensorSpec((n_timesteps, *spec.shape), spec.dtype) for k, spec in specs.items()})
+        data = DictTensor.zeros(steps, batch_size, device=device, shared=shared)
+        lengths = torch.full((batch_size,), n_timesteps, dtype=torch.int64, device=device)
+        if shared:
+            lengths.share_memory_()
+        return TemporalDictTensor(data, lengths, n_timesteps=n_timesteps)
+
     # ------------------------------------------------------------------ time
 
     def mask(self) -> torch.Tensor:
@@ -201,7 +248,7 @@ class TemporalDictTensor:
 
     def _check_time(self, t: int, op: str) -> int:
         if not isinstance(t, int) or isinstance(t, bool):
-            raise TypeError(f"TemporalDictTensor.{op}: time index must be an int, got {_describe(t)}")
+            raise TypeError(f"TemporalDictTensor.{op}: time index must be an int, got {describe(t)}")
         if not -self._n_timesteps <= t < self._n_timesteps:
             raise IndexError(
                 f"TemporalDictTensor.{op}: time index {t} is out of range for {self._n_timesteps} steps"
@@ -243,7 +290,7 @@ class TemporalDictTensor:
         b = self.n_elems()
         if not isinstance(t, torch.Tensor) or t.dtype != torch.int64:
             raise TypeError(
-                f"TemporalDictTensor.temporal_multi_index: t must be an int64 tensor, got {_describe(t)}"
+                f"TemporalDictTensor.temporal_multi_index: t must be an int64 tensor, got {describe(t)}"
             )
         if t.shape != (b,):
             raise ValueError(
@@ -375,7 +422,7 @@ class TemporalDictTensor:
         """
         if not isinstance(tensors, (list, tuple)):
             raise TypeError(
-                f"TemporalDictTensor.cat: expected a list of TemporalDictTensors, got {_describe(tensors)}"
+                f"TemporalDictTensor.cat: expected a list of TemporalDictTensors, got {describe(tensors)}"
             )
         if not tensors:
             raise ValueError(
@@ -385,7 +432,7 @@ class TemporalDictTensor:
         for i, tdt in enumerate(tensors):
             if not isinstance(tdt, TemporalDictTensor):
                 raise TypeError(
-                    f"TemporalDictTensor.cat: element {i} must be a TemporalDictTensor, got {_describe(tdt)}"
+                    f"TemporalDictTensor.cat: element {i} must be a TemporalDictTensor, got {describe(tdt)}"
                 )
             n_timesteps = max(n_timesteps, tdt._n_timesteps)
         padded = [
@@ -451,7 +498,7 @@ class TemporalDictTensor:
 def _check_lengths(lengths: object, batch_size: int, n_timesteps: int, device: torch.device | None) -> None:
     if not isinstance(lengths, torch.Tensor):
         raise TypeError(
-            f"TemporalDictTensor: lengths must be an int64 tensor of shape [{batch_size}], got {_describe(lengths)}"
+            f"TemporalDictTensor: lengths must be an int64 tensor of shape [{batch_size}], got {describe(lengths)}"
         )
     if lengths.dtype != torch.int64:
         raise TypeError(f"TemporalDictTensor: lengths must have dtype torch.int64, got {lengths.dtype}")

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 
 import torch
 
-from rlstruct.dicttensor import Device, DictTensor, RowIndex, _describe
+from rlstruct.dicttensor import Device, DictTensor, RowIndex
+from rlstruct.errors import describe
 from rlstruct.temporal import TemporalDictTensor
 
 __all__ = ["Trajectories"]
@@ -46,10 +47,10 @@ class Trajectories:
 
     def __init__(self, info: DictTensor, trajectories: TemporalDictTensor) -> None:
         if not isinstance(info, DictTensor):
-            raise TypeError(f"Trajectories: info must be a DictTensor, got {_describe(info)}")
+            raise TypeError(f"Trajectories: info must be a DictTensor, got {describe(info)}")
         if not isinstance(trajectories, TemporalDictTensor):
             raise TypeError(
-                f"Trajectories: trajectories must be a TemporalDictTensor, got {_describe(trajectories)}"
+                f"Trajectories: trajectories must be a TemporalDictTensor, got {describe(trajectories)}"
             )
         if info.n_elems() != trajectories.n_elems():
             raise ValueError(
@@ -105,12 +106,12 @@ class Trajectories:
                 on keys, dtypes, shapes or device.
         """
         if isinstance(batches, Trajectories) or not isinstance(batches, Sequence):
-            raise TypeError(f"Trajectories.cat: expected a list of Trajectories, got {_describe(batches)}")
+            raise TypeError(f"Trajectories.cat: expected a list of Trajectories, got {describe(batches)}")
         if not batches:
             raise ValueError("Trajectories.cat: expected at least one Trajectories, got an empty list")
         for i, batch in enumerate(batches):
             if not isinstance(batch, Trajectories):
-                raise TypeError(f"Trajectories.cat: element {i} must be Trajectories, got {_describe(batch)}")
+                raise TypeError(f"Trajectories.cat: element {i} must be Trajectories, got {describe(batch)}")
         return Trajectories(
             DictTensor.cat([b.info for b in batches]),
             TemporalDictTensor.cat([b.trajectories for b in batches]),

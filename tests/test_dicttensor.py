@@ -469,7 +469,7 @@ def test_out_of_range_on_a_zero_row_dicttensor() -> None:
 
 def test_setitem_on_rows_fills_a_preallocated_buffer() -> None:
     parts = [make_dt(2, offset=0), make_dt(2, offset=2), make_dt(2, offset=4)]
-    buffer = parts[0].specs().zeros(6)
+    buffer = DictTensor.zeros(parts[0].specs(), 6)
     for i, part in enumerate(parts):
         buffer[2 * i : 2 * i + 2] = part
     assert buffer.equal(DictTensor.cat(parts))
@@ -487,7 +487,7 @@ def test_setitem_on_rows_fills_a_preallocated_buffer() -> None:
     ],
 )
 def test_copy_writes_the_selected_rows_only(index: Any, rows: list[int]) -> None:
-    buffer = make_dt().specs().zeros(B)
+    buffer = DictTensor.zeros(make_dt().specs(), B)
     src = make_dt(len(rows), offset=10)
     assert buffer.copy_(src, index) is buffer
     for key, value in buffer.items():
@@ -497,7 +497,7 @@ def test_copy_writes_the_selected_rows_only(index: Any, rows: list[int]) -> None
 
 
 def test_copy_without_index_writes_all_rows_and_does_not_alias() -> None:
-    buffer = make_dt().specs().zeros(B)
+    buffer = DictTensor.zeros(make_dt().specs(), B)
     src = make_dt(offset=3)
     buffer.copy_(src)
     assert buffer.equal(src)
@@ -506,14 +506,14 @@ def test_copy_without_index_writes_all_rows_and_does_not_alias() -> None:
 
 
 def test_copy_broadcasts_one_row_to_several() -> None:
-    buffer = make_dt().specs().zeros(B)
+    buffer = DictTensor.zeros(make_dt().specs(), B)
     buffer[1:4] = make_dt(1, offset=7)
     assert rows_of(buffer) == [0, 7, 7, 7]
     assert torch.equal(buffer["grid"][1:], torch.full((3, 2, 3), 7.0, dtype=torch.float64))
 
 
 def test_copy_into_a_view_writes_through() -> None:
-    buffer = make_dt().specs().zeros(B)
+    buffer = DictTensor.zeros(make_dt().specs(), B)
     buffer[2].copy_(make_dt(1, offset=9))
     assert rows_of(buffer) == [0, 0, 9, 0]
 

@@ -230,13 +230,13 @@ def test_temporal_row_index_agrees_with_dicttensor_row_index(data: st.DataObject
 def test_zeros_has_the_same_specs(data: st.DataObject) -> None:
     dt = data.draw(dicttensors())
     rows = data.draw(st.integers(0, 5))
-    allocated = dt.specs().zeros(rows)
+    allocated = DictTensor.zeros(dt.specs(), rows)
     assert allocated.n_elems() == rows
     assert allocated.specs() == dt.specs()
     assert not any(value.any() for value in allocated.values())
     tdt = data.draw(temporal_dicttensors())
     steps = data.draw(st.integers(0, 5))
-    allocated_steps = tdt.specs().zeros_temporal(rows, steps)
+    allocated_steps = TemporalDictTensor.zeros(tdt.specs(), rows, steps)
     assert allocated_steps.specs() == tdt.specs()
     assert (allocated_steps.n_elems(), allocated_steps.n_timesteps()) == (rows, steps)
     assert torch.equal(allocated_steps.lengths, torch.full((rows,), steps, dtype=torch.int64))

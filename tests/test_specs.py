@@ -124,7 +124,7 @@ def test_specs_rejects_bad_input(specs: object, text: str) -> None:
 
 @pytest.mark.parametrize("batch_size", [0, 1, 5])
 def test_zeros_allocates_zero_rows_of_every_spec(batch_size: int) -> None:
-    dt = SPECS.zeros(batch_size)
+    dt = DictTensor.zeros(SPECS, batch_size)
     assert isinstance(dt, DictTensor)
     assert dt.n_elems() == batch_size
     assert dt.specs() == SPECS
@@ -135,29 +135,29 @@ def test_zeros_allocates_zero_rows_of_every_spec(batch_size: int) -> None:
 
 
 def test_zeros_of_keyless_specs_is_an_empty_dicttensor_with_rows() -> None:
-    dt = Specs().zeros(3)
+    dt = DictTensor.zeros(Specs(), 3)
     assert dt.empty()
     assert dt.n_elems() == 3
 
 
 def test_zeros_on_a_device_and_in_shared_memory() -> None:
-    meta = SPECS.zeros(2, device="meta")
+    meta = DictTensor.zeros(SPECS, 2, device="meta")
     assert meta.device == torch.device("meta")
     assert meta.specs() == SPECS
-    shared = SPECS.zeros(2, shared=True)
+    shared = DictTensor.zeros(SPECS, 2, shared=True)
     assert shared.is_shared()
     assert shared.device == torch.device("cpu")
 
 
 def test_zeros_gives_fresh_storage_each_call() -> None:
-    a, b = SPECS.zeros(2), SPECS.zeros(2)
+    a, b = DictTensor.zeros(SPECS, 2), DictTensor.zeros(SPECS, 2)
     a["obs"].fill_(1.0)
     assert not b["obs"].any()
 
 
 def test_specs_round_trip_through_a_dicttensor_buffer() -> None:
     step = DictTensor({"obs": torch.randn(2, 3), "done": torch.tensor([True, False])})
-    buffer = step.specs().zeros(6)
+    buffer = DictTensor.zeros(step.specs(), 6)
     buffer[2:4] = step
     assert buffer[2:4].equal(step)
     assert not buffer[0:2]["done"].any()
@@ -166,14 +166,15 @@ def test_specs_round_trip_through_a_dicttensor_buffer() -> None:
 @pytest.mark.parametrize("batch_size", [-1, True, 2.0, "2"])
 def test_zeros_rejects_a_bad_batch_size(batch_size: object) -> None:
     with pytest.raises(
-        ValueError, match=message(f"Specs: batch_size must be a non-negative int, got {batch_size!r}")
+        ValueError,
+        match=message(f"DictTensor.zeros: batch_size must be a non-negative int, got {batch_size!r}"),
     ):
-        SPECS.zeros(batch_size)  # type: ignore[arg-type]
+        DictTensor.zeros(SPECS, batch_size)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("batch_size", "n_timesteps"), [(0, 0), (2, 0), (3, 5)])
 def test_zeros_temporal_allocates_full_rows(batch_size: int, n_timesteps: int) -> None:
-    tdt = SPECS.zeros_temporal(batch_size, n_timesteps)
+    tdt = TemporalDictTensor.zeros(SPECS, batch_size, n_timesteps)
     assert isinstance(tdt, TemporalDictTensor)
     assert tdt.n_elems() == batch_size
     assert tdt.n_timesteps() == n_timesteps
@@ -186,15 +187,15 @@ def test_zeros_temporal_allocates_full_rows(batch_size: int, n_timesteps: int) -
 
 
 def test_zeros_temporal_in_shared_memory_shares_the_lengths_too() -> None:
-    tdt = SPECS.zeros_temporal(2, 3, shared=True)
+    tdt = TemporalDictTensor.zeros(SPECS, 2, 3, shared=True)
     assert tdt.to_dicttensor().is_shared()
     assert tdt.lengths.is_shared()
-    plain = SPECS.zeros_temporal(2, 3)
+    plain = TemporalDictTensor.zeros(SPECS, 2, 3)
     assert not plain.lengths.is_shared()
 
 
 def test_zeros_temporal_of_keyless_specs() -> None:
-    tdt = Specs().zeros_temporal(2, 4)
+    tdt = TemporalDictTensor.zeros(Specs(), 2, 4)
     assert tdt.empty()
     assert (tdt.n_elems(), tdt.n_timesteps()) == (2, 4)
     assert tdt.lengths.tolist() == [4, 4]
@@ -203,12 +204,24 @@ def test_zeros_temporal_of_keyless_specs() -> None:
 @pytest.mark.parametrize(
     ("batch_size", "n_timesteps", "text"),
     [
-        (-1, 3, "Specs: batch_size must be a non-negative int, got -1"),
-        (2, -2, "Specs: n_timesteps must be a non-negative int, got -2"),
-        (2, 3.0, "Specs: n_timesteps must be a non-negative int, got 3.0"),
-        (2, False, "Specs: n_timesteps must be a non-negative int, got False"),
+        (-1, 3, "TemporalDictTensor.zeros: batch_size must be a non-negative int, got -1"),
+        (2, -2, "TemporalDictTensor.zeros: n_timesteps must be a non-negative int, got -2"),
+        (2, 3.0, "TemporalDictTensor.zeros: n_timesteps must be a non-negative int, got 3.0"),
+        (2, False, "TemporalDictTensor.zeros: n_timesteps must be a non-negative int, got False"),
     ],
 )
 def test_zeros_temporal_rejects_bad_sizes(batch_size: object, n_timesteps: object, text: str) -> None:
     with pytest.raises(ValueError, match=message(text)):
-        SPECS.zeros_temporal(batch_size, n_timesteps)  # type: ignore[arg-type]
+        TemporalDictTensor.zeros(SPECS, batch_size, n_timesteps)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("allocate", "op"),
+    [
+        (lambda specs: DictTensor.zeros(specs, 2), "DictTensor.zeros"),
+        (lambda specs: TemporalDictTensor.zeros(specs, 2, 3), "TemporalDictTensor.zeros"),
+    ],
+)
+def test_zeros_rejects_specs_that_are_not_specs(allocate: object, op: str) -> None:
+    with pytest.raises(TypeError, match=message(f"{op}: specs must be a Specs, got a dict")):
+        allocate({"obs": TensorSpec((3,), torch.float32)})  # type: ignore[operator]

@@ -52,7 +52,7 @@ def main() -> None:
     print("running rows:", running.n_elems())
 
     # Filling a preallocated buffer row by row, without casting anything.
-    buffer = step.specs().zeros(8)
+    buffer = DictTensor.zeros(step.specs(), 8)
     buffer[4:8] = step
     print("buffer rewards after writing rows 4..7:", buffer["reward"])
 
@@ -111,7 +111,7 @@ def main() -> None:
     section("Specs: per-row shapes and dtypes, allocating shared buffers")
     specs = episodes.specs()
     print(specs)
-    shared = specs.zeros_temporal(16, 32, shared=True)
+    shared = TemporalDictTensor.zeros(specs, 16, 32, shared=True)
     print("shared buffer:", shared, "in shared memory:", shared["reward"].is_shared())
 
 

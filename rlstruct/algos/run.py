@@ -28,7 +28,7 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.algos.config import TrainConfig
 from rlstruct.algos.evaluation import EvalResult, Evaluator, env_spaces
-from rlstruct.batchers import MultiprocessBatcher
+from rlstruct.batchers import MultiprocessBatcher, cpu_weights
 from rlstruct.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlstruct.gym_env import GymEnv
 from rlstruct.logger import CHECKPOINT_NAME, Logger, make_run_dir
@@ -428,11 +428,6 @@ def _resumable(algo: str, path: Path) -> dict[str, Any]:
             "there is nothing to continue"
         )
     return state
-
-
-def cpu_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """``model``'s state dict with every tensor detached and on the CPU (what batchers and workers load)."""
-    return {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
 
 
 def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> float:

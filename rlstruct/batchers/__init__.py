@@ -6,8 +6,8 @@ other is tested against; ``MultiprocessBatcher`` implements it with worker
 processes that write into shared memory (``docs/multiprocess.md``).
 """
 
-from rlstruct.batchers.base import Batcher
+from rlstruct.batchers.base import Batcher, cpu_weights
 from rlstruct.batchers.local import LocalBatcher
 from rlstruct.batchers.process import MultiprocessBatcher
 
-__all__ = ["Batcher", "LocalBatcher", "MultiprocessBatcher"]
+__all__ = ["Batcher", "LocalBatcher", "MultiprocessBatcher", "cpu_weights"]

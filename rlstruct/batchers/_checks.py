@@ -7,7 +7,8 @@ from collections.abc import Mapping
 
 import torch
 
-from rlstruct.dicttensor import DictTensor, _describe
+from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import describe
 
 
 def positive_int(owner: str, name: str, value: object) -> int:
@@ -34,7 +35,7 @@ def info(owner: str, name: str, value: DictTensor | None, rows: int) -> DictTens
     if value is None:
         return DictTensor(batch_size=rows)
     if not isinstance(value, DictTensor):
-        raise TypeError(f"{owner}.reset: {name} must be a DictTensor, got {_describe(value)}")
+        raise TypeError(f"{owner}.reset: {name} must be a DictTensor, got {describe(value)}")
     if value.n_elems() != rows:
         raise ValueError(
             f"{owner}.reset: {name} must have {rows} rows (n_processes * n_envs), got {value.n_elems()}"
@@ -92,7 +93,7 @@ def layout(owner: str, value: object) -> None:
 def device(owner: str, value: object) -> torch.device:
     """A device that tensors can be put on here: refused at construction, not after the work is done."""
     if not isinstance(value, (str, torch.device)):
-        raise TypeError(f"{owner}: device must be a str or torch.device, got {_describe(value)}")
+        raise TypeError(f"{owner}: device must be a str or torch.device, got {describe(value)}")
     try:
         result = torch.device(value)
     except RuntimeError:
@@ -138,7 +139,7 @@ def weights(
     """
     if not isinstance(value, Mapping):
         raise TypeError(
-            f"{owner}.{call}: weights must be a state_dict (a mapping of tensors), got {_describe(value)}"
+            f"{owner}.{call}: weights must be a state_dict (a mapping of tensors), got {describe(value)}"
         )
     missing = sorted(reference.keys() - value.keys())
     unexpected = sorted(value.keys() - reference.keys())
@@ -149,7 +150,7 @@ def weights(
     for key, ref in reference.items():
         got = value[key]
         if not isinstance(got, torch.Tensor):
-            raise TypeError(f"{owner}.{call}: weight {key!r} must be a tensor, got {_describe(got)}")
+            raise TypeError(f"{owner}.{call}: weight {key!r} must be a tensor, got {describe(got)}")
         if got.dtype != ref.dtype or got.shape != ref.shape:
             raise ValueError(
                 f"{owner}.{call}: weight {key!r} has dtype {got.dtype} and shape {tuple(got.shape)}, "

@@ -13,8 +13,9 @@ from typing import Any, Literal, NamedTuple
 import torch
 
 from rlstruct.agent import Agent, history_length, reset_finished_states
-from rlstruct.dicttensor import DictTensor, _describe
+from rlstruct.dicttensor import DictTensor
 from rlstruct.env import REQUIRED_KEYS, Environment
+from rlstruct.errors import describe
 from rlstruct.history import Spec, StepHistory, empty_window
 from rlstruct.temporal import TemporalDictTensor
 
@@ -170,12 +171,12 @@ class Group:
                 )
         self.agent = agent_factory(**agent_args)
         if not isinstance(self.agent, Agent):
-            raise TypeError(f"agent_factory must return an rlstruct.Agent, got {_describe(self.agent)}")
+            raise TypeError(f"agent_factory must return an rlstruct.Agent, got {describe(self.agent)}")
         self.agent.seed(agent_seed)
         self.env = env_factory(n_envs=n_envs, seed=env_seed, **env_args)
         if not isinstance(self.env, Environment):
             self.agent.close()
-            raise TypeError(f"env_factory must return an rlstruct.Environment, got {_describe(self.env)}")
+            raise TypeError(f"env_factory must return an rlstruct.Environment, got {describe(self.env)}")
         if self.env.n_envs != n_envs:
             self.close()
             raise ValueError(f"env_factory was asked for {n_envs} instances but made {self.env.n_envs}")
@@ -193,7 +194,7 @@ class Group:
     def _check_observation(self, observation: DictTensor, when: str) -> None:
         if not isinstance(observation, DictTensor):
             raise TypeError(
-                f"{self.name}: the environment returned {_describe(observation)} {when}, expected a DictTensor"
+                f"{self.name}: the environment returned {describe(observation)} {when}, expected a DictTensor"
             )
         if observation.n_elems() != self.n_envs:
             raise ValueError(
@@ -212,7 +213,7 @@ class Group:
         if not isinstance(output, DictTensor) or not isinstance(state, DictTensor):
             raise TypeError(
                 f"{self.name}: the agent must return (DictTensor, DictTensor), got "
-                f"({_describe(output)}, {_describe(state)})"
+                f"({describe(output)}, {describe(state)})"
             )
         if "action" not in output:
             raise ValueError(
@@ -325,7 +326,7 @@ class Group:
         if not isinstance(self.state, DictTensor) or self.state.n_elems() != self.n_envs:
             raise ValueError(
                 f"{self.name}: agent.initial_state must return a DictTensor of {self.n_envs} rows, "
-                f"got {_describe(self.state) if not isinstance(self.state, DictTensor) else self.state}"
+                f"got {describe(self.state) if not isinstance(self.state, DictTensor) else self.state}"
             )
         if self.history is not None:
             if self.window_spec is None:

@@ -18,7 +18,7 @@ import torch
 from rlstruct.dicttensor import DictTensor
 from rlstruct.trajectories import Trajectories
 
-__all__ = ["Batcher"]
+__all__ = ["Batcher", "cpu_weights"]
 
 _B = TypeVar("_B", bound="Batcher")
 
@@ -153,3 +153,23 @@ class Batcher(Protocol):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None: ...
+
+
+def cpu_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The weights to hand to ``Batcher.update``: ``model``'s state dict, detached and on the CPU.
+
+    Args:
+        model: the learner's module, on any device.
+
+    Returns:
+        A new dict from ``model.state_dict()``'s keys to tensors with no
+        autograd history, on the CPU, with their dtypes unchanged. Tensors
+        already on the CPU are shared with ``model``, not copied.
+
+    Examples:
+        >>> import torch
+        >>> weights = cpu_weights(torch.nn.Linear(3, 2))
+        >>> sorted(weights), weights["weight"].device, weights["weight"].requires_grad
+        (['bias', 'weight'], device(type='cpu'), False)
+    """
+    return {k: v.detach().to("cpu") for k, v in model.state_dict().items()}

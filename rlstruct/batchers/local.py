@@ -16,8 +16,9 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.batchers import _checks
 from rlstruct.batchers._group import Group, Layout, full_layout
-from rlstruct.dicttensor import DictTensor, _describe
+from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
+from rlstruct.errors import describe
 from rlstruct.seeding import derive_seed
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
@@ -139,7 +140,7 @@ class LocalBatcher:
         if mode not in ("fixed", "episodes", "stream"):
             raise ValueError(f"LocalBatcher: mode must be 'fixed', 'episodes' or 'stream', got {mode!r}")
         if not isinstance(seed, int) or isinstance(seed, bool):
-            raise TypeError(f"LocalBatcher: seed must be an int, got {_describe(seed)}")
+            raise TypeError(f"LocalBatcher: seed must be an int, got {describe(seed)}")
         self.mode: Mode = mode
         self.device = _checks.device(NAME, device)
         self.discarded = 0

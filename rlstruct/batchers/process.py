@@ -34,9 +34,9 @@ from rlstruct.batchers._group import STORED, Group, Layout, filled_next, full_la
 from rlstruct.batchers._shared import SharedBuffers, SharedWeights
 from rlstruct.batchers._slots import WAIT_S, SlotBoard
 from rlstruct.batchers._worker import WorkerSpec, worker_main
-from rlstruct.dicttensor import DictTensor, _describe
+from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
-from rlstruct.errors import WorkerError, WorkerTimeout
+from rlstruct.errors import WorkerError, WorkerTimeout, describe
 from rlstruct.seeding import derive_seed
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
@@ -202,7 +202,7 @@ class MultiprocessBatcher:
                 f"{NAME}: start_method must be one of {mp.get_all_start_methods()}, got {start_method!r}"
             )
         if not isinstance(seed, int) or isinstance(seed, bool):
-            raise TypeError(f"{NAME}: seed must be an int, got {_describe(seed)}")
+            raise TypeError(f"{NAME}: seed must be an int, got {describe(seed)}")
         self.device = _checks.device(NAME, device)
         _checks.layout(NAME, layout)
         self.layout: Layout = layout
@@ -220,7 +220,7 @@ class MultiprocessBatcher:
 
         agent = agent_factory(**agent_args)
         if not isinstance(agent, Agent):
-            raise TypeError(f"agent_factory must return an rlstruct.Agent, got {_describe(agent)}")
+            raise TypeError(f"agent_factory must return an rlstruct.Agent, got {describe(agent)}")
         self._weights = SharedWeights(agent.state_dict())
         agent.close()
         if weights is not None:

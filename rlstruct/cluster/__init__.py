@@ -32,15 +32,15 @@ from rlstruct.cluster._group import (
 from rlstruct.cluster._reduce import (
     Statistics,
     average_gradients,
-    avg,
     avg_number,
     broadcast_parameters,
-    max,
-    min,
     statistics_scalar,
-    sum,
     sum_number,
 )
+from rlstruct.cluster._reduce import reduce_avg as avg
+from rlstruct.cluster._reduce import reduce_max as max
+from rlstruct.cluster._reduce import reduce_min as min
+from rlstruct.cluster._reduce import reduce_sum as sum
 from rlstruct.errors import ClusterError
 
 __all__ = [

@@ -4,6 +4,11 @@ Each operation checks its input, returns it unchanged when the world size is
 1, checks that every process passes the same layout (``_agree``), then moves
 the data with one collective per dtype: the tensors are flattened into one
 buffer, reduced, and split back.
+
+The element-wise reductions are named ``reduce_sum``, ``reduce_avg``,
+``reduce_max`` and ``reduce_min`` here, so that ``sum``, ``max`` and ``min``
+stay Python's builtins in this module; the package exports them as
+``rlstruct.cluster.sum``, ``avg``, ``max`` and ``min``.
 """
 
 from __future__ import annotations
@@ -18,18 +23,19 @@ import torch.distributed as dist
 
 from rlstruct.cluster._agree import agree, collective_device, run
 from rlstruct.cluster._group import rank, world_size
-from rlstruct.dicttensor import DictTensor, _describe
+from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import describe
 
 __all__ = [
     "Statistics",
     "average_gradients",
-    "avg",
     "avg_number",
     "broadcast_parameters",
-    "max",
-    "min",
+    "reduce_avg",
+    "reduce_max",
+    "reduce_min",
+    "reduce_sum",
     "statistics_scalar",
-    "sum",
     "sum_number",
 ]
 
@@ -107,10 +113,10 @@ def _reduce(op: str, x: Reducible) -> Reducible:
         reduced = dict(zip(keys, _flat_collective(op, [x[k] for k in keys], op), strict=True))
         return DictTensor({k: reduced[k] for k in x}, batch_size=x.n_elems())
     hint = f"; for a Python number use {op}_number" if op in ("sum", "avg") else ""
-    raise TypeError(f"cluster.{op}: x must be a torch.Tensor or a DictTensor, got {_describe(x)}{hint}")
+    raise TypeError(f"cluster.{op}: x must be a torch.Tensor or a DictTensor, got {describe(x)}{hint}")
 
 
-def sum(x: Reducible) -> Reducible:
+def reduce_sum(x: Reducible) -> Reducible:
     """The element-wise sum of ``x`` over all processes.
 
     Every process passes a tensor (or DictTensor) with the same shape, dtype
@@ -143,7 +149,7 @@ def sum(x: Reducible) -> Reducible:
     return _reduce("sum", x)
 
 
-def avg(x: Reducible) -> Reducible:
+def reduce_avg(x: Reducible) -> Reducible:
     """The element-wise mean of ``x`` over all processes: ``sum(x) / world_size()``.
 
     As ``sum``, for floating-point tensors only (an average of integers would
@@ -158,7 +164,7 @@ def avg(x: Reducible) -> Reducible:
     return _reduce("avg", x)
 
 
-def max(x: Reducible) -> Reducible:
+def reduce_max(x: Reducible) -> Reducible:
     """The element-wise maximum of ``x`` over all processes (exact).
 
     As ``sum``; bool tensors are accepted (``max`` is then a logical or).
@@ -172,7 +178,7 @@ def max(x: Reducible) -> Reducible:
     return _reduce("max", x)
 
 
-def min(x: Reducible) -> Reducible:
+def reduce_min(x: Reducible) -> Reducible:
     """The element-wise minimum of ``x`` over all processes (exact).
 
     As ``sum``; bool tensors are accepted (``min`` is then a logical and).
@@ -188,7 +194,7 @@ def min(x: Reducible) -> Reducible:
 
 def _number(op: str, x: float) -> torch.Tensor:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise TypeError(f"cluster.{op}: x must be an int or a float, got {_describe(x)}")
+        raise TypeError(f"cluster.{op}: x must be an int or a float, got {describe(x)}")
     if isinstance(x, int) and not -(2**63) <= x < 2**63:
         raise ValueError(f"cluster.{op}: an int must fit in 64 bits, got {x}")
     return torch.tensor([x], dtype=torch.int64 if isinstance(x, int) else torch.float64)
@@ -278,15 +284,15 @@ def statistics_scalar(x: torch.Tensor | Sequence[float]) -> Statistics:
     op = "statistics_scalar"
     if isinstance(x, torch.Tensor):
         if x.is_complex() or x.layout != torch.strided:
-            raise TypeError(f"cluster.{op}: x must be a dense real tensor, got {_describe(x)}")
+            raise TypeError(f"cluster.{op}: x must be a dense real tensor, got {describe(x)}")
         samples = x.detach().reshape(-1).to("cpu", torch.float64)
     elif isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
         for i, item in enumerate(x):
             if isinstance(item, bool) or not isinstance(item, (int, float)):
-                raise TypeError(f"cluster.{op}: x[{i}] must be an int or a float, got {_describe(item)}")
+                raise TypeError(f"cluster.{op}: x[{i}] must be an int or a float, got {describe(item)}")
         samples = torch.tensor(list(x), dtype=torch.float64)
     else:
-        raise TypeError(f"cluster.{op}: x must be a tensor or a sequence of numbers, got {_describe(x)}")
+        raise TypeError(f"cluster.{op}: x must be a tensor or a sequence of numbers, got {describe(x)}")
     alone = world_size() == 1
     if not alone:
         agree(op, {"the samples": "samples"})
@@ -324,12 +330,12 @@ def _named_tensors(
         return [("parameter 0", module_or_params)]
     if not isinstance(module_or_params, Iterable) or isinstance(module_or_params, (str, bytes)):
         raise TypeError(
-            f"cluster.{op}: expected a torch.nn.Module or an iterable of tensors, got {_describe(module_or_params)}"
+            f"cluster.{op}: expected a torch.nn.Module or an iterable of tensors, got {describe(module_or_params)}"
         )
     named = []
     for i, tensor in enumerate(module_or_params):
         if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"cluster.{op}: parameter {i} must be a torch.Tensor, got {_describe(tensor)}")
+            raise TypeError(f"cluster.{op}: parameter {i} must be a torch.Tensor, got {describe(tensor)}")
         named.append((f"parameter {i}", tensor))
     return named
 

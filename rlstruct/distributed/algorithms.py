@@ -43,7 +43,8 @@ import torch
 from rlstruct.algos import impala as _impala
 from rlstruct.algos import ppo as _ppo
 from rlstruct.algos.policies import ActorCritic
-from rlstruct.dicttensor import DictTensor, _describe
+from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import describe
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
 
@@ -133,7 +134,7 @@ class _Hyperparameters:
         if isinstance(current, bool) != isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(
                 f"{type(self).__name__}.set_parameter: {name} must be a {type(current).__name__}, "
-                f"got {_describe(value)}"
+                f"got {describe(value)}"
             )
         self._check(f"{type(self).__name__}.set_parameter", name, value)
         setattr(self, name, type(current)(value))
@@ -182,7 +183,7 @@ class PPO(_Hyperparameters):
         max_grad_norm: float = _ppo.Config.max_grad_norm,
     ) -> None:
         if not isinstance(model, ActorCritic):
-            raise TypeError(f"PPO: model must be an ActorCritic, got {_describe(model)}")
+            raise TypeError(f"PPO: model must be an ActorCritic, got {describe(model)}")
         self.model = model
         self.lr, self.gamma, self.gae_lambda, self.clip = (
             float(lr),
@@ -263,7 +264,7 @@ class IMPALA(_Hyperparameters):
         normalize_advantages: bool = _impala.Config.normalize_advantages,
     ) -> None:
         if not isinstance(model, ActorCritic):
-            raise TypeError(f"IMPALA: model must be an ActorCritic, got {_describe(model)}")
+            raise TypeError(f"IMPALA: model must be an ActorCritic, got {describe(model)}")
         self.model = model
         self.lr, self.gamma, self.reward_scale = float(lr), float(gamma), float(reward_scale)
         self.rho_bar, self.c_bar = float(rho_bar), float(c_bar)
@@ -321,7 +322,7 @@ class MinibatchBuffer:
     def insert(self, data: DictTensor) -> None:
         """Hold ``data``, a ``DictTensor`` of N steps (any device)."""
         if not isinstance(data, DictTensor):
-            raise TypeError(f"MinibatchBuffer.insert: data must be a DictTensor, got {_describe(data)}")
+            raise TypeError(f"MinibatchBuffer.insert: data must be a DictTensor, got {describe(data)}")
         self._data = data
 
     def minibatches(self) -> Iterator[DictTensor]:

@@ -54,7 +54,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from rlstruct.dicttensor import DictTensor, _describe
+from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import describe
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
 
@@ -87,7 +88,7 @@ def _module(codec: str) -> ModuleType:
 
 def _check_codec(codec: object, name: str) -> str:
     if not isinstance(codec, str):
-        raise TypeError(f"{name} must be a str, one of {CODECS}, got {_describe(codec)}")
+        raise TypeError(f"{name} must be a str, one of {CODECS}, got {describe(codec)}")
     if codec not in CODECS:
         raise ValueError(f"{name} must be one of {CODECS}, got {codec!r}")
     if codec != "none":
@@ -122,7 +123,7 @@ def _check_level(codec: str, level: object) -> int:
     if level is None:
         return _LEVELS[codec][2] if codec != "none" else 0
     if not isinstance(level, int) or isinstance(level, bool):
-        raise TypeError(f"pack: level must be an int or None, got {_describe(level)}")
+        raise TypeError(f"pack: level must be an int or None, got {describe(level)}")
     if codec == "none":
         raise ValueError(f"pack: level applies to 'lz4' and 'zstd' only, got level={level} with codec 'none'")
     low, high, _ = _LEVELS[codec]
@@ -249,12 +250,12 @@ def _entries(value: object) -> tuple[str, list[tuple[str, str, torch.Tensor]], i
             if not isinstance(k, str):
                 raise TypeError(f"pack: keys of value must be str, got {k!r} ({type(k).__name__})")
             if not isinstance(v, torch.Tensor):
-                raise TypeError(f"pack: value of key {k!r} must be a torch.Tensor, got {_describe(v)}")
+                raise TypeError(f"pack: value of key {k!r} must be a torch.Tensor, got {describe(v)}")
             entries.append((f"value of key {k!r}", k, v))
         return "dict", entries, 0, 0, 0
     raise TypeError(
         "pack: value must be a torch.Tensor, a Mapping[str, Tensor], a DictTensor, a "
-        f"TemporalDictTensor or a Trajectories, got {_describe(value)}"
+        f"TemporalDictTensor or a Trajectories, got {describe(value)}"
     )
 
 
@@ -374,7 +375,7 @@ def unpack(packed: Packed[V]) -> V:
         ImportError: if the codec's package is not installed.
     """
     if not isinstance(packed, Packed):
-        raise TypeError(f"unpack: packed must be a Packed (made by pack), got {_describe(packed)}")
+        raise TypeError(f"unpack: packed must be a Packed (made by pack), got {describe(packed)}")
     decompress = _decompressor(packed.codec)
     tensors = [
         torch.empty(shape, dtype=dtype) for shape, dtype in zip(packed.shapes, packed.dtypes, strict=True)

@@ -122,7 +122,7 @@ class CollectionWorker:
 
     def ready(self) -> tuple[str, int]:
         """Where the worker runs, ``(Ray node id, process id)``: answers once it is constructed."""
-        return _where()
+        return node_and_pid()
 
     def set_weights(self, weights: Mapping[str, torch.Tensor] | list[Any], version: int) -> None:
         """Load ``weights`` (a state dict, or ``[ref]`` to one in Ray's object store), the policy ``version``.
@@ -256,7 +256,7 @@ class Collectors:
             self.local.close()
 
 
-def _where() -> tuple[str, int]:
+def node_and_pid() -> tuple[str, int]:
     """``(Ray node id, process id)`` of the calling process (node id "" outside Ray)."""
     node = ""
     try:

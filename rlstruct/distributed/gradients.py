@@ -26,10 +26,10 @@ from typing import Any
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.algos.run import cpu_weights
+from rlstruct.batchers import cpu_weights
 from rlstruct.distributed.algorithms import Algorithm, Buffer
 from rlstruct.distributed.codec import Packed, pack, unpack
-from rlstruct.distributed.collection import CollectionWorker, Collectors, _where, resolve_weights
+from rlstruct.distributed.collection import CollectionWorker, Collectors, node_and_pid, resolve_weights
 from rlstruct.trajectories import Trajectories
 
 __all__ = ["GradientResult", "GradientWorker", "flat_gradients", "set_flat_gradients"]
@@ -188,7 +188,7 @@ class GradientWorker:
 
     def ready(self) -> tuple[str, int]:
         """Where the worker runs, ``(Ray node id, process id)``: answers once it is constructed."""
-        return _where()
+        return node_and_pid()
 
     def set_weights(self, weights: Mapping[str, torch.Tensor] | list[Any], version: int) -> None:
         """Load ``weights`` (a state dict, or ``[ref]`` to one in Ray's object store) as policy ``version``.

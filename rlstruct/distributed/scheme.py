@@ -60,14 +60,14 @@ from typing import Any
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.algos.run import cpu_weights
-from rlstruct.dicttensor import _describe
+from rlstruct.batchers import cpu_weights
 from rlstruct.distributed.algorithms import Algorithm, Buffer
 from rlstruct.distributed.codec import check_codec, pack
 from rlstruct.distributed.collection import Collectors
 from rlstruct.distributed.gradients import GradientResult, GradientWorker, set_flat_gradients
 from rlstruct.env import Environment
 from rlstruct.errors import DistributedError
+from rlstruct.errors import describe as _describe  # the public helper, under the name this module uses
 
 __all__ = ["Scheme", "StepInfo"]
 

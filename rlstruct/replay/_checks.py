@@ -6,7 +6,7 @@ import math
 import numbers
 from collections.abc import Iterable
 
-from rlstruct.dicttensor import _describe
+from rlstruct.errors import describe
 
 
 def _check_positive_int(value: object, name: str) -> int:
@@ -29,7 +29,7 @@ def _check_number(
 
 def _check_keys(keys: object, available: Iterable[str], op: str) -> list[str]:
     if isinstance(keys, str) or not isinstance(keys, Iterable):
-        raise TypeError(f"{op}: keys must be a list of str, got {_describe(keys)}")
+        raise TypeError(f"{op}: keys must be a list of str, got {describe(keys)}")
     keys = list(keys)
     missing = [k for k in keys if k not in set(available)]
     if missing:

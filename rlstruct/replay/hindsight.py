@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from rlstruct.dicttensor import DictTensor, _describe
+from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import describe
 from rlstruct.replay._checks import _check_keys, _check_positive_int
 from rlstruct.replay.uniform import ReplayBuffer, ReplaySample
 from rlstruct.specs import Specs, TensorSpec
@@ -119,7 +120,7 @@ class HindsightReplayBuffer:
     ) -> None:
         name = "HindsightReplayBuffer"
         if not callable(reward_fn):
-            raise TypeError(f"{name}: reward_fn must be callable, got {_describe(reward_fn)}")
+            raise TypeError(f"{name}: reward_fn must be callable, got {describe(reward_fn)}")
         if strategy not in ("future", "final"):
             raise ValueError(f"{name}: strategy must be 'future' or 'final', got {strategy!r}")
         if not isinstance(k, int) or isinstance(k, bool) or k < 0:
@@ -135,7 +136,7 @@ class HindsightReplayBuffer:
         self.done_key = done_key
         if specs is not None:
             if not isinstance(specs, Specs):
-                raise TypeError(f"{name}: specs must be a Specs, got {_describe(specs)}")
+                raise TypeError(f"{name}: specs must be a Specs, got {describe(specs)}")
             self._check_specs(specs, name)
             specs = Specs({**specs, _STEPS_LEFT: TensorSpec((), torch.int64)})
         self._buffer = ReplayBuffer(
@@ -172,7 +173,7 @@ class HindsightReplayBuffer:
         """
         op = "HindsightReplayBuffer.add_trajectories"
         if not isinstance(trajectories, TemporalDictTensor):
-            raise TypeError(f"{op}: trajectories must be a TemporalDictTensor, got {_describe(trajectories)}")
+            raise TypeError(f"{op}: trajectories must be a TemporalDictTensor, got {describe(trajectories)}")
         if _STEPS_LEFT in trajectories:
             raise ValueError(f"{op}: the key {_STEPS_LEFT!r} is reserved for the buffer's bookkeeping")
         steps = trajectories.n_timesteps()
@@ -186,7 +187,7 @@ class HindsightReplayBuffer:
             done = trajectories[self.done_key]
             if done.dtype != torch.bool or done.shape != ends.shape:
                 raise TypeError(
-                    f"{op}: done key {self.done_key!r} must be a bool tensor of shape {tuple(ends.shape)}, got {_describe(done)}"
+                    f"{op}: done key {self.done_key!r} must be a bool tensor of shape {tuple(ends.shape)}, got {describe(done)}"
                 )
             ends |= done
         # the first end at or after each step, by a reversed running minimum over the end steps
@@ -240,11 +241,11 @@ class HindsightReplayBuffer:
         new_reward = self.reward_fn(data[self.achieved_goal_key], data[self.desired_goal_keys[0]])
         if not isinstance(new_reward, torch.Tensor) or new_reward.dtype != reward.dtype:
             raise TypeError(
-                f"{op}: reward_fn must return a tensor of dtype {reward.dtype} (the stored {self.reward_key!r}), got {_describe(new_reward)}"
+                f"{op}: reward_fn must return a tensor of dtype {reward.dtype} (the stored {self.reward_key!r}), got {describe(new_reward)}"
             )
         if new_reward.shape != reward.shape or new_reward.device != reward.device:
             raise ValueError(
-                f"{op}: reward_fn must return shape {tuple(reward.shape)} on {reward.device}, got {_describe(new_reward)}"
+                f"{op}: reward_fn must return shape {tuple(reward.shape)} on {reward.device}, got {describe(new_reward)}"
             )
         data[self.reward_key] = torch.where(
             relabel.view((-1,) + (1,) * (reward.dim() - 1)), new_reward, reward
@@ -261,7 +262,7 @@ class HindsightReplayBuffer:
         """Restore a state from ``state_dict``, in place; ``k`` and ``strategy`` must match."""
         op = "HindsightReplayBuffer.load_state_dict"
         if not isinstance(state, Mapping):
-            raise TypeError(f"{op}: state must be a dict from state_dict(), got {_describe(state)}")
+            raise TypeError(f"{op}: state must be a dict from state_dict(), got {describe(state)}")
         for name, mine in (("k", self.k), ("strategy", self.strategy)):
             if state.get(name) != mine:
                 raise ValueError(

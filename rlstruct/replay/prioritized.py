@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from rlstruct.dicttensor import _describe
+from rlstruct.errors import describe
 from rlstruct.replay._checks import _check_number, _check_positive_int
 from rlstruct.replay.sumtree import SumTree
 from rlstruct.replay.uniform import ReplayBuffer, ReplaySample
@@ -34,12 +34,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     Cost: sampling and updating walk the ``log32(capacity)`` levels of the sum
     tree (4 for a million rows) with a few tensor operations per level for the
     whole batch, so the cost is a few dozen tensor operations, nearly the same
-    at any capacity. ``sample(256)`` followed by ``update_priorities`` of those
-    256 rows (rows of two 8-float observations, an action and a reward) took
-    2.3 ms at capacity 1e5 and 3.1 ms at capacity 1e6, single-threaded on a
-    shared 2-core x86 box under a load of about 5 (a binary sum tree walked row
-    by row in Python: 4.7 and 3.8 ms); measured with
-    ``python benchmarks/replay.py``.
+    at any capacity. ``benchmarks/replay.py`` times it against a binary sum
+    tree walked row by row in Python; the figures are in
+    ``docs/performance.md`` (Replay buffers).
 
     Args:
         capacity: the number of rows kept; a positive int.
@@ -167,9 +164,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """
         op = "PrioritizedReplayBuffer.update_priorities"
         if not isinstance(indices, torch.Tensor) or indices.dtype != torch.int64:
-            raise TypeError(f"{op}: indices must be an int64 tensor, got {_describe(indices)}")
+            raise TypeError(f"{op}: indices must be an int64 tensor, got {describe(indices)}")
         if not isinstance(priorities, torch.Tensor) or not priorities.is_floating_point():
-            raise TypeError(f"{op}: priorities must be a floating-point tensor, got {_describe(priorities)}")
+            raise TypeError(f"{op}: priorities must be a floating-point tensor, got {describe(priorities)}")
         if indices.dim() != 1 or priorities.shape != indices.shape:
             raise ValueError(
                 f"{op}: indices and priorities must both have shape [n], got {tuple(indices.shape)} "

@@ -10,7 +10,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from rlstruct.dicttensor import DictTensor, _describe
+from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import describe
 from rlstruct.replay._checks import _check_keys, _check_number, _check_positive_int
 from rlstruct.specs import Specs
 from rlstruct.temporal import TemporalDictTensor
@@ -86,9 +87,7 @@ class ReplayBuffer:
             generator = torch.Generator(device=self._device)
             generator.manual_seed(int(torch.randint(0, 2**62, ())))
         elif not isinstance(generator, torch.Generator):
-            raise TypeError(
-                f"{name}: generator must be a torch.Generator or None, got {_describe(generator)}"
-            )
+            raise TypeError(f"{name}: generator must be a torch.Generator or None, got {describe(generator)}")
         elif generator.device.type != self._device.type:
             raise ValueError(
                 f"{name}: generator is on {generator.device}, expected a generator on {self._device}"
@@ -106,7 +105,7 @@ class ReplayBuffer:
         self._storage: DictTensor | None = None
         if specs is not None:
             if not isinstance(specs, Specs):
-                raise TypeError(f"{name}: specs must be a Specs, got {_describe(specs)}")
+                raise TypeError(f"{name}: specs must be a Specs, got {describe(specs)}")
             self._allocate(specs)
 
     # ------------------------------------------------------------------ properties
@@ -165,7 +164,7 @@ class ReplayBuffer:
         """
         op = f"{type(self).__name__}.add"
         if not isinstance(transitions, DictTensor):
-            raise TypeError(f"{op}: transitions must be a DictTensor, got {_describe(transitions)}")
+            raise TypeError(f"{op}: transitions must be a DictTensor, got {describe(transitions)}")
         if transitions.empty():
             raise ValueError(f"{op}: transitions must have at least one key, got none")
         if self._storage is None:
@@ -203,7 +202,7 @@ class ReplayBuffer:
         """
         op = f"{type(self).__name__}.add_trajectories"
         if not isinstance(trajectories, TemporalDictTensor):
-            raise TypeError(f"{op}: trajectories must be a TemporalDictTensor, got {_describe(trajectories)}")
+            raise TypeError(f"{op}: trajectories must be a TemporalDictTensor, got {describe(trajectories)}")
         if keys is not None:
             trajectories = trajectories.get(_check_keys(keys, trajectories.keys(), op))
         self.add(trajectories.masked_flatten())
@@ -269,7 +268,7 @@ class ReplayBuffer:
         """
         op = f"{type(self).__name__}.load_state_dict"
         if not isinstance(state, Mapping):
-            raise TypeError(f"{op}: state must be a dict from state_dict(), got {_describe(state)}")
+            raise TypeError(f"{op}: state must be a dict from state_dict(), got {describe(state)}")
         missing = [k for k in ("capacity", "position", "size", "storage", "generator") if k not in state]
         if missing:
             raise ValueError(f"{op}: state lacks the entries {missing}; was it made by state_dict()?")
@@ -312,7 +311,7 @@ class ReplayBuffer:
     # ------------------------------------------------------------------ internals
 
     def _allocate(self, specs: Specs) -> None:
-        self._storage = specs.zeros(self._capacity, device=self._device, shared=self._shared)
+        self._storage = DictTensor.zeros(specs, self._capacity, device=self._device, shared=self._shared)
 
     def _check_rows(self, rows: DictTensor, op: str) -> None:
         """Rows must have exactly the storage's keys, per-row shapes and dtypes."""
