@@ -1,11 +1,20 @@
 """rlstruct: reinforcement-learning data structures, agents, environments and batchers on PyTorch.
 
 ``import rlstruct`` does not import gymnasium: ``GymEnv`` (and the ``envs``
-module of memory tasks, which it registers as gymnasium ids) is imported the
-first time it is used, as ``rlstruct.GymEnv`` or ``from rlstruct import GymEnv``.
+module of memory tasks) is imported the first time it is used, as
+``rlstruct.GymEnv`` or ``from rlstruct import GymEnv``. The memory tasks are
+registered as gymnasium ids as soon as gymnasium is imported, before or after
+rlstruct, so that ``gymnasium.make("CartPoleNoVel-v1")`` works after
+``import rlstruct`` either way.
 """
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from collections.abc import Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from rlstruct.agent import Agent, replay_agent
@@ -83,3 +92,36 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_GYMNASIUM})
+
+
+class _RegisterMemoryTasks(importlib.abc.MetaPathFinder):
+    """Registers the memory tasks once gymnasium has been imported, by whoever imports it first.
+
+    It finds nothing itself: on the first ``import gymnasium`` it takes itself
+    off ``sys.meta_path``, lets the usual finders find gymnasium, and has the
+    loader import ``rlstruct.envs`` right after gymnasium's own code ran.
+    """
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "gymnasium":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("gymnasium")
+        if spec is None or spec.loader is None:
+            return spec
+        run_gymnasium = spec.loader.exec_module
+
+        def run_then_register(module: ModuleType) -> None:
+            run_gymnasium(module)
+            importlib.import_module("rlstruct.envs")
+
+        spec.loader.exec_module = run_then_register  # type: ignore[method-assign]
+        return spec
+
+
+if "gymnasium" in sys.modules:  # already paid for: register now
+    importlib.import_module("rlstruct.envs")
+elif not any(isinstance(finder, _RegisterMemoryTasks) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _RegisterMemoryTasks())

@@ -12,14 +12,14 @@ but a policy that sees only the current observation cannot tell which way the
 pole moves; history (a recurrent agent, stacked frames) gives it back.
 ``CueMemory-v0`` can be solved only by remembering its first observation.
 
-``rlstruct/gym_env.py`` imports this module, so any use of ``rlstruct.GymEnv``
-(a spawned batcher worker unpickling ``GymEnv`` too) registers the ids; a bare
-``import rlstruct`` does not (it does not import gymnasium). Calling
-``register()`` again changes nothing.
+``import rlstruct`` imports this module as soon as gymnasium is imported
+(before or after rlstruct), and ``rlstruct/gym_env.py`` imports it, so any use
+of ``rlstruct.GymEnv`` (a spawned batcher worker unpickling ``GymEnv`` too)
+registers the ids. Calling ``register()`` again changes nothing.
 
 Examples:
     >>> import gymnasium as gym
-    >>> import rlstruct.envs
+    >>> import rlstruct
     >>> env = gym.make("CartPoleNoVel-v1")
     >>> observation, _ = env.reset(seed=0)
     >>> observation.shape, observation.dtype, env.spec.max_episode_steps

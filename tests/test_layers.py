@@ -277,6 +277,23 @@ def test_gymenv_is_reached_through_rlstruct_and_registers_the_memory_tasks() -> 
     assert out.stdout.split() == ["True", "True", "True"]
 
 
+@pytest.mark.parametrize(
+    "imports",
+    ["import rlstruct, gymnasium", "import gymnasium, rlstruct"],
+    ids=["rlstruct first", "gymnasium first"],
+)
+def test_the_memory_tasks_are_gymnasium_ids_after_import_rlstruct(imports: str) -> None:
+    script = (
+        f"{imports}; import sys; "
+        "env = gymnasium.make('CartPoleNoVel-v1'); "
+        "print(env.observation_space.shape, 'CueMemory-v0' in gymnasium.registry, 'rlstruct.gym_env' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT, timeout=120
+    )
+    assert out.stdout.split() == ["(2,)", "True", "False"]
+
+
 def test_an_unknown_attribute_of_rlstruct_is_an_attribute_error() -> None:
     import rlstruct
 
