@@ -18,10 +18,11 @@ import torch
 from rlstruct import DictTensor, GymEnv, LocalBatcher, TemporalDictTensor, replay_agent
 from rlstruct.algos import ALGORITHMS, a2c, dqn, impala, ppo, sac
 from rlstruct.algos import run as run_module
-from rlstruct.algos.config import TrainConfig, field_docs, parse_config
+from rlstruct.algos.config import TrainConfig, check_config, field_docs, parse_config
 from rlstruct.algos.evaluation import env_spaces
+from rlstruct.algos.metrics import EpisodeReturns
 from rlstruct.algos.policies import ActorCritic, run_memory
-from rlstruct.algos.run import EpisodeReturns, Run, check_config
+from rlstruct.algos.run import Run
 from rlstruct.checkpoint import load_checkpoint
 from rlstruct.cli import main as cli_main
 

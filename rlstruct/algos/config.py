@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["TrainConfig", "env_key", "field_docs", "parse_config"]
+__all__ = ["TrainConfig", "check_config", "check_layout", "env_key", "field_docs", "parse_config"]
 
 C = TypeVar("C", bound="TrainConfig")
 
@@ -64,6 +64,41 @@ class TrainConfig:
     uninterrupted one."""
     resume: str | None = None
     """A run directory to continue from its last checkpoint, with the settings of its config.json."""
+
+
+def check_config(config: TrainConfig, **positive: int | float) -> None:
+    """Raise ValueError naming the first field that is not positive (common fields, then ``positive``)."""
+    if not isinstance(config.env, str) or not config.env:
+        raise ValueError(f"config.env must name an environment, got {config.env!r}")
+    fields: dict[str, int | float] = {
+        "total_steps": config.total_steps,
+        "n_processes": config.n_processes,
+        "eval_every": config.eval_every,
+        "eval_episodes": config.eval_episodes,
+        **positive,
+    }
+    for name, value in fields.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"config.{name} must be a positive number, got {value!r}")
+    every = config.checkpoint_every
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise ValueError(
+            f"config.checkpoint_every must be an int >= 0 (0: no checkpoint before the end), got {every!r}"
+        )
+
+
+def check_layout(config: TrainConfig, n_envs: int, n_steps: int | None) -> None:
+    """Raise ValueError unless ``n_envs`` splits evenly across the workers and, with ``n_steps``,
+    ``total_steps`` allows one iteration of ``n_envs x n_steps`` steps."""
+    if n_envs % config.n_processes:
+        raise ValueError(
+            f"config.n_envs ({n_envs}) must be a multiple of config.n_processes ({config.n_processes})"
+        )
+    if n_steps is not None and config.total_steps < n_envs * n_steps:
+        raise ValueError(
+            f"config.total_steps ({config.total_steps}) must allow one iteration of "
+            f"n_envs x n_steps = {n_envs * n_steps} steps"
+        )
 
 
 def field_docs(cls: type) -> dict[str, str]:

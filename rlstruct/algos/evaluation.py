@@ -26,9 +26,10 @@ from rlstruct.agent import Agent
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.dicttensor import DictTensor
 from rlstruct.gym_env import GymEnv, resolve_env
+from rlstruct.seeding import derive_seed
 from rlstruct.temporal import TemporalDictTensor
 
-__all__ = ["EnvSpaces", "EvalResult", "Evaluator", "env_spaces", "episode_returns"]
+__all__ = ["EnvSpaces", "EvalResult", "Evaluator", "env_spaces", "episode_returns", "eval_seed"]
 
 
 @dataclass(frozen=True)
@@ -222,3 +223,12 @@ class Evaluator:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def eval_seed(seed: int) -> int:
+    """The seed of evaluation environment 0 of a run seeded ``seed``; environment i gets it + i.
+
+    A stream of its own (``derive_seed(seed, "eval")``): evaluations never replay
+    training episodes, nor the evaluations of a run with another seed.
+    """
+    return derive_seed(seed, "eval")

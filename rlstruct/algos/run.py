@@ -16,7 +16,6 @@ way for all of them:
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -27,100 +26,15 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.algos.config import TrainConfig
-from rlstruct.algos.evaluation import EvalResult, Evaluator, env_spaces
+from rlstruct.algos.evaluation import EvalResult, Evaluator, env_spaces, eval_seed
+from rlstruct.algos.metrics import EpisodeReturns
 from rlstruct.batchers import MultiprocessBatcher, cpu_weights
 from rlstruct.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlstruct.gym_env import GymEnv
 from rlstruct.logger import CHECKPOINT_NAME, Logger, make_run_dir
 from rlstruct.seeding import derive_seed
-from rlstruct.temporal import TemporalDictTensor
 
-__all__ = [
-    "CannotResume",
-    "EpisodeReturns",
-    "Run",
-    "check_config",
-    "check_layout",
-    "cpu_weights",
-    "eval_seed",
-]
-
-
-def eval_seed(seed: int) -> int:
-    """The seed of evaluation environment 0 of a run seeded ``seed``; environment i gets it + i.
-
-    A stream of its own (``derive_seed(seed, "eval")``): evaluations never replay
-    training episodes, nor the evaluations of a run with another seed.
-    """
-    return derive_seed(seed, "eval")
-
-
-def check_config(config: TrainConfig, **positive: int | float) -> None:
-    """Raise ValueError naming the first field that is not positive (common fields, then ``positive``)."""
-    if not isinstance(config.env, str) or not config.env:
-        raise ValueError(f"config.env must name an environment, got {config.env!r}")
-    fields: dict[str, int | float] = {
-        "total_steps": config.total_steps,
-        "n_processes": config.n_processes,
-        "eval_every": config.eval_every,
-        "eval_episodes": config.eval_episodes,
-        **positive,
-    }
-    for name, value in fields.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"config.{name} must be a positive number, got {value!r}")
-    every = config.checkpoint_every
-    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
-        raise ValueError(
-            f"config.checkpoint_every must be an int >= 0 (0: no checkpoint before the end), got {every!r}"
-        )
-
-
-def check_layout(config: TrainConfig, n_envs: int, n_steps: int | None) -> None:
-    """Raise ValueError unless ``n_envs`` splits evenly across the workers and, with ``n_steps``,
-    ``total_steps`` allows one iteration of ``n_envs x n_steps`` steps."""
-    if n_envs % config.n_processes:
-        raise ValueError(
-            f"config.n_envs ({n_envs}) must be a multiple of config.n_processes ({config.n_processes})"
-        )
-    if n_steps is not None and config.total_steps < n_envs * n_steps:
-        raise ValueError(
-            f"config.total_steps ({config.total_steps}) must allow one iteration of "
-            f"n_envs x n_steps = {n_envs * n_steps} steps"
-        )
-
-
-class EpisodeReturns:
-    """The undiscounted return of every training episode that ends in the collected batches.
-
-    Args:
-        n_rows: the batcher's rows (B); a return in progress is carried from
-            one batch to the next, as the episodes are.
-    """
-
-    def __init__(self, n_rows: int) -> None:
-        self._running = torch.zeros(n_rows, dtype=torch.float64)
-        self.finished: list[float] = []
-
-    def add(self, steps: TemporalDictTensor) -> None:
-        """Add the rewards of a batch ``[B, T]`` (``next/reward``, ``next/done``, padding masked)."""
-        reward = steps["next/reward"].detach().to("cpu", torch.float64)
-        done = (steps["next/done"] & steps.mask()).cpu()
-        reward = reward * steps.mask().cpu()
-        for t in range(steps.n_timesteps()):
-            self._running += reward[:, t]
-            ended = done[:, t]
-            if bool(ended.any()):
-                self.finished.extend(self._running[ended].tolist())
-                self._running[ended] = 0.0
-
-    def pop_mean(self) -> float | None:
-        """The mean return of the episodes finished since the last call (None if none)."""
-        if not self.finished:
-            return None
-        mean = sum(self.finished) / len(self.finished)
-        self.finished = []
-        return mean
+__all__ = ["CannotResume", "Run"]
 
 
 class Run:
@@ -428,9 +342,3 @@ def _resumable(algo: str, path: Path) -> dict[str, Any]:
             "there is nothing to continue"
         )
     return state
-
-
-def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> float:
-    """1 - Var[target - prediction] / Var[target] (nan when the target does not vary)."""
-    var = float(target.var())
-    return math.nan if var == 0 else 1.0 - float((target - prediction).var()) / var

@@ -42,10 +42,11 @@ from typing import Any
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.algos.config import TrainConfig, parse_config
+from rlstruct.algos.config import TrainConfig, check_config, check_layout, parse_config
 from rlstruct.algos.evaluation import EnvSpaces, env_spaces
+from rlstruct.algos.metrics import EpisodeReturns
 from rlstruct.algos.policies import mlp
-from rlstruct.algos.run import EpisodeReturns, Run, check_config, check_layout
+from rlstruct.algos.run import Run
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor

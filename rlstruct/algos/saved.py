@@ -27,9 +27,8 @@ from typing import Any
 
 from rlstruct.agent import Agent
 from rlstruct.algos.config import TrainConfig
-from rlstruct.algos.evaluation import EvalResult, Evaluator, env_spaces
+from rlstruct.algos.evaluation import EvalResult, Evaluator, env_spaces, eval_seed
 from rlstruct.algos.recording import Recording, record_episode
-from rlstruct.algos.run import eval_seed
 from rlstruct.batchers import cpu_weights
 from rlstruct.checkpoint import load_checkpoint
 from rlstruct.logger import CHECKPOINT_NAME, CONFIG_NAME

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.algos.run import EpisodeReturns
+from rlstruct.algos.metrics import EpisodeReturns
 from rlstruct.batchers import Batcher, LocalBatcher, MultiprocessBatcher
 from rlstruct.distributed.codec import Packed, pack, unpack
 from rlstruct.env import Environment
