@@ -64,11 +64,11 @@ Examples:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
 
+from rlstruct.checks import check_number
 from rlstruct.errors import describe
 
 __all__ = ["discounted_returns", "gae", "td_lambda", "vtrace"]
@@ -127,7 +127,7 @@ def discounted_returns(
         [("reward", reward), ("next_value", next_value)],
         [("terminated", terminated), ("done", done), ("mask", mask)],
     )
-    _check_unit("discounted_returns", "gamma", gamma)
+    check_number("discounted_returns", "gamma", gamma, 0.0, 1.0)
     cont = _continues(terminated, done, mask)
     if next_value is None:
         x = reward.clone()
@@ -186,8 +186,8 @@ def td_lambda(
         [("reward", reward), ("next_value", next_value)],
         [("terminated", terminated), ("done", done), ("mask", mask)],
     )
-    _check_unit("td_lambda", "gamma", gamma)
-    _check_unit("td_lambda", "lam", lam)
+    check_number("td_lambda", "gamma", gamma, 0.0, 1.0)
+    check_number("td_lambda", "lam", lam, 0.0, 1.0)
     cont = _continues(terminated, done, mask)
     cont_f = cont.to(reward.dtype)
     # weight of the bootstrap: gamma * (1 - lam) inside an episode, gamma where the trace stops
@@ -249,8 +249,8 @@ def gae(
         [("reward", reward), ("value", value), ("next_value", next_value)],
         [("terminated", terminated), ("done", done), ("mask", mask)],
     )
-    _check_unit("gae", "gamma", gamma)
-    _check_unit("gae", "lam", lam)
+    check_number("gae", "gamma", gamma, 0.0, 1.0)
+    check_number("gae", "lam", lam, 0.0, 1.0)
     cont = _continues(terminated, done, mask)
     delta = _td_error(reward, value, next_value, terminated, gamma)
     return _reverse_scan_(_zero_padding_(delta, mask), cont.to(reward.dtype).mul_(gamma * lam))
@@ -330,10 +330,10 @@ def vtrace(
         [("reward", reward), ("log_rho", log_rho), ("value", value), ("next_value", next_value)],
         [("terminated", terminated), ("done", done), ("mask", mask)],
     )
-    _check_unit("vtrace", "gamma", gamma)
-    _check_unit("vtrace", "lam", lam)
-    _check_positive("vtrace", "rho_bar", rho_bar)
-    _check_positive("vtrace", "c_bar", c_bar)
+    check_number("vtrace", "gamma", gamma, 0.0, 1.0)
+    check_number("vtrace", "lam", lam, 0.0, 1.0)
+    check_number("vtrace", "rho_bar", rho_bar, 0.0, low_open=True, allow_inf=True)
+    check_number("vtrace", "c_bar", c_bar, 0.0, low_open=True, allow_inf=True)
     cont = _continues(terminated, done, mask)
     ratio = log_rho.exp()
     rho = ratio.clamp(max=rho_bar)
@@ -429,20 +429,3 @@ def _check_tensors(
     for name, x in flags:
         if x is not None and x.dtype != torch.bool:
             raise TypeError(f"{fn}: {name} must be a bool tensor, got dtype {x.dtype}")
-
-
-def _check_number(fn: str, name: str, x: object) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise TypeError(f"{fn}: {name} must be a float, got {describe(x)}")
-    return float(x)
-
-
-def _check_unit(fn: str, name: str, x: object) -> None:
-    if not 0.0 <= _check_number(fn, name, x) <= 1.0:
-        raise ValueError(f"{fn}: {name} must be in [0, 1], got {x!r}")
-
-
-def _check_positive(fn: str, name: str, x: object) -> None:
-    value = _check_number(fn, name, x)
-    if math.isnan(value) or value <= 0.0:
-        raise ValueError(f"{fn}: {name} must be positive, got {x!r}")

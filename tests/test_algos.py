@@ -77,8 +77,8 @@ def test_help_shows_the_field_docstrings(capsys: pytest.CaptureFixture[str]) -> 
     ("changes", "text"),
     [
         ({"env": ""}, "config.env must name an environment, got ''"),
-        ({"total_steps": 0}, "config.total_steps must be a positive number, got 0"),
-        ({"n_processes": -1}, "config.n_processes must be a positive number, got -1"),
+        ({"total_steps": 0}, "config: total_steps must be in (0, inf), got 0"),
+        ({"n_processes": -1}, "config: n_processes must be in (0, inf), got -1"),
     ],
 )
 def test_check_config_names_the_field(changes: dict[str, object], text: str) -> None:
@@ -456,7 +456,7 @@ def test_impala_rejects_a_layout_it_cannot_stream() -> None:
         ValueError, match=message("config.n_slots (2) must be more than config.n_processes (2)")
     ):
         impala.train(impala.Config(env="CartPole-v1", n_slots=2))
-    with pytest.raises(ValueError, match=message("config.batch_slots must be a positive number, got 0")):
+    with pytest.raises(ValueError, match=message("config: batch_slots must be in (0, inf), got 0")):
         impala.train(impala.Config(env="CartPole-v1", batch_slots=0))
     with pytest.raises(ValueError, match=message("config.total_steps (100) must allow one update")):
         impala.train(impala.Config(env="CartPole-v1", total_steps=100))

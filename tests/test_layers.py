@@ -31,6 +31,8 @@ PACKAGE = ROOT / "rlstruct"
 LAYERS: list[tuple[str, list[list[str]]]] = [
     # Structures: pure torch. Its leaves import nothing of rlstruct's.
     ("leaves", [["errors"], ["specs"], ["seeding"]]),
+    # The argument checks every layer above shares, on errors' describe.
+    ("checks", [["checks"]]),
     ("structures", [["dicttensor", "temporal", "trajectories"]]),
     # Interfaces: agents, and environments with the gymnasium adapter, unaware of each other.
     ("interfaces", [["agent", "history"], ["env", "envs", "gym_env"]]),

@@ -544,9 +544,9 @@ def calling(name: str, reward: Any = R, **changes: Any) -> Callable[[], object]:
         ),
         (calling("gae", gamma=1.5), ValueError, "gae: gamma must be in [0, 1], got 1.5"),
         (calling("gae", lam=-0.1), ValueError, "gae: lam must be in [0, 1], got -0.1"),
-        (calling("gae", gamma=True), TypeError, "gae: gamma must be a float, got a bool"),
+        (calling("gae", gamma=True), TypeError, "gae: gamma must be a number, got a bool"),
         (calling("td_lambda", lam=NAN), ValueError, "td_lambda: lam must be in [0, 1], got nan"),
-        (calling("td_lambda", gamma="0.9"), TypeError, "td_lambda: gamma must be a float, got a str"),
+        (calling("td_lambda", gamma="0.9"), TypeError, "td_lambda: gamma must be a number, got a str"),
         (
             calling("discounted_returns", done=NO[:, :2]),
             ValueError,
@@ -562,8 +562,8 @@ def calling(name: str, reward: Any = R, **changes: Any) -> Callable[[], object]:
             TypeError,
             "vtrace: log_rho must have the dtype of reward, torch.float32, got torch.float64",
         ),
-        (calling("vtrace", rho_bar=0.0), ValueError, "vtrace: rho_bar must be positive"),
-        (calling("vtrace", c_bar=-1), ValueError, "vtrace: c_bar must be positive, got -1"),
+        (calling("vtrace", rho_bar=0.0), ValueError, "vtrace: rho_bar must be in (0, inf], got 0.0"),
+        (calling("vtrace", c_bar=-1), ValueError, "vtrace: c_bar must be in (0, inf], got -1"),
         (calling("vtrace", lam=2.0), ValueError, "vtrace: lam must be in [0, 1], got 2.0"),
     ],
 )

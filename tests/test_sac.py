@@ -221,13 +221,11 @@ def test_temperature_rises_when_entropy_is_below_target_and_falls_above(
 
 
 def test_sac_rejects_bad_configs() -> None:
-    with pytest.raises(ValueError, match=message("config.tau must be in (0, 1], got 1.5")):
+    with pytest.raises(ValueError, match=message("config: tau must be in (0, 1], got 1.5")):
         sac.train(sac.Config(env="Pendulum-v1", tau=1.5))
-    with pytest.raises(ValueError, match=message("config.batch_size must be a positive number, got 0")):
+    with pytest.raises(ValueError, match=message("config: batch_size must be in (0, inf), got 0")):
         sac.train(sac.Config(env="Pendulum-v1", batch_size=0))
-    with pytest.raises(
-        ValueError, match=message("config.learning_starts must be a non-negative int, got -1")
-    ):
+    with pytest.raises(ValueError, match=message("config: learning_starts must be at least 0, got -1")):
         sac.train(sac.Config(env="Pendulum-v1", learning_starts=-1))
     with pytest.raises(ValueError, match=message("SAC needs continuous (Box) actions; env 'CartPole-v1'")):
         sac.train(sac.Config(env="CartPole-v1"))

@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rlstruct.checks import check_number
+
 __all__ = ["TrainConfig", "check_config", "check_layout", "env_key", "field_docs", "parse_config"]
 
 C = TypeVar("C", bound="TrainConfig")
@@ -67,7 +69,13 @@ class TrainConfig:
 
 
 def check_config(config: TrainConfig, **positive: int | float) -> None:
-    """Raise ValueError naming the first field that is not positive (common fields, then ``positive``)."""
+    """Raise naming the first field that is not a positive number (common fields, then ``positive``).
+
+    Raises:
+        TypeError: for a field that is not a number.
+        ValueError: for a field that is not positive (or infinite), an empty
+            ``env`` or a negative ``checkpoint_every``.
+    """
     if not isinstance(config.env, str) or not config.env:
         raise ValueError(f"config.env must name an environment, got {config.env!r}")
     fields: dict[str, int | float] = {
@@ -78,8 +86,7 @@ def check_config(config: TrainConfig, **positive: int | float) -> None:
         **positive,
     }
     for name, value in fields.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"config.{name} must be a positive number, got {value!r}")
+        check_number("config", name, value, 0, low_open=True)
     every = config.checkpoint_every
     if isinstance(every, bool) or not isinstance(every, int) or every < 0:
         raise ValueError(

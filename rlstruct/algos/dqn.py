@@ -34,6 +34,7 @@ from rlstruct.algos.policies import mlp
 from rlstruct.algos.run import Run
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
+from rlstruct.checks import check_int, check_number
 from rlstruct.dicttensor import DictTensor
 from rlstruct.replay import PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.temporal import TemporalDictTensor
@@ -271,13 +272,9 @@ def _check(config: Config) -> None:
         torch_threads=config.torch_threads,
     )
     for name in ("gamma", "eps_start", "eps_end", "beta_start", "tau", "eps_fraction"):
-        value = getattr(config, name)
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"config.{name} must lie in [0, 1], got {value!r}")
-    if config.alpha < 0:
-        raise ValueError(f"config.alpha must be >= 0, got {config.alpha!r}")
-    if config.learning_starts < 0:
-        raise ValueError(f"config.learning_starts must be >= 0, got {config.learning_starts!r}")
+        check_number("config", name, getattr(config, name), 0.0, 1.0)
+    check_number("config", "alpha", config.alpha, 0.0)
+    check_int("config", "learning_starts", config.learning_starts, 0)
     check_layout(config, config.n_envs, config.n_steps)
 
 

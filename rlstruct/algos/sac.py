@@ -49,6 +49,7 @@ from rlstruct.algos.policies import mlp
 from rlstruct.algos.run import Run
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
+from rlstruct.checks import check_int, check_number
 from rlstruct.dicttensor import DictTensor
 from rlstruct.replay import ReplayBuffer
 from rlstruct.temporal import TemporalDictTensor
@@ -354,10 +355,8 @@ def train(config: Config) -> dict[str, Any]:
         torch_threads=config.torch_threads,
     )
     for name in ("tau", "gamma"):
-        if getattr(config, name) > 1:
-            raise ValueError(f"config.{name} must be in (0, 1], got {getattr(config, name)!r}")
-    if isinstance(config.learning_starts, bool) or config.learning_starts < 0:
-        raise ValueError(f"config.learning_starts must be a non-negative int, got {config.learning_starts!r}")
+        check_number("config", name, getattr(config, name), 0.0, 1.0, low_open=True)
+    check_int("config", "learning_starts", config.learning_starts, 0)
     check_layout(config, config.n_envs, config.n_steps)
     per_iteration = config.n_envs * config.n_steps
     spaces = env_spaces(config.env)

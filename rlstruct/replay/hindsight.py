@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
+from rlstruct.checks import check_int, check_keys
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
-from rlstruct.replay._checks import _check_keys, _check_positive_int
 from rlstruct.replay.uniform import ReplayBuffer, ReplaySample
 from rlstruct.specs import Specs, TensorSpec
 from rlstruct.temporal import TemporalDictTensor
@@ -192,7 +192,11 @@ class HindsightReplayBuffer:
             ends |= done
         # the first end at or after each step, by a reversed running minimum over the end steps
         end_steps = torch.where(ends, time, steps).flip(1).cummin(1).values.flip(1)
-        selected = list(trajectories.keys()) if keys is None else _check_keys(keys, trajectories.keys(), op)
+        selected = (
+            list(trajectories.keys())
+            if keys is None
+            else check_keys(op, "keys", keys, trajectories.keys(), "the trajectories")
+        )
         transitions = trajectories.get(selected)
         transitions.set(_STEPS_LEFT, end_steps - time)
         if len(self._buffer) == 0 and self._buffer.specs() is None:
@@ -211,13 +215,14 @@ class HindsightReplayBuffer:
             ``[batch_size]``), both on ``device``.
 
         Raises:
-            ValueError: if ``batch_size`` is not a positive int, or ``reward_fn``
-                returns the wrong shape or device.
-            TypeError: if ``reward_fn`` returns no tensor or the wrong dtype.
+            ValueError: if ``batch_size`` is below 1, or ``reward_fn`` returns
+                the wrong shape or device.
+            TypeError: if ``batch_size`` is not an int, or ``reward_fn``
+                returns no tensor or the wrong dtype.
             RuntimeError: if the buffer is empty.
         """
         op = "HindsightReplayBuffer.sample"
-        _check_positive_int(batch_size, f"{op}: batch_size")
+        check_int(op, "batch_size", batch_size)
         buffer, generator, device = self._buffer, self._buffer.generator, self._buffer.device
         with buffer._locked(op):
             size = buffer._size_or_raise(op)

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
+from rlstruct.checks import check_int, check_number
 from rlstruct.errors import describe
-from rlstruct.replay._checks import _check_number, _check_positive_int
 from rlstruct.replay.sumtree import SumTree
 from rlstruct.replay.uniform import ReplayBuffer, ReplaySample
 from rlstruct.specs import Specs
@@ -77,8 +77,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         specs: Specs | None = None,
         timeout: float = 30.0,
     ) -> None:
-        self._alpha = _check_number(alpha, "PrioritizedReplayBuffer: alpha", 0.0)
-        self._eps = _check_number(eps, "PrioritizedReplayBuffer: eps", 0.0, open_low=True)
+        self._alpha = check_number("PrioritizedReplayBuffer", "alpha", alpha, 0.0)
+        self._eps = check_number("PrioritizedReplayBuffer", "eps", eps, 0.0, low_open=True)
         self.beta = beta
         super().__init__(
             capacity, device=device, generator=generator, shared=shared, specs=specs, timeout=timeout
@@ -106,7 +106,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     @beta.setter
     def beta(self, value: float) -> None:
-        self._beta = _check_number(value, "PrioritizedReplayBuffer: beta", 0.0, 1.0)
+        self._beta = check_number("PrioritizedReplayBuffer", "beta", value, 0.0, 1.0)
 
     @property
     def sum_tree(self) -> SumTree:
@@ -128,12 +128,14 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             ``device``, in ``(0, 1]``).
 
         Raises:
+            TypeError: for a ``batch_size`` that is not an int or a ``beta``
+                that is not a number.
             ValueError: for a ``batch_size`` or ``beta`` out of range.
             RuntimeError: if the buffer is empty.
         """
         op = "PrioritizedReplayBuffer.sample"
-        _check_positive_int(batch_size, f"{op}: batch_size")
-        beta = self._beta if beta is None else _check_number(beta, f"{op}: beta", 0.0, 1.0)
+        check_int(op, "batch_size", batch_size)
+        beta = self._beta if beta is None else check_number(op, "beta", beta, 0.0, 1.0)
         with self._locked(op):
             self._size_or_raise(op)
             tree = self._tree

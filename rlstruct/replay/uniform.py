@@ -10,9 +10,9 @@ from typing import Any, NamedTuple
 
 import torch
 
+from rlstruct.checks import check_int, check_keys, check_number
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
-from rlstruct.replay._checks import _check_keys, _check_number, _check_positive_int
 from rlstruct.specs import Specs
 from rlstruct.temporal import TemporalDictTensor
 
@@ -60,10 +60,11 @@ class ReplayBuffer:
             buffer before raising ``TimeoutError``.
 
     Raises:
-        ValueError: for a capacity that is not a positive int, ``shared`` with
-            a device other than CPU, a generator on another device, or a
-            timeout that is not positive.
-        TypeError: for a generator or specs of the wrong type.
+        ValueError: for a capacity below 1, ``shared`` with a device other
+            than CPU, a generator on another device, or a timeout that is not
+            positive.
+        TypeError: for a capacity that is not an int, a timeout that is not
+            a number, or a generator or specs of the wrong type.
     """
 
     def __init__(
@@ -77,7 +78,7 @@ class ReplayBuffer:
         timeout: float = 30.0,
     ) -> None:
         name = type(self).__name__
-        self._capacity = _check_positive_int(capacity, f"{name}: capacity")
+        self._capacity = check_int(name, "capacity", capacity)
         self._device = torch.device(device)
         if shared and self._device.type != "cpu":
             raise ValueError(f"{name}: shared storage must be on the CPU, got device {self._device}")
@@ -93,7 +94,7 @@ class ReplayBuffer:
                 f"{name}: generator is on {generator.device}, expected a generator on {self._device}"
             )
         self._generator = generator
-        self._timeout = _check_number(timeout, f"{name}: timeout", 0.0, open_low=True)
+        self._timeout = check_number(name, "timeout", timeout, 0.0, low_open=True)
         self._shared = bool(shared)
         # [write position, size]; on the CPU whatever the device, so that reading them never syncs
         self._counters = torch.zeros(2, dtype=torch.int64)
@@ -204,7 +205,9 @@ class ReplayBuffer:
         if not isinstance(trajectories, TemporalDictTensor):
             raise TypeError(f"{op}: trajectories must be a TemporalDictTensor, got {describe(trajectories)}")
         if keys is not None:
-            trajectories = trajectories.get(_check_keys(keys, trajectories.keys(), op))
+            trajectories = trajectories.get(
+                check_keys(op, "keys", keys, trajectories.keys(), "the trajectories")
+            )
         self.add(trajectories.masked_flatten())
 
     # ------------------------------------------------------------------ reading
@@ -219,11 +222,12 @@ class ReplayBuffer:
             weights of one (float32 ``[batch_size]``), both on ``device``.
 
         Raises:
-            ValueError: if ``batch_size`` is not a positive int.
+            TypeError: if ``batch_size`` is not an int.
+            ValueError: if ``batch_size`` is below 1.
             RuntimeError: if the buffer is empty.
         """
         op = f"{type(self).__name__}.sample"
-        _check_positive_int(batch_size, f"{op}: batch_size")
+        check_int(op, "batch_size", batch_size)
         with self._locked(op):
             size = self._size_or_raise(op)
             indices = torch.randint(size, (batch_size,), generator=self._generator, device=self._device)

@@ -1,0 +1,102 @@
+"""The argument checks the library shares, so that one kind of bad value gets one message everywhere.
+
+Each check returns the value when it is good (numbers as a float) and
+otherwise raises ``TypeError`` (a value of the wrong type) or ``ValueError``
+(out of range), starting ``"{owner}: {name}"``, saying what was expected and
+what was received.
+
+Examples:
+    >>> from rlstruct.checks import check_int, check_number
+    >>> check_number("td_lambda", "gamma", 0.99, 0.0, 1.0)
+    0.99
+    >>> check_int("ReplayBuffer", "capacity", 0)
+    Traceback (most recent call last):
+        ...
+    ValueError: ReplayBuffer: capacity must be at least 1, got 0
+    >>> check_number("vtrace", "rho_bar", float("nan"), 0.0, low_open=True)
+    Traceback (most recent call last):
+        ...
+    ValueError: vtrace: rho_bar must be in (0, inf), got nan
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable
+
+from rlstruct.errors import describe
+
+__all__ = ["check_choice", "check_int", "check_keys", "check_number"]
+
+
+def check_int(owner: str, name: str, value: object, low: int = 1) -> int:
+    """``value`` if it is an int (not a bool) of at least ``low``.
+
+    Raises:
+        TypeError: if it is not an int.
+        ValueError: if it is below ``low``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{owner}: {name} must be an int, got {describe(value)}")
+    if value < low:
+        raise ValueError(f"{owner}: {name} must be at least {low}, got {value}")
+    return int(value)
+
+
+def check_number(
+    owner: str,
+    name: str,
+    value: object,
+    low: float = -math.inf,
+    high: float = math.inf,
+    *,
+    low_open: bool = False,
+    allow_inf: bool = False,
+) -> float:
+    """``value`` as a float if it is a real number (not a bool) in ``[low, high]`` (``(low, high]`` if ``low_open``).
+
+    An infinite value is refused unless ``allow_inf`` (and within the bounds):
+    ``high=math.inf`` alone admits every finite value.
+
+    Raises:
+        TypeError: if it is not a real number.
+        ValueError: if it is out of bounds, NaN included.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{owner}: {name} must be a number, got {describe(value)}")
+    x = float(value)
+    if not ((low < x if low_open else low <= x) and x <= high) or (math.isinf(x) and not allow_inf):
+        left = "(" if low_open or (math.isinf(low) and not allow_inf) else "["
+        right = ")" if math.isinf(high) and not allow_inf else "]"
+        raise ValueError(f"{owner}: {name} must be in {left}{low:g}, {high:g}{right}, got {value!r}")
+    return x
+
+
+def check_choice(owner: str, name: str, value: object, allowed: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``allowed``.
+
+    Raises:
+        ValueError: otherwise, listing ``allowed``.
+    """
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{owner}: {name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+    return value
+
+
+def check_keys(owner: str, name: str, keys: object, available: Iterable[str], where: str) -> list[str]:
+    """``keys`` as a list if it is an iterable of str (not one str) whose every key is in ``available``.
+
+    ``where`` names what holds ``available`` in the message ("the trajectories").
+
+    Raises:
+        TypeError: if ``keys`` is a str or not iterable.
+        ValueError: naming the keys that are not available, and those that are.
+    """
+    if isinstance(keys, str) or not isinstance(keys, Iterable):
+        raise TypeError(f"{owner}: {name} must be a list of str, got {describe(keys)}")
+    keys, known = list(keys), set(available)
+    missing = [k for k in keys if k not in known]
+    if missing:
+        raise ValueError(f"{owner}: {name} {missing} are not in {where}, whose keys are {sorted(known)}")
+    return keys
