@@ -34,7 +34,7 @@ started here with one CPU per core.
   ``rlstruct.algos.ppo.train`` (2 processes x 8 envs) on the same budget,
   both with 20 passes of 256-step minibatches over each 512-step batch and a
   constant learning rate; start-up is not counted on either side.
-- **training, local steps**: the same scheme with ``grad_local_steps=40``:
+- **training, local steps**: the same scheme with ``Gradients(local_steps=40)``:
   the gradient worker takes all 40 optimiser steps of a batch itself and
   returns the parameters, one round trip per batch instead of per minibatch
   (target: 0.8 of ``ppo.train``).
@@ -70,7 +70,16 @@ from _common import Row, parse_args, report
 from rlstruct import GymEnv, MultiprocessBatcher
 from rlstruct.algos import ppo
 from rlstruct.algos.policies import ActorCritic
-from rlstruct.distributed import PPO, CollectionWorker, Collectors, Learner, MinibatchBuffer, Scheme
+from rlstruct.distributed import (
+    PPO,
+    Collection,
+    CollectionWorker,
+    Collectors,
+    Gradients,
+    Learner,
+    MinibatchBuffer,
+    Scheme,
+)
 from rlstruct.distributed._pool import Pool, wait_ready
 
 AGENT_ARGS: dict[str, Any] = {"obs_dim": 4, "n_actions": 2}
@@ -146,10 +155,9 @@ def remote(n_workers: int, cpus: float, seconds: float) -> dict[str, Sample]:
     state = weights()
     start = time.perf_counter()
     actor = ray.remote(CollectionWorker).options(num_cpus=cpus)
+    rollout = Collection(n_envs=N_ENVS, n_steps=N_STEPS)
     actors = [
-        actor.remote(
-            i, ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, n_envs=N_ENVS, n_steps=N_STEPS, compression="none"
-        )
+        actor.remote(i, ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, rollout, compression="none")
         for i in range(n_workers)
     ]
     variants = ["synchronous", "asynchronous" if n_workers > 1 else "no weights"]
@@ -160,7 +168,10 @@ def remote(n_workers: int, cpus: float, seconds: float) -> dict[str, Sample]:
         for variant in variants:
             pool = Pool("collection", actors, "raise", TIMEOUT)
             communication = "asynchronous" if variant == "asynchronous" else "synchronous"
-            collectors = Collectors(None, pool, communication, queue_size=n_workers)
+            options = Collection(
+                n_envs=N_ENVS, n_steps=N_STEPS, remote_workers=n_workers, communication=communication
+            )
+            collectors = Collectors(None, pool, options)  # asynchronous: one rollout ahead per worker
             sample = samples[variant] = Sample(0.0, 0.0)
 
             def one_round(
@@ -207,7 +218,7 @@ class Training:
 def scheme_training(total: int, cpus: float, local_steps: int = 1) -> Training:
     """The PPO scheme: 1 remote gradient worker with 2 remote collection workers, synchronous throughout.
 
-    ``local_steps`` is the scheme's ``grad_local_steps``: optimiser steps per round trip.
+    ``local_steps`` is the scheme's ``Gradients.local_steps``: optimiser steps per round trip.
     """
     start = time.perf_counter()
     scheme = Scheme(
@@ -217,13 +228,8 @@ def scheme_training(total: int, cpus: float, local_steps: int = 1) -> Training:
         CARTPOLE,
         PPO,
         functools.partial(MinibatchBuffer, n_epochs=N_EPOCHS, minibatch_size=MINIBATCH),
-        n_envs=N_ENVS,
-        n_steps=N_STEPS,
-        col_remote_workers=2,
-        grad_remote_workers=1,
-        grad_local_steps=local_steps,
-        col_worker_cpus=cpus,
-        grad_worker_cpus=cpus,
+        collection=Collection(n_envs=N_ENVS, n_steps=N_STEPS, remote_workers=2, worker_cpus=cpus),
+        gradients=Gradients(remote_workers=1, local_steps=local_steps, worker_cpus=cpus),
         timeout=TIMEOUT,
         start_timeout=TIMEOUT,
     )
@@ -238,7 +244,7 @@ def scheme_training(total: int, cpus: float, local_steps: int = 1) -> Training:
 
 
 LOCAL_STEPS = N_EPOCHS * math.ceil(2 * N_ENVS * N_STEPS / MINIBATCH)
-"""``grad_local_steps`` of the local-steps row: every minibatch step of a batch in one round trip."""
+"""``Gradients.local_steps`` of the local-steps row: every minibatch step of a batch in one round trip."""
 
 
 def ppo_training(total: int) -> Training:
@@ -344,17 +350,17 @@ def main() -> None:
         Row("training: ppo.train 2 x 8", ppo_sps, "steps/s", higher_is_better=True),
         Row("training: Learner 1 grad + 2 col vs ppo.train", median([t.sps for t in learner]), "steps/s",
             ppo_sps, None, True),
-        Row(f"training: Learner, grad_local_steps={LOCAL_STEPS} vs ppo.train", median([t.sps for t in local_steps]),
+        Row(f"training: Learner, local_steps={LOCAL_STEPS} vs ppo.train", median([t.sps for t in local_steps]),
             "steps/s", ppo_sps, 0.8, True),
         Row("training: ms per update, ppo.train", ppo_update, "ms"),
         Row("training: ms per update, Learner vs ppo.train", median([t.update_s for t in learner]) * 1e3, "ms",
             ppo_update),
-        Row(f"training: ms per update, Learner, grad_local_steps={LOCAL_STEPS} vs ppo.train",
+        Row(f"training: ms per update, Learner, local_steps={LOCAL_STEPS} vs ppo.train",
             median([t.update_s for t in local_steps]) * 1e3, "ms", ppo_update),
         Row("training start: ppo.train (workers up)", ppo_start, "s"),
         Row("training start: Scheme (actors up) vs ppo.train", median([t.start_s for t in learner]), "s",
             ppo_start),
-        Row(f"training start: Scheme, grad_local_steps={LOCAL_STEPS} vs ppo.train",
+        Row(f"training start: Scheme, local_steps={LOCAL_STEPS} vs ppo.train",
             median([t.start_s for t in local_steps]), "s", ppo_start),
     ]  # fmt: skip
 

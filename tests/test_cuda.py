@@ -121,7 +121,7 @@ def test_in_process_scheme_learns_on_cuda_like_on_the_cpu() -> None:
     import functools
 
     from rlstruct.algos.policies import ActorCritic
-    from rlstruct.distributed import PPO, Learner, MinibatchBuffer, Scheme
+    from rlstruct.distributed import PPO, Collection, Learner, MinibatchBuffer, Scheme
 
     weights = {}
     for device in ("cpu", "cuda"):
@@ -132,8 +132,7 @@ def test_in_process_scheme_learns_on_cuda_like_on_the_cpu() -> None:
             ENV,
             PPO,
             functools.partial(MinibatchBuffer, n_epochs=2, minibatch_size=64),
-            n_envs=2,
-            n_steps=32,
+            collection=Collection(n_envs=2, n_steps=32),
             device=device,
         )
         with Learner(scheme, target_steps=256, progress=False) as learner:

@@ -9,32 +9,39 @@ for the policy lag) where it is asynchronous.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import itertools
 import math
+import random
 import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from mp_helpers import SlowGymEnv
 from ray.exceptions import ActorUnavailableError
 
 from rlstruct import DictTensor, GymEnv, load_checkpoint
+from rlstruct.algos.config import field_docs
 from rlstruct.algos.evaluation import Evaluator
 from rlstruct.algos.policies import ActorCritic
 from rlstruct.distributed import (
     IMPALA,
     PPO,
+    Collection,
     DistributedError,
+    Gradients,
     Learner,
     MinibatchBuffer,
     RemoteWorkerError,
     Scheme,
+    Updates,
     WholeBatchBuffer,
     _pool,
     resources,
@@ -47,13 +54,31 @@ TESTS = Path(__file__).resolve().parent
 AGENT_ARGS = {"obs_dim": 4, "n_actions": 2, "orthogonal": True}
 CARTPOLE = {"env": "CartPole-v1"}
 PPO_BUFFER = functools.partial(MinibatchBuffer, n_epochs=10, minibatch_size=256)
-TINY = {"col_worker_cpus": 0.2, "grad_worker_cpus": 0.2, "timeout": 60.0}
 
 
-def make_scheme(algo: str = "ppo", env_factory: Any = GymEnv, env_args: Any = None, **options: Any) -> Scheme:
+def make_scheme(
+    algo: str = "ppo",
+    env_factory: Any = GymEnv,
+    env_args: Any = None,
+    *,
+    collection: dict[str, Any] | None = None,
+    gradients: dict[str, Any] | None = None,
+    updates: dict[str, Any] | None = None,
+    **options: Any,
+) -> Scheme:
+    """A scheme of 8 x 32-step rollouts whose actors ask for 0.2 CPU each; the dicts are the fields."""
     factories = (IMPALA, WholeBatchBuffer) if algo == "impala" else (PPO, PPO_BUFFER)
-    options = {"n_envs": 8, "n_steps": 32, **TINY, **options}
-    return Scheme(ActorCritic, AGENT_ARGS, env_factory, env_args or CARTPOLE, *factories, **options)
+    return Scheme(
+        ActorCritic,
+        AGENT_ARGS,
+        env_factory,
+        env_args or CARTPOLE,
+        *factories,
+        collection=Collection(**{"n_envs": 8, "n_steps": 32, "worker_cpus": 0.2, **(collection or {})}),
+        gradients=Gradients(**{"worker_cpus": 0.2, **(gradients or {})}),
+        updates=Updates(**(updates or {})),
+        **{"timeout": 60.0, **options},
+    )
 
 
 def train(learner: Learner) -> list[float]:
@@ -92,88 +117,140 @@ def wait_for_cpus(expected: float, timeout: float = 30.0) -> float:
 @pytest.mark.parametrize(
     ("options", "error", "message"),
     [
-        ({"n_envs": 0}, ValueError, "n_envs must be at least 1, got 0"),
-        ({"col_remote_workers": -1}, ValueError, "col_remote_workers must be at least 0, got -1"),
-        ({"col_remote_workers": 1.5}, TypeError, "col_remote_workers must be an int, got a float"),
-        ({"col_communication": "sync"}, ValueError, "col_communication must be one of 'synchronous', "),
-        ({"grad_communication": "async"}, ValueError, "grad_communication must be one of"),
-        ({"update_execution": "central"}, ValueError, "update_execution must be one of 'centralised'"),
-        ({"col_fraction_workers": 0.0}, ValueError, r"col_fraction_workers must be in \(0, 1\], got 0.0"),
+        ({"n_envs": 0}, ValueError, "Collection: n_envs must be at least 1, got 0"),
+        ({"remote_workers": -1}, ValueError, "Collection: remote_workers must be at least 0, got -1"),
+        ({"remote_workers": 1.5}, TypeError, "Collection: remote_workers must be an int, got a float"),
+        ({"communication": "sync"}, ValueError, "Collection: communication must be one of 'synchronous', "),
+        ({"fraction_workers": 0.0}, ValueError, r"Collection: fraction_workers must be in \(0, 1\], got 0.0"),
+        ({"fraction_workers": 0.5}, ValueError, "fraction_workers < 1 needs remote collection workers"),
         (
-            {"col_fraction_workers": 0.5},
+            {"remote_workers": 2, "communication": "asynchronous", "fraction_workers": 0.5},
             ValueError,
-            "col_fraction_workers < 1 needs remote collection workers",
+            "fraction_workers applies to synchronous collection",
         ),
+        ({"worker_cpus": -1}, ValueError, r"Collection: worker_cpus must be in \[0, inf\), got -1"),
         (
-            {"col_remote_workers": 2, "col_communication": "asynchronous", "col_fraction_workers": 0.5},
+            {"communication": "asynchronous"},
             ValueError,
-            "col_fraction_workers applies to synchronous collection",
+            "needs remote collection workers, got remote_workers=0",
         ),
-        ({"update_execution": "decentralised"}, ValueError, "needs grad_remote_workers >= 1"),
+        ({"queue_size": 2}, ValueError, "Collection: queue_size applies to asynchronous collection"),
+        (
+            {"remote_workers": 2, "communication": "asynchronous", "queue_size": 0},
+            ValueError,
+            "Collection: queue_size must be at least 1, got 0",
+        ),
+    ],
+)
+def test_bad_collection_options_name_the_field(
+    options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        Collection(**options)
+
+
+@pytest.mark.parametrize(
+    ("cls", "options", "error", "message"),
+    [
+        (Gradients, {"communication": "async"}, ValueError, "Gradients: communication must be one of"),
+        (
+            Gradients,
+            {"communication": "asynchronous"},
+            ValueError,
+            "Gradients: communication='asynchronous' needs remote gradient workers, got remote_workers=0",
+        ),
+        (Gradients, {"local_steps": 0}, ValueError, "Gradients: local_steps must be at least 1, got 0"),
+        (Gradients, {"local_steps": 2.0}, TypeError, "Gradients: local_steps must be an int, got a float"),
+        (
+            Gradients,
+            {"local_steps": 4, "remote_workers": 2, "communication": "asynchronous"},
+            ValueError,
+            "local_steps > 1 needs communication='synchronous' .*with communication='asynchronous'",
+        ),
+        (Gradients, {"worker_gpus": "1"}, TypeError, "Gradients: worker_gpus must be a number, got a str"),
+        (Updates, {"execution": "central"}, ValueError, "Updates: execution must be one of 'centralised'"),
+        (
+            Updates,
+            {"broadcast_interval": 0},
+            ValueError,
+            "Updates: broadcast_interval must be at least 1, got 0",
+        ),
+    ],
+)
+def test_bad_gradient_and_update_options_name_the_field(
+    cls: type, options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        cls(**options)
+
+
+def test_options_are_frozen() -> None:
+    collection = Collection(remote_workers=2)
+    with pytest.raises(AttributeError):
+        collection.remote_workers = 0  # type: ignore[misc]
+    assert Collection(remote_workers=3, communication="asynchronous").queue_limit == 3
+    assert Collection(remote_workers=3, communication="asynchronous", queue_size=1).queue_limit == 1
+    assert Collection().queue_limit == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"updates": {"execution": "decentralised"}}, ValueError, "needs gradients.remote_workers >= 1"),
         (
             {
-                "update_execution": "decentralised",
-                "grad_remote_workers": 2,
-                "grad_communication": "asynchronous",
+                "updates": {"execution": "decentralised"},
+                "gradients": {"remote_workers": 2, "communication": "asynchronous"},
             },
             ValueError,
-            "needs grad_communication='synchronous'",
+            "updates.execution='decentralised' needs gradients.communication='synchronous'",
         ),
         ({"compression": "gzip"}, ValueError, "compression"),
-        ({"col_worker_cpus": -1}, ValueError, r"col_worker_cpus must be in \[0, inf\], got -1"),
-        ({"timeout": 0}, ValueError, r"timeout must be in \(0, 1e\+06\], got 0"),
-        (
-            {"col_communication": "asynchronous"},
-            ValueError,
-            "needs remote collection workers, got col_remote",
-        ),
-        (
-            {"grad_communication": "asynchronous"},
-            ValueError,
-            "needs remote gradient workers, got grad_remote",
-        ),
-        ({"col_queue_size": 2}, ValueError, "col_queue_size applies to asynchronous collection"),
+        ({"timeout": 0}, ValueError, r"Scheme: timeout must be in \(0, 1e\+06\], got 0"),
         ({"timeout": math.inf}, ValueError, r"timeout must be in \(0, 1e\+06\]"),
+        ({"seed": -1}, ValueError, "Scheme: seed must be at least 0, got -1"),
         ({"on_worker_failure": "ignore"}, ValueError, "on_worker_failure must be one of 'raise', 'continue'"),
-        ({"broadcast_interval": 0}, ValueError, "broadcast_interval must be at least 1, got 0"),
-        ({"grad_local_steps": 0}, ValueError, "grad_local_steps must be at least 1, got 0"),
-        ({"grad_local_steps": 2.0}, TypeError, "grad_local_steps must be an int, got a float"),
         (
-            {"grad_local_steps": 4, "grad_remote_workers": 2, "update_execution": "decentralised"},
+            {"gradients": {"local_steps": 4, "remote_workers": 2}, "updates": {"execution": "decentralised"}},
             ValueError,
-            "grad_local_steps > 1 needs update_execution='centralised' .*got grad_local_steps=4 with "
-            "update_execution='decentralised'",
+            "gradients.local_steps > 1 needs updates.execution='centralised' .*got gradients.local_steps=4 "
+            "with updates.execution='decentralised'",
         ),
         (
-            {"grad_local_steps": 4, "grad_remote_workers": 2, "grad_communication": "asynchronous"},
+            {
+                "gradients": {"local_steps": 4},
+                "collection": {"remote_workers": 2, "communication": "asynchronous"},
+            },
             ValueError,
-            "grad_local_steps > 1 needs grad_communication='synchronous' .*with grad_communication='asynchronous'",
-        ),
-        (
-            {"grad_local_steps": 4, "col_remote_workers": 2, "col_communication": "asynchronous"},
-            ValueError,
-            "grad_local_steps > 1 needs col_communication='synchronous' .*with col_communication='asynchronous'",
+            "gradients.local_steps > 1 needs collection.communication='synchronous' "
+            ".*with collection.communication='asynchronous'",
         ),
         (
             {
                 "device": "cuda",
-                "grad_remote_workers": 2,
-                "update_execution": "decentralised",
-                "grad_worker_gpus": 0.5,
+                "gradients": {"remote_workers": 2, "worker_gpus": 0.5},
+                "updates": {"execution": "decentralised"},
             },
             ValueError,
-            "need a whole GPU per gradient worker, got grad_worker_gpus=0.5",
+            "need a whole GPU per gradient worker, got gradients.worker_gpus=0.5",
         ),
         (
-            {"device": "cuda", "grad_remote_workers": 1},
+            {"device": "cuda", "gradients": {"remote_workers": 1}},
             ValueError,
-            "device='cuda' on remote gradient workers needs grad_worker_gpus > 0",
+            "device='cuda' on remote gradient workers needs gradients.worker_gpus > 0",
         ),
     ],
 )
-def test_bad_options_name_the_option(options: dict[str, Any], error: type[Exception], message: str) -> None:
+def test_bad_scheme_options_name_the_option(
+    options: dict[str, Any], error: type[Exception], message: str
+) -> None:
     with pytest.raises(error, match=message):
         make_scheme(**options)
+
+
+def test_options_must_be_their_dataclasses() -> None:
+    with pytest.raises(TypeError, match="Scheme: collection must be a Collection, got a dict"):
+        Scheme(ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, PPO, PPO_BUFFER, collection={"n_envs": 2})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -189,7 +266,9 @@ def test_bad_device_is_refused_before_any_worker_starts(
     device: Any, error: type[Exception], message: str
 ) -> None:
     with pytest.raises(error, match=message):
-        make_scheme(device=device, grad_remote_workers=2)  # no Ray started: the device is checked first
+        make_scheme(
+            device=device, gradients={"remote_workers": 2}
+        )  # no Ray started: the device is checked first
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
@@ -207,23 +286,27 @@ def test_factories_must_be_callable() -> None:
 
 def test_resources_never_schedulable_are_refused() -> None:
     one_cpu_nodes = [{"CPU": 1.0}, {"CPU": 1.0}]
-    gpu = resources.Request("gradient", 1, 0.5, 1.0, "grad_worker")
+    gpu = resources.Request("gradient", 1, 0.5, 1.0, "gradients.worker")
     with pytest.raises(
-        DistributedError, match=r"asks for 1 GPU \(grad_worker_gpus\).*has 0.*grad_worker_gpus=0"
+        DistributedError, match=r"asks for 1 GPU \(gradients.worker_gpus\).*has 0.*gradients.worker_gpus=0"
     ):
         resources.check([gpu], one_cpu_nodes)
-    big = resources.Request("collection", 1, 1.5, 0.0, "col_worker")
-    with pytest.raises(DistributedError, match=r"1.5 CPU \(col_worker_cpus\), but the largest node .* has 1"):
+    big = resources.Request("collection", 1, 1.5, 0.0, "collection.worker")
+    with pytest.raises(
+        DistributedError, match=r"1.5 CPU \(collection.worker_cpus\), but the largest node .* has 1"
+    ):
         resources.check([big], one_cpu_nodes)
-    many = resources.Request("collection", 3, 1.0, 0.0, "col_worker")
+    many = resources.Request("collection", 3, 1.0, 0.0, "collection.worker")
     with pytest.raises(DistributedError, match=r"ask for 3 CPU in all \(3 x 1 for collection\).*has 2"):
         resources.check([many], one_cpu_nodes)
-    resources.check([resources.Request("collection", 4, 0.5, 0.0, "col_worker")], one_cpu_nodes)  # fits
+    resources.check(
+        [resources.Request("collection", 4, 0.5, 0.0, "collection.worker")], one_cpu_nodes
+    )  # fits
 
 
 def test_oversubscription_advice_names_options_and_values_that_fit() -> None:
     two_cpus = [{"CPU": 2.0, "GPU": 2.0}]
-    no_collection = resources.Request("collection", 0, 1.0, 0.0, "col_worker")
+    no_collection = resources.Request("collection", 0, 1.0, 0.0, "collection.worker")
 
     def advice(requests: list[resources.Request]) -> str:
         with pytest.raises(DistributedError) as caught:
@@ -231,23 +314,27 @@ def test_oversubscription_advice_names_options_and_values_that_fit() -> None:
         return str(caught.value)
 
     # Three gradient workers alone: 2 CPUs / 3 actors = 0.666..., rounded down to 0.66.
-    grad = resources.Request("gradient", 3, 1.0, 0.0, "grad_worker")
+    grad = resources.Request("gradient", 3, 1.0, 0.0, "gradients.worker")
     message = advice([no_collection, grad])
-    assert "(3 x 1 for gradient)" in message and "(grad_worker_cpus=0.66)" in message
-    assert "col_worker" not in message  # there are no collection workers to shrink
-    resources.check([no_collection, resources.Request("gradient", 3, 0.66, 0.0, "grad_worker")], two_cpus)
-    # col_worker_cpus=0.5 already: 4 x 0.5 + 2 x 1 = 4 CPUs; 2 / 6 actors = 0.33 each.
-    col = resources.Request("collection", 4, 0.5, 0.0, "col_worker")
-    grad = resources.Request("gradient", 2, 1.0, 0.0, "grad_worker")
-    assert "(col_worker_cpus=0.33, grad_worker_cpus=0.33)" in advice([col, grad])
+    assert "(3 x 1 for gradient)" in message and "(gradients.worker_cpus=0.66)" in message
+    assert "collection.worker" not in message  # there are no collection workers to shrink
+    resources.check(
+        [no_collection, resources.Request("gradient", 3, 0.66, 0.0, "gradients.worker")], two_cpus
+    )
+    # collection.worker_cpus=0.5 already: 4 x 0.5 + 2 x 1 = 4 CPUs; 2 / 6 actors = 0.33 each.
+    col = resources.Request("collection", 4, 0.5, 0.0, "collection.worker")
+    grad = resources.Request("gradient", 2, 1.0, 0.0, "gradients.worker")
+    assert "(collection.worker_cpus=0.33, gradients.worker_cpus=0.33)" in advice([col, grad])
     # A role already under the share keeps its request: 4 x 0.5 + 2 x 0.2 = 2.4.
-    light = resources.Request("gradient", 2, 0.2, 0.0, "grad_worker")
-    assert "(col_worker_cpus=0.33)" in advice([col, light])
-    resources.check([resources.Request("collection", 4, 0.33, 0.0, "col_worker"), light], two_cpus)
+    light = resources.Request("gradient", 2, 0.2, 0.0, "gradients.worker")
+    assert "(collection.worker_cpus=0.33)" in advice([col, light])
+    resources.check([resources.Request("collection", 4, 0.33, 0.0, "collection.worker"), light], two_cpus)
     # GPUs: the advice names the GPU option, with the GPUs' share.
-    gpus = resources.Request("gradient", 3, 0.1, 1.0, "grad_worker")
+    gpus = resources.Request("gradient", 3, 0.1, 1.0, "gradients.worker")
     message = advice([no_collection, gpus])
-    assert "ask for 3 GPU in all (3 x 1 for gradient)" in message and "(grad_worker_gpus=0.66)" in message
+    assert (
+        "ask for 3 GPU in all (3 x 1 for gradient)" in message and "(gradients.worker_gpus=0.66)" in message
+    )
     assert "cpus=" not in message
 
 
@@ -306,6 +393,47 @@ def test_step_after_done_raises_and_done_stays_true() -> None:
         ):
             learner.step()
         assert learner.done() and learner.updates == 10 and learner.scheme.version == 10
+
+
+def _global_rng_states() -> tuple[torch.Tensor, object, tuple[bytes, int]]:
+    """The states of torch's global CPU generator, of ``random`` and of NumPy's global generator."""
+    _, key, position, *_ = np.random.get_state()
+    return torch.get_rng_state(), random.getstate(), (key.tobytes(), position)
+
+
+def _assert_same_rng_states(before: tuple[Any, ...], after: tuple[Any, ...]) -> None:
+    assert torch.equal(before[0], after[0]), "torch's global generator was reseeded or drawn from"
+    assert before[1] == after[1], "random's generator changed"
+    assert before[2] == after[2], "NumPy's global generator changed"
+
+
+def test_making_and_stepping_a_scheme_leaves_the_global_generators_alone() -> None:
+    torch.manual_seed(1234)
+    random.seed(1234)
+    np.random.seed(1234)
+    before = _global_rng_states()
+    with make_scheme(seed=7) as scheme:
+        _assert_same_rng_states(before, _global_rng_states())
+        scheme.step()
+        scheme.step()
+        _assert_same_rng_states(before, _global_rng_states())
+
+
+def test_a_seed_gives_the_same_run_whatever_the_caller_drew_before() -> None:
+    runs = []
+    for caller_seed in (1, 2):
+        torch.manual_seed(caller_seed)
+        with make_scheme(seed=3) as scheme:
+            first = scheme.weights()
+            for _ in range(3):
+                scheme.step()
+            runs.append((first, scheme.weights()))
+    (first, last), (other_first, other_last) = runs
+    assert all(torch.equal(first[k], other_first[k]) and torch.equal(last[k], other_last[k]) for k in first)
+    # The model starts as torch's generator seeded with the scheme's seed makes it, as before.
+    torch.manual_seed(3)
+    expected = ActorCritic(**AGENT_ARGS).state_dict()
+    assert all(torch.equal(first[k], expected[k]) for k in expected)
 
 
 def test_weights_are_copies_of_the_live_model() -> None:
@@ -370,7 +498,8 @@ def test_in_process_scheme_needs_no_ray_and_learns() -> None:
 
 def _local_steps_run(k: int, **options: Any) -> tuple[dict[str, torch.Tensor], list[int]]:
     """Weights after two batches of 8 x 32 steps (10 minibatches each), and each step's updates."""
-    with Learner(make_scheme(grad_local_steps=k, **options), target_steps=512, progress=False) as learner:
+    gradients = {**options.pop("gradients", {}), "local_steps": k}
+    with Learner(make_scheme(gradients=gradients, **options), target_steps=512, progress=False) as learner:
         updates = []
         while not learner.done():
             updates.append(learner.step().updates)
@@ -398,11 +527,9 @@ def _mean(values: list[float]) -> float:
 EXECUTIONS = ("centralised", "decentralised")
 COMBINATIONS = [
     {
-        "col_remote_workers": col,
-        "col_communication": col_comm,
-        "grad_remote_workers": grad,
-        "grad_communication": grad_comm,
-        "update_execution": update,
+        "collection": {"remote_workers": col, "communication": col_comm},
+        "gradients": {"remote_workers": grad, "communication": grad_comm},
+        "updates": {"execution": update},
     }
     for col, col_comm, grad, grad_comm, update in itertools.product(
         (0, 2), ("synchronous", "asynchronous"), (0, 2), ("synchronous", "asynchronous"), EXECUTIONS
@@ -415,9 +542,10 @@ COMBINATIONS = [
 
 
 def _name(options: dict[str, Any]) -> str:
+    collection, gradients, updates = options["collection"], options["gradients"], options["updates"]
     return (
-        f"col{options['col_remote_workers']}-{options['col_communication'][:5]}-"
-        f"grad{options['grad_remote_workers']}-{options['grad_communication'][:5]}-{options['update_execution'][:7]}"
+        f"col{collection['remote_workers']}-{collection['communication'][:5]}-"
+        f"grad{gradients['remote_workers']}-{gradients['communication'][:5]}-{updates['execution'][:7]}"
     )
 
 
@@ -428,18 +556,19 @@ def test_every_combination_is_listed() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("options", COMBINATIONS, ids=_name)
 def test_every_combination_learns(local_ray: None, options: dict[str, Any]) -> None:
-    asynchronous = options["col_communication"] == "asynchronous"
+    asynchronous = options["collection"]["communication"] == "asynchronous"
+    gradients, execution = options["gradients"], options["updates"]["execution"]
     scheme = make_scheme("impala" if asynchronous else "ppo", **options)
     with Learner(scheme, target_steps=20_000 if asynchronous else 10_000, progress=False) as learner:
         returns = train(learner)
         metrics = learner.metrics()
     assert _mean(returns[-10:]) > 1.5 * _mean(returns[:10]), returns
     assert metrics["lost_workers"] == []
-    if options["grad_remote_workers"]:
-        assert metrics["sent_bytes"] > 0 or options["update_execution"] == "decentralised"
-    if options["update_execution"] == "centralised" and options["grad_communication"] == "asynchronous":
+    if gradients["remote_workers"]:
+        assert metrics["sent_bytes"] > 0 or execution == "decentralised"
+    if execution == "centralised" and gradients["communication"] == "asynchronous":
         assert metrics["gradient_asynchrony"] > 0  # the other worker's update came in between
-    elif options["update_execution"] == "centralised":
+    elif execution == "centralised":
         assert metrics["gradient_asynchrony"] == 0
     if not asynchronous:
         assert metrics["policy_lag"] == 0
@@ -450,7 +579,7 @@ def test_every_combination_learns(local_ray: None, options: dict[str, Any]) -> N
 @pytest.mark.timeout(300)
 def test_ppo_synchronous_central_scheme_solves_past_195(local_ray: None) -> None:
     # in process, the same scheme ends at 500.0, 169.6 and 500.0 on seeds 0, 1 and 2: this checks one run that learns
-    scheme = make_scheme(grad_remote_workers=1, col_remote_workers=1, seed=0)
+    scheme = make_scheme(gradients={"remote_workers": 1}, collection={"remote_workers": 1}, seed=0)
     with Learner(scheme, target_steps=40_000, progress=False) as learner:
         train(learner)
         weights = learner.scheme.weights()
@@ -465,7 +594,7 @@ def test_ppo_synchronous_central_scheme_solves_past_195(local_ray: None) -> None
 def test_preempted_synchronous_collection_loses_nothing(local_ray: None) -> None:
     # With half of 2 workers enough, each collection returns the first rollout in; the other is
     # taken by the next one, so every collected step is trained on and lags at most one batch.
-    scheme = make_scheme(col_remote_workers=2, col_fraction_workers=0.5)
+    scheme = make_scheme(collection={"remote_workers": 2, "fraction_workers": 0.5})
     with Learner(scheme, target_steps=4096, progress=False) as learner:
         infos = [learner.step() for _ in range(60)]
     collected = [info.env_steps for info in infos if info.env_steps]
@@ -476,7 +605,7 @@ def test_preempted_synchronous_collection_loses_nothing(local_ray: None) -> None
 
 @pytest.mark.slow
 def test_a_remote_collection_worker_runs_a_multiprocess_batcher(local_ray: None) -> None:
-    scheme = make_scheme(col_remote_workers=1, col_processes=2, n_envs=4)
+    scheme = make_scheme(collection={"remote_workers": 1, "processes": 2, "n_envs": 4})
     with Learner(scheme, target_steps=512, progress=False) as learner:
         infos = [learner.step() for _ in range(20)]  # two batches of 2 processes x 4 envs x 32 steps
     assert [info.env_steps for info in infos if info.env_steps] == [256, 256]
@@ -485,7 +614,7 @@ def test_a_remote_collection_worker_runs_a_multiprocess_batcher(local_ray: None)
 
 @pytest.mark.slow
 def test_broadcast_interval_spaces_the_collectors_weights(local_ray: None) -> None:
-    scheme = make_scheme(col_remote_workers=1, broadcast_interval=4)
+    scheme = make_scheme(collection={"remote_workers": 1}, updates={"broadcast_interval": 4})
     with Learner(scheme, target_steps=2048, progress=False) as learner:
         lags = [lag for _ in range(40) for lag in learner.step().policy_lag]
     assert max(lags) > 0 and all(lag < 4 for lag in lags)
@@ -494,7 +623,7 @@ def test_broadcast_interval_spaces_the_collectors_weights(local_ray: None) -> No
 @pytest.mark.slow
 @pytest.mark.parametrize("role", ["collection", "gradient"])
 def test_killed_worker_raises_by_default(local_ray: None, role: str) -> None:
-    scheme = make_scheme(col_remote_workers=2, grad_remote_workers=2)
+    scheme = make_scheme(collection={"remote_workers": 2}, gradients={"remote_workers": 2})
     with Learner(scheme, target_steps=10**6, progress=False) as learner:
         learner.step()
         # Collection worker 2 is the first of gradient worker 1's: indices count across the scheme.
@@ -510,7 +639,9 @@ def test_killed_worker_raises_by_default(local_ray: None, role: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("role", ["collection", "gradient"])
 def test_killed_worker_is_dropped_when_told_to_continue(local_ray: None, role: str) -> None:
-    scheme = make_scheme(col_remote_workers=2, grad_remote_workers=2, on_worker_failure="continue")
+    scheme = make_scheme(
+        collection={"remote_workers": 2}, gradients={"remote_workers": 2}, on_worker_failure="continue"
+    )
     with Learner(scheme, target_steps=10**6, progress=False) as learner:
         learner.step()
         if role == "collection":
@@ -532,8 +663,7 @@ def test_a_crashing_batcher_process_is_reported_with_its_collection_worker(local
     scheme = make_scheme(
         env_factory=SlowGymEnv,
         env_args={"env": "CartPole-v1", "fail_after": 40},
-        col_remote_workers=2,
-        col_processes=1,
+        collection={"remote_workers": 2, "processes": 1},
     )
     with (
         Learner(scheme, target_steps=10**6, progress=False) as learner,
@@ -552,11 +682,13 @@ def test_asynchronous_collection_uses_every_worker_with_a_short_queue(local_ray:
     from rlstruct.distributed._pool import Pool
 
     remote = ray.remote(CollectionWorker).options(num_cpus=0.2)
+    small = Collection(n_envs=2, n_steps=8)
     actors = [
-        remote.remote(i, ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, n_envs=2, n_steps=8, compression="none")
+        remote.remote(i, ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, small, compression="none")
         for i in range(2)
     ]
-    collectors = Collectors(None, Pool("collection", actors, "raise", 60.0), "asynchronous", queue_size=1)
+    queue = Collection(remote_workers=2, communication="asynchronous", queue_size=1)
+    collectors = Collectors(None, Pool("collection", actors, "raise", 60.0), queue)
     collectors.set_weights(ActorCritic(**AGENT_ARGS).state_dict(), 0)
     workers = [collectors.collect()[0].worker for _ in range(6)]
     for actor in actors:
@@ -567,7 +699,10 @@ def test_asynchronous_collection_uses_every_worker_with_a_short_queue(local_ray:
 @pytest.mark.slow
 def test_decentralised_scheme_stops_cleanly_on_a_lost_worker(local_ray: None) -> None:
     scheme = make_scheme(
-        grad_remote_workers=2, update_execution="decentralised", on_worker_failure="continue", timeout=20.0
+        gradients={"remote_workers": 2},
+        updates={"execution": "decentralised"},
+        on_worker_failure="continue",
+        timeout=20.0,
     )
     with Learner(scheme, target_steps=10**6, progress=False) as learner:
         learner.step()
@@ -585,9 +720,8 @@ def test_slow_gradient_workers_are_waited_for(local_ray: None) -> None:
         "impala",
         env_factory=SlowGymEnv,
         env_args={"env": "CartPole-v1", "delay": 0.02},
-        n_envs=2,
-        grad_remote_workers=2,
-        grad_communication="asynchronous",
+        collection={"n_envs": 2},
+        gradients={"remote_workers": 2, "communication": "asynchronous"},
     )
     with Learner(scheme, target_steps=256, progress=False) as learner:
         train(learner)
@@ -600,8 +734,7 @@ def test_hung_workers_raise_after_the_timeout(local_ray: None) -> None:
         "impala",
         env_factory=SlowGymEnv,
         env_args={"env": "CartPole-v1", "hang_after": 40},
-        grad_remote_workers=2,
-        grad_communication="asynchronous",
+        gradients={"remote_workers": 2, "communication": "asynchronous"},
         timeout=3.0,
     )
     start = time.monotonic()
@@ -628,7 +761,7 @@ def test_actors_that_cannot_start_fail_within_start_timeout(local_ray: None) -> 
     ray.get(blocker.ready.remote(), timeout=60)  # running: it holds both CPUs
     start = time.monotonic()
     with pytest.raises(DistributedError, match=r"collection workers \[0, 1\] were not running 2 s after"):
-        make_scheme(col_remote_workers=2, start_timeout=2.0)
+        make_scheme(collection={"remote_workers": 2}, start_timeout=2.0)
     elapsed = time.monotonic() - start
     ray.kill(blocker)
     # The actors that never started are killed at once, not sent a close call and waited for (10 s).
@@ -637,8 +770,29 @@ def test_actors_that_cannot_start_fail_within_start_timeout(local_ray: None) -> 
 
 
 @pytest.mark.slow
+def test_a_decentralised_scheme_fixes_its_failure_policy_and_reads_weights_without_writing(
+    local_ray: None,
+) -> None:
+    scheme = make_scheme(
+        gradients={"remote_workers": 2}, updates={"execution": "decentralised"}, on_worker_failure="continue"
+    )
+    with scheme:
+        # A lost member breaks the group: the pool raises from the start, and that cannot be rewritten.
+        assert scheme.pool.on_failure == "raise"
+        with pytest.raises(AttributeError):
+            scheme.pool.on_failure = "continue"
+        initial = {k: v.clone() for k, v in scheme.model.state_dict().items()}
+        for _ in range(2):
+            scheme.step()
+        trained = scheme.weights()
+        assert scheme.pool.on_failure == "raise"
+    assert not all(torch.equal(trained[k], initial[k]) for k in initial)  # the workers' weights moved
+    assert all(torch.equal(v, initial[k]) for k, v in scheme.model.state_dict().items())  # model untouched
+
+
+@pytest.mark.slow
 def test_decentralised_scheme_reports_zero_gradient_asynchrony(local_ray: None) -> None:
-    scheme = make_scheme(grad_remote_workers=2, update_execution="decentralised")
+    scheme = make_scheme(gradients={"remote_workers": 2}, updates={"execution": "decentralised"})
     with Learner(scheme, target_steps=10**6, progress=False) as learner:
         infos = [learner.step() for _ in range(3)]
         metrics = learner.metrics()
@@ -648,9 +802,7 @@ def test_decentralised_scheme_reports_zero_gradient_asynchrony(local_ray: None) 
 
 @pytest.mark.slow
 def test_asynchronous_updates_count_every_gradient_applied(local_ray: None, tmp_path: Path) -> None:
-    scheme = make_scheme(
-        "impala", col_remote_workers=0, grad_remote_workers=2, grad_communication="asynchronous"
-    )
+    scheme = make_scheme("impala", gradients={"remote_workers": 2, "communication": "asynchronous"})
     with Learner(scheme, target_steps=10**6, progress=False) as learner:
         # Both workers' gradients are ready before the step: it applies the two of them.
         for i in scheme.pool.idle():
@@ -667,10 +819,12 @@ def test_asynchronous_updates_count_every_gradient_applied(local_ray: None, tmp_
 @pytest.mark.slow
 def test_gpu_request_on_a_cpu_cluster_fails_at_once(local_ray: None) -> None:
     start = time.monotonic()
-    with pytest.raises(DistributedError, match=r"asks for 1 GPU \(grad_worker_gpus\).*largest node.*has 0"):
-        make_scheme(grad_remote_workers=1, grad_worker_gpus=1.0)
+    with pytest.raises(
+        DistributedError, match=r"asks for 1 GPU \(gradients.worker_gpus\).*largest node.*has 0"
+    ):
+        make_scheme(gradients={"remote_workers": 1, "worker_gpus": 1.0})
     with pytest.raises(DistributedError, match=r"ask for 3 CPU in all"):
-        make_scheme(col_remote_workers=3, col_worker_cpus=1.0)
+        make_scheme(collection={"remote_workers": 3, "worker_cpus": 1.0})
     assert time.monotonic() - start < 10
     assert wait_for_cpus(2.0) == pytest.approx(2.0)
 
@@ -681,7 +835,9 @@ def test_compressed_schemes_learn_the_same(local_ray: None, codec: str) -> None:
     # Compression is lossless: with synchronous everything, the runs are identical.
     results = []
     for compression in ("none", codec):
-        scheme = make_scheme(col_remote_workers=1, grad_remote_workers=1, compression=compression)
+        scheme = make_scheme(
+            collection={"remote_workers": 1}, gradients={"remote_workers": 1}, compression=compression
+        )
         with Learner(scheme, target_steps=1024, progress=False) as learner:
             train(learner)
             results.append((scheme.weights(), learner.metrics()))
@@ -697,16 +853,17 @@ def test_compressed_schemes_learn_the_same(local_ray: None, codec: str) -> None:
 
 @pytest.mark.slow
 def test_remote_local_steps_equal_single_steps(local_ray: None) -> None:
-    remote = {"col_remote_workers": 1, "grad_remote_workers": 1}
-    single, _ = _local_steps_run(1, **remote)
-    weights, updates = _local_steps_run(10, **remote)  # a round trip per batch, not per minibatch
+    single, _ = _local_steps_run(1, collection={"remote_workers": 1}, gradients={"remote_workers": 1})
+    weights, updates = _local_steps_run(
+        10, collection={"remote_workers": 1}, gradients={"remote_workers": 1}
+    )  # a round trip per batch, not per minibatch
     assert updates == [10, 10]
     assert all(torch.equal(weights[name], single[name]) for name in single)
 
 
 @pytest.mark.slow
 def test_local_steps_of_two_workers_average_their_parameters_and_learn(local_ray: None) -> None:
-    scheme = make_scheme(col_remote_workers=1, grad_remote_workers=2, grad_local_steps=5)
+    scheme = make_scheme(collection={"remote_workers": 1}, gradients={"remote_workers": 2, "local_steps": 5})
     with Learner(scheme, target_steps=10_000, progress=False) as learner:
         first = learner.step()
         returns = first.episode_returns + train(learner)
@@ -719,7 +876,7 @@ def test_local_steps_of_two_workers_average_their_parameters_and_learn(local_ray
 
 @pytest.mark.slow
 def test_learner_saves_the_model_and_changes_parameters_everywhere(local_ray: None, tmp_path: Path) -> None:
-    scheme = make_scheme(grad_remote_workers=2, update_execution="decentralised")
+    scheme = make_scheme(gradients={"remote_workers": 2}, updates={"execution": "decentralised"})
     with Learner(scheme, target_steps=10**6, progress=False) as learner:
         learner.step()
         learner.update_algorithm_parameter("lr", 0.0)  # the workers apply the updates: all must stop
@@ -746,6 +903,10 @@ def test_every_option_is_documented() -> None:
     doc = Scheme.__doc__ or ""
     for name in inspect.signature(Scheme).parameters:
         assert f"    {name}:" in doc, name
+    for cls in (Collection, Gradients, Updates):
+        docs = field_docs(cls)
+        assert sorted(docs) == sorted(f.name for f in dataclasses.fields(cls)), cls
+        assert all(len(text) > 20 for text in docs.values()), docs
 
 
 class _Method:

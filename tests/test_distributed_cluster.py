@@ -15,7 +15,7 @@ import pytest
 
 from rlstruct import GymEnv
 from rlstruct.algos.policies import ActorCritic
-from rlstruct.distributed import PPO, Learner, MinibatchBuffer, Scheme
+from rlstruct.distributed import PPO, Collection, Gradients, Learner, MinibatchBuffer, Scheme
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -40,7 +40,7 @@ def two_nodes() -> Iterator[Any]:
         cluster.shutdown()
 
 
-def make_scheme(**options: Any) -> Scheme:
+def make_scheme(gradients: Gradients | None = None, **options: Any) -> Scheme:
     return Scheme(
         ActorCritic,
         {"obs_dim": 4, "n_actions": 2, "orthogonal": True},
@@ -48,10 +48,8 @@ def make_scheme(**options: Any) -> Scheme:
         {"env": "CartPole-v1"},
         PPO,
         functools.partial(MinibatchBuffer, n_epochs=4, minibatch_size=256),
-        n_envs=8,
-        n_steps=32,
-        col_remote_workers=2,
-        col_worker_cpus=1.0,
+        collection=Collection(n_envs=8, n_steps=32, remote_workers=2, worker_cpus=1.0),
+        gradients=gradients,
         timeout=60.0,
         **options,
     )
@@ -59,7 +57,7 @@ def make_scheme(**options: Any) -> Scheme:
 
 def test_collection_workers_spread_over_two_nodes(two_nodes: Any) -> None:
     with Learner(
-        make_scheme(grad_remote_workers=1, grad_worker_cpus=0.0), target_steps=4096, progress=False
+        make_scheme(Gradients(remote_workers=1, worker_cpus=0.0)), target_steps=4096, progress=False
     ) as learner:
         while not learner.done():
             learner.step()

@@ -10,7 +10,9 @@ On one machine (a local Ray instance is started) or on a cluster:
 
 (``--quick`` for a tiny budget.) The same factories as a single-process run,
 an agent (``ActorCritic``), an environment (``GymEnv``), an algorithm and a
-buffer, are arranged by a ``Scheme``:
+buffer, are arranged by a ``Scheme`` whose options are three dataclasses:
+``Collection`` (environments, steps, remote collection workers),
+``Gradients`` (remote gradient workers) and ``Updates`` (who applies them):
 
 - PPO, synchronous and centralised: 2 gradient workers each gather rollouts
   from their 2 collection workers, compute the gradients of their next
@@ -40,20 +42,17 @@ from rlstruct.algos.policies import ActorCritic
 from rlstruct.distributed import (
     IMPALA,
     PPO,
+    Collection,
+    Gradients,
     Learner,
     MinibatchBuffer,
     Scheme,
+    Updates,
     WholeBatchBuffer,
 )
 
 AGENT_ARGS = {"obs_dim": 4, "n_actions": 2, "orthogonal": True}
 ENV_ARGS = {"env": "CartPole-v1"}
-WORKERS = {
-    "col_remote_workers": 2,
-    "grad_remote_workers": 2,
-    "col_worker_cpus": 0.2,
-    "grad_worker_cpus": 0.2,
-}
 
 
 def ppo_scheme() -> Scheme:
@@ -65,12 +64,17 @@ def ppo_scheme() -> Scheme:
         ENV_ARGS,
         functools.partial(PPO, lr=1e-3),
         functools.partial(MinibatchBuffer, n_epochs=10, minibatch_size=256),
-        n_envs=8,
-        n_steps=32,
-        col_communication="synchronous",
-        grad_communication="synchronous",
-        update_execution="centralised",
-        **WORKERS,
+        collection=Collection(
+            n_envs=8,
+            n_steps=32,
+            remote_workers=2,
+            communication="synchronous",
+            worker_cpus=0.2,
+        ),
+        gradients=Gradients(
+            remote_workers=2, communication="synchronous", worker_cpus=0.2
+        ),
+        updates=Updates(execution="centralised"),
     )
 
 
@@ -83,12 +87,17 @@ def impala_scheme() -> Scheme:
         ENV_ARGS,
         IMPALA,
         WholeBatchBuffer,
-        n_envs=8,
-        n_steps=32,
-        col_communication="asynchronous",
-        grad_communication="asynchronous",
-        update_execution="centralised",
-        **WORKERS,
+        collection=Collection(
+            n_envs=8,
+            n_steps=32,
+            remote_workers=2,
+            communication="asynchronous",
+            worker_cpus=0.2,
+        ),
+        gradients=Gradients(
+            remote_workers=2, communication="asynchronous", worker_cpus=0.2
+        ),
+        updates=Updates(execution="centralised"),
     )
 
 

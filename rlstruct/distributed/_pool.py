@@ -27,18 +27,24 @@ class Pool:
             reports; a list is indexed from 0).
         on_failure: "raise" turns a dead worker into ``RemoteWorkerError``;
             "continue" drops it (listed in ``lost``) and goes on with the rest.
+            Fixed for the pool's life (``on_failure`` is read-only).
         timeout: seconds ``wait`` may last without any result.
     """
 
     def __init__(
         self, role: str, actors: Mapping[int, Any] | list[Any], on_failure: str, timeout: float
     ) -> None:
-        self.role, self.on_failure, self.timeout = role, on_failure, timeout
+        self.role, self._on_failure, self.timeout = role, on_failure, timeout
         self.alive: dict[int, Any] = dict(actors) if isinstance(actors, Mapping) else dict(enumerate(actors))
         self.pending: dict[Any, int] = {}  # in-flight call -> worker
         self.lost: list[int] = []
         self._unchecked: dict[Any, int] = {}  # calls whose result nobody waits for, checked for errors
         self._submitted: dict[int, int] = dict.fromkeys(self.alive, 0)  # worker -> calls so far
+
+    @property
+    def on_failure(self) -> str:
+        """What a dead worker does to ``wait``: "raise" or "continue", as given when the pool was made."""
+        return self._on_failure
 
     def idle(self) -> list[int]:
         """The live workers with no call in flight, those that were given fewest calls first."""
@@ -119,7 +125,7 @@ class Pool:
             # An unreachable actor (a network loss, ActorUnavailableError) is lost like a dead one: its
             # call may or may not have run, and running it again would skip or repeat a minibatch.
             what = "unreachable" if isinstance(error, ActorUnavailableError) else "died"
-            if self.on_failure == "raise":
+            if self._on_failure == "raise":
                 raise RemoteWorkerError(f"{what}: {error}", self.role, index, died=True) from error
             self.lose(index)
             return False, None

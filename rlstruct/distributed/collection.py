@@ -2,21 +2,21 @@
 
 A ``CollectionWorker`` runs in the calling process (the scheme's in-process
 option) or as a Ray actor (a remote collection worker). Its batcher is a
-``LocalBatcher`` with ``n_processes=0`` or a ``MultiprocessBatcher`` with
-that many worker processes, so a remote worker can itself use several
-processes. Rollouts are trajectories of ``n_steps`` steps whose episodes
+``LocalBatcher`` when ``Collection.processes`` is 0, or a
+``MultiprocessBatcher`` with that many worker processes, so a remote worker
+can itself use several processes. Rollouts are trajectories of ``n_steps`` steps whose episodes
 carry over from one rollout to the next.
 
 A ``Collectors`` object gathers rollouts from the local worker or from
 remote ones:
 
 - **synchronous**: every idle worker starts a rollout and the call returns
-  once ``fraction`` of the live workers have finished (all by default). The
+  once ``fraction_workers`` of the live workers have finished (all by default). The
   rollouts of the others stay in flight and are taken by the next call, so
   nothing is lost and no round waits on a rollout nobody will take.
 - **asynchronous**: workers keep collecting while finished rollouts wait in
   a queue; a worker starts its next rollout only while fewer than
-  ``queue_size`` rollouts are waiting or being collected (back-pressure:
+  ``Collection.queue_limit`` rollouts are waiting or being collected (back-pressure:
   memory stays bounded however slow the learner), and each call takes the
   oldest finished rollout.
 """
@@ -36,6 +36,7 @@ from rlstruct.agent import Agent
 from rlstruct.algos.metrics import EpisodeReturns
 from rlstruct.batchers import Batcher, LocalBatcher, MultiprocessBatcher
 from rlstruct.distributed.codec import Packed, pack, unpack
+from rlstruct.distributed.options import Collection
 from rlstruct.env import Environment
 from rlstruct.trajectories import Trajectories
 
@@ -73,16 +74,16 @@ class CollectionWorker:
 
     Args:
         index: the worker's index; its environments are seeded from
-            ``seed + index * n_envs * max(1, n_processes)``, so no two workers
+            ``seed + index * n_envs * max(1, processes)``, so no two workers
             share one.
         agent_factory: makes the agent (picklable), as for the batchers.
         agent_args: keyword arguments for ``agent_factory``.
         env_factory: makes the environments (picklable), as for the batchers.
         env_args: keyword arguments for ``env_factory``.
-        n_envs: environments per batcher process (all of them with ``n_processes=0``).
-        n_steps: steps per environment in a rollout.
-        n_processes: 0 for an in-process ``LocalBatcher``, else the worker
-            processes of a ``MultiprocessBatcher``.
+        collection: the scheme's collection options; this worker uses
+            ``n_envs``, ``n_steps`` and ``processes`` (0 for an in-process
+            ``LocalBatcher``, else the worker processes of a
+            ``MultiprocessBatcher``).
         seed: the scheme's base seed.
         compression: the codec of the rollouts this worker returns ("none",
             "lz4", "zstd"); None returns the trajectories unpacked (in-process use).
@@ -96,25 +97,28 @@ class CollectionWorker:
         agent_args: Mapping[str, Any],
         env_factory: Callable[..., Environment],
         env_args: Mapping[str, Any],
+        collection: Collection,
         *,
-        n_envs: int,
-        n_steps: int,
-        n_processes: int = 0,
         seed: int = 0,
         compression: str | None = None,
         timeout: float = 60.0,
     ) -> None:
+        if not isinstance(collection, Collection):
+            raise TypeError(
+                f"CollectionWorker: collection must be a Collection, got {type(collection).__name__}"
+            )
         self.index = index
         self.compression = compression
-        base = seed + index * n_envs * max(1, n_processes)
+        n_envs, processes = collection.n_envs, collection.processes
+        base = seed + index * n_envs * max(1, processes)
         factories = (agent_factory, agent_args, env_factory, env_args)
-        layout: dict[str, Any] = {"n_envs": n_envs, "n_timesteps": n_steps, "seed": base}
+        layout: dict[str, Any] = {"n_envs": n_envs, "n_timesteps": collection.n_steps, "seed": base}
         self.batcher: Batcher
-        if n_processes == 0:
+        if processes == 0:
             self.batcher = LocalBatcher(*factories, **layout)
         else:
-            self.batcher = MultiprocessBatcher(*factories, **layout, n_processes=n_processes, timeout=timeout)
-        self.n_rows = n_envs * max(1, n_processes)
+            self.batcher = MultiprocessBatcher(*factories, **layout, n_processes=processes, timeout=timeout)
+        self.n_rows = n_envs * max(1, processes)
         self.returns = EpisodeReturns(self.n_rows)
         self.version = -1
         self._started = False
@@ -165,23 +169,18 @@ class Collectors:
     Args:
         local: the in-process worker, or None for remote workers.
         pool: the remote workers (an ``rlstruct.distributed._pool.Pool``), or None.
-        communication: "synchronous" or "asynchronous".
-        fraction: synchronous only: the fraction of live workers whose
-            rollouts end a call.
-        queue_size: asynchronous only: the most rollouts finished and waiting
-            or being collected, at any time.
+        collection: the scheme's collection options; the remote workers use
+            ``communication``, ``fraction_workers`` (synchronous: the fraction
+            of live workers whose rollouts end a call) and ``queue_limit``
+            (asynchronous: the most rollouts finished and waiting or being
+            collected, at any time).
     """
 
     def __init__(
-        self,
-        local: CollectionWorker | None,
-        pool: Any = None,
-        communication: str = "synchronous",
-        fraction: float = 1.0,
-        queue_size: int = 1,
+        self, local: CollectionWorker | None, pool: Any = None, collection: Collection | None = None
     ) -> None:
         self.local, self.pool = local, pool
-        self.communication, self.fraction, self.queue_size = communication, fraction, queue_size
+        self.options = Collection() if collection is None else collection
         self._queue: deque[Rollout] = deque()
         self._weights: tuple[Mapping[str, torch.Tensor] | list[Any], int] | None = None
         self._ref: list[Any] | None = None  # the latest weights in Ray's object store, once put
@@ -217,17 +216,17 @@ class Collectors:
             self._sent[i] = version
 
     def collect(self) -> list[Rollout]:
-        """The next rollouts, as ``communication`` says (see the module's docstring)."""
+        """The next rollouts, as ``Collection.communication`` says (see the module's docstring)."""
         if self.local is not None:
             self._give_weights([])
             return [self.local.collect()]
-        if self.communication == "synchronous":
+        if self.options.communication == "synchronous":
             while True:  # again only if every rollout in flight was lost with its worker
                 idle = self.pool.idle()
                 self._give_weights(idle)
                 for i in idle:
                     self.pool.submit(i, "collect")
-                if results := self.pool.wait(self.pool.needed(self.fraction)):
+                if results := self.pool.wait(self.pool.needed(self.options.fraction_workers)):
                     return [r for _, r in results]
         while not self._queue:
             self._refill()
@@ -238,9 +237,9 @@ class Collectors:
 
     def _refill(self) -> None:
         # Back-pressure: idle workers (least used first) start a rollout only while the rollouts
-        # waiting or in flight are fewer than queue_size.
+        # waiting or in flight are fewer than the queue's limit.
         for i in self.pool.idle():
-            if len(self._queue) + len(self.pool.pending) >= self.queue_size:
+            if len(self._queue) + len(self.pool.pending) >= self.options.queue_limit:
                 break
             self._give_weights([i])
             self.pool.submit(i, "collect")

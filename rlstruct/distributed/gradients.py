@@ -8,7 +8,7 @@ scheme's in-process option) or as a Ray actor.
 
 In a centralised scheme the worker returns the gradients
 (``compute_gradients``) and the update worker applies them; with the
-scheme's ``grad_local_steps`` above 1 it instead takes several optimiser
+scheme's ``Gradients.local_steps`` above 1 it instead takes several optimiser
 steps itself, with its own optimiser, and returns the parameters they lead
 to (``local_steps``). In a decentralised one the gradient workers average their gradients among
 themselves with ``torch.distributed`` (gloo on the CPU, nccl on CUDA) and
@@ -17,6 +17,7 @@ each applies the same update to its own copy (``step``).
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -30,9 +31,33 @@ from rlstruct.batchers import cpu_weights
 from rlstruct.distributed.algorithms import Algorithm, Buffer
 from rlstruct.distributed.codec import Packed, pack, unpack
 from rlstruct.distributed.collection import CollectionWorker, Collectors, node_and_pid, resolve_weights
+from rlstruct.distributed.options import Updates
 from rlstruct.trajectories import Trajectories
 
-__all__ = ["GradientResult", "GradientWorker", "flat_gradients", "set_flat_gradients"]
+__all__ = ["GradientResult", "GradientWorker", "flat_gradients", "seeded", "set_flat_gradients"]
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Run a block with torch's CPU generator seeded with ``seed``, and give the caller's state back after.
+
+    What the block draws from torch's global CPU generator (a model's
+    initial weights, a buffer's seed) is reproducible, and the caller's
+    random stream goes on afterwards as if the block had not run: nothing
+    is reseeded behind its back. The CUDA generators are left alone.
+
+    Examples:
+        >>> before = torch.get_rng_state()
+        >>> with seeded(0):
+        ...     first = torch.rand(2)
+        >>> with seeded(0):
+        ...     again = torch.rand(2)
+        >>> torch.equal(first, again), torch.equal(torch.get_rng_state(), before)
+        (True, True)
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
+        yield
 
 
 @dataclass
@@ -134,19 +159,23 @@ class GradientWorker:
     """Computes gradients of the algorithm's loss on rollouts of its own collection workers.
 
     Args:
-        index: the worker's index: torch's random generator is seeded with
-            ``seed + index`` before the model, algorithm and buffer are made.
+        index: the worker's index: the model, algorithm, buffer and
+            in-process collection worker are made with torch's CPU generator
+            seeded with ``seed + index`` (see ``seeded``; the process's own
+            random state is given back after).
         agent_factory: makes the model (an agent that is a ``torch.nn.Module``).
         agent_args: keyword arguments for ``agent_factory``.
         algo_factory: makes the algorithm: ``algo_factory(model)``.
         buffer_factory: makes the buffer: ``buffer_factory()``.
-        collectors: ``Collectors`` of this worker, or the keyword arguments
-            of its in-process ``CollectionWorker`` (then made here).
+        collectors: ``Collectors`` of this worker, or a function without
+            arguments that makes its in-process ``CollectionWorker`` (called
+            here, in the worker's process; a ``functools.partial`` of
+            ``CollectionWorker`` is picklable).
+        updates: the scheme's update options: collection workers get new
+            weights every ``updates.broadcast_interval`` versions.
         device: where the model and the training data live.
         compression: the codec of the gradients this worker returns, or None
             to return them unpacked (in-process use).
-        broadcast_interval: collection workers get new weights every this
-            many versions.
         seed: the scheme's base seed.
     """
 
@@ -157,29 +186,29 @@ class GradientWorker:
         agent_args: Mapping[str, Any],
         algo_factory: Callable[[Any], Algorithm],
         buffer_factory: Callable[[], Buffer],
-        collectors: Collectors | Mapping[str, Any],
+        collectors: Collectors | Callable[[], CollectionWorker],
         *,
+        updates: Updates | None = None,
         device: str = "cpu",
         compression: str | None = None,
-        broadcast_interval: int = 1,
         seed: int = 0,
     ) -> None:
         self.index = index
         self.device = torch.device(device)
-        torch.manual_seed(seed + index)
-        self.model = agent_factory(**agent_args)
-        if not isinstance(self.model, torch.nn.Module):
-            raise TypeError(
-                f"GradientWorker: agent_factory must make a torch.nn.Module, got {type(self.model).__name__}"
-            )
-        self.model.to(self.device)
-        self.algorithm = algo_factory(self.model)
-        self.buffer = buffer_factory()
-        if not isinstance(collectors, Collectors):
-            collectors = Collectors(CollectionWorker(**collectors))
+        with seeded(seed + index):
+            self.model = agent_factory(**agent_args)
+            if not isinstance(self.model, torch.nn.Module):
+                raise TypeError(
+                    f"GradientWorker: agent_factory must make a torch.nn.Module, got {type(self.model).__name__}"
+                )
+            self.model.to(self.device)
+            self.algorithm = algo_factory(self.model)
+            self.buffer = buffer_factory()
+            if not isinstance(collectors, Collectors):
+                collectors = Collectors(collectors())
         self.collectors = collectors
         self.compression = compression
-        self.broadcast_interval = broadcast_interval
+        self.updates = Updates() if updates is None else updates
         self.version = -1
         self._sent_version: int | None = None
         self._minibatches: Iterator[Any] = iter(())
@@ -193,7 +222,7 @@ class GradientWorker:
     def set_weights(self, weights: Mapping[str, torch.Tensor] | list[Any], version: int) -> None:
         """Load ``weights`` (a state dict, or ``[ref]`` to one in Ray's object store) as policy ``version``.
 
-        The collection workers get them too when ``broadcast_interval``
+        The collection workers get them too when ``updates.broadcast_interval``
         versions have passed since they last did (remote ones get the same
         reference, so the weights are stored once).
         """
@@ -202,7 +231,7 @@ class GradientWorker:
         self._maybe_broadcast(weights)
 
     def _maybe_broadcast(self, weights: Mapping[str, torch.Tensor] | list[Any]) -> None:
-        if self._sent_version is None or self.version - self._sent_version >= self.broadcast_interval:
+        if self._sent_version is None or self.version - self._sent_version >= self.updates.broadcast_interval:
             self.collectors.set_weights(weights, self.version)
             self._sent_version = self.version
 

@@ -4,9 +4,10 @@ Examples:
     >>> from functools import partial
     >>> from rlstruct import GymEnv
     >>> from rlstruct.algos.policies import ActorCritic
-    >>> from rlstruct.distributed import PPO, Learner, MinibatchBuffer, Scheme
+    >>> from rlstruct.distributed import PPO, Collection, Learner, MinibatchBuffer, Scheme
     >>> scheme = Scheme(ActorCritic, {"obs_dim": 4, "n_actions": 2}, GymEnv, {"env": "CartPole-v1"},
-    ...                 PPO, partial(MinibatchBuffer, n_epochs=2, minibatch_size=64), n_envs=2, n_steps=32)
+    ...                 PPO, partial(MinibatchBuffer, n_epochs=2, minibatch_size=64),
+    ...                 collection=Collection(n_envs=2, n_steps=32))
     >>> with Learner(scheme, target_steps=256, progress=False) as learner:
     ...     while not learner.done():
     ...         _ = learner.step()

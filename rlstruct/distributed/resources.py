@@ -26,7 +26,8 @@ class Request:
         count: how many actors.
         cpus: CPUs per actor (fractions allowed).
         gpus: GPUs per actor (0: the actor sees no GPU).
-        option: the prefix of the scheme's options that set them (for messages).
+        option: the prefix of the scheme's options that set them, as in
+            ``"gradients.worker"`` for ``gradients.worker_cpus`` (for messages).
     """
 
     role: str
@@ -102,9 +103,9 @@ def fitting(requests: list[Request], attr: str, total: float) -> dict[str, float
         total: the CPUs or GPUs of the whole cluster.
 
     Examples:
-        >>> grad = Request("gradient", 3, 1.0, 0.0, "grad_worker")
-        >>> fitting([Request("collection", 0, 1.0, 0.0, "col_worker"), grad], "cpus", 2.0)
-        {'grad_worker_cpus': 0.66}
+        >>> grad = Request("gradient", 3, 1.0, 0.0, "gradients.worker")
+        >>> fitting([Request("collection", 0, 1.0, 0.0, "collection.worker"), grad], "cpus", 2.0)
+        {'gradients.worker_cpus': 0.66}
     """
     share = math.floor(100 * total / max(1, sum(r.count for r in requests))) / 100
     return {f"{r.option}_{attr}": share for r in requests if r.count and getattr(r, attr) > share}

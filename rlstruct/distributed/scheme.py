@@ -2,9 +2,9 @@
 
 A scheme has three kinds of workers:
 
-- **collection workers** (``col_remote_workers`` Ray actors per gradient
-  worker, or one in-process worker when 0), each owning a batcher;
-- **gradient workers** (``grad_remote_workers`` Ray actors, or one
+- **collection workers** (``Collection.remote_workers`` Ray actors per
+  gradient worker, or one in-process worker when 0), each owning a batcher;
+- **gradient workers** (``Gradients.remote_workers`` Ray actors, or one
   in-process worker when 0), each owning a model copy, the algorithm, the
   buffer and its collection workers;
 - the **update worker**, in the calling process: it applies gradients
@@ -13,8 +13,8 @@ A scheme has three kinds of workers:
 The schemes (``Scheme.step`` runs one update):
 
 ============================  =================================================================
-``update_execution``,         one ``step()``
-``grad_communication``
+``Updates.execution``,        one ``step()``
+``Gradients.communication``
 ============================  =================================================================
 centralised, synchronous      every gradient worker computes the gradients of its next
                               minibatch; the update worker averages them, applies them and
@@ -27,13 +27,13 @@ decentralised (synchronous)   every gradient worker computes its gradients, the 
                               nccl on CUDA) and each applies the same update
 ============================  =================================================================
 
-With ``grad_local_steps=k`` above 1 (centralised, synchronous), one step is
+With ``Gradients.local_steps=k`` above 1 (centralised, synchronous), one step is
 one round trip of up to ``k`` updates: every gradient worker takes up to
 ``k`` optimiser steps on its next minibatches with its own optimiser,
 stopping at the end of its batch, and the update worker averages the
 parameters they reach and broadcasts them.
 
-Collection is synchronous (optionally preempted once ``col_fraction_workers``
+Collection is synchronous (optionally preempted once ``Collection.fraction_workers``
 of the workers have finished) or asynchronous (a bounded queue with
 back-pressure); see ``rlstruct.distributed.collection``.
 
@@ -41,9 +41,10 @@ Examples:
     >>> from functools import partial
     >>> from rlstruct import GymEnv
     >>> from rlstruct.algos.policies import ActorCritic
-    >>> from rlstruct.distributed import PPO, MinibatchBuffer, Scheme
+    >>> from rlstruct.distributed import PPO, Collection, MinibatchBuffer, Scheme
     >>> scheme = Scheme(ActorCritic, {"obs_dim": 4, "n_actions": 2}, GymEnv, {"env": "CartPole-v1"},
-    ...                 PPO, partial(MinibatchBuffer, n_epochs=1, minibatch_size=64), n_envs=2, n_steps=32)
+    ...                 PPO, partial(MinibatchBuffer, n_epochs=1, minibatch_size=64),
+    ...                 collection=Collection(n_envs=2, n_steps=32))
     >>> info = scheme.step()  # all in this process: no Ray needed
     >>> info.env_steps, info.version
     (64, 1)
@@ -52,7 +53,7 @@ Examples:
 
 from __future__ import annotations
 
-import math
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,19 +62,19 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.batchers import cpu_weights
+from rlstruct.checks import check_choice, check_int, check_number
 from rlstruct.distributed.algorithms import Algorithm, Buffer
 from rlstruct.distributed.codec import check_codec, pack
-from rlstruct.distributed.collection import Collectors
-from rlstruct.distributed.gradients import GradientResult, GradientWorker, set_flat_gradients
+from rlstruct.distributed.collection import CollectionWorker, Collectors
+from rlstruct.distributed.gradients import GradientResult, GradientWorker, seeded, set_flat_gradients
+from rlstruct.distributed.options import Collection, Gradients, Updates, check_combination
 from rlstruct.env import Environment
-from rlstruct.errors import DistributedError
-from rlstruct.errors import describe as _describe  # the public helper, under the name this module uses
+from rlstruct.errors import DistributedError, describe
 
 __all__ = ["Scheme", "StepInfo"]
 
-COMMUNICATIONS = ("synchronous", "asynchronous")
-EXECUTIONS = ("centralised", "decentralised")
 FAILURES = ("raise", "continue")
+"""The values of ``Scheme``'s ``on_worker_failure``."""
 
 
 @dataclass
@@ -116,26 +117,9 @@ class StepInfo:
     batch_end: bool = True
 
 
-def _int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"Scheme: {name} must be an int, got {_describe(value)}")
-    if value < low:
-        raise ValueError(f"Scheme: {name} must be at least {low}, got {value}")
-    return value
-
-
-def _number(name: str, value: object, low: float, high: float = math.inf, low_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"Scheme: {name} must be a number, got {_describe(value)}")
-    if not (low < value if low_open else low <= value) or not value <= high:
-        bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]"
-        raise ValueError(f"Scheme: {name} must be in {bounds}, got {value!r}")
-    return float(value)
-
-
 def _device(value: object) -> torch.device:
     if not isinstance(value, (str, torch.device)):
-        raise TypeError(f"Scheme: device must be a str or a torch.device, got {_describe(value)}")
+        raise TypeError(f"Scheme: device must be a str or a torch.device, got {describe(value)}")
     try:
         device = torch.device(value)
     except RuntimeError:
@@ -143,12 +127,6 @@ def _device(value: object) -> torch.device:
     if device is None or device.type not in ("cpu", "cuda"):
         raise ValueError(f"Scheme: device must be 'cpu', 'cuda' or 'cuda:<index>', got {value!r}")
     return device
-
-
-def _choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ValueError(f"Scheme: {name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
-    return str(value)
 
 
 class Scheme:
@@ -159,6 +137,12 @@ class Scheme:
     (``pip install -e ".[ray]"`` in a checkout); the scheme connects to the running
     cluster (``ray.init()`` is called with no arguments if it was not:
     ``RAY_ADDRESS`` or a local instance).
+
+    Making or stepping a scheme leaves the caller's random generators
+    (torch's, ``random``'s and NumPy's) as they were: the model, algorithm
+    and buffers are made under ``seeded`` (torch's CPU generator seeded
+    from ``seed``, then given back). ``weights()`` reads the weights
+    without writing to ``model``.
 
     Args:
         agent_factory: makes the agent the collection workers run and the
@@ -172,67 +156,35 @@ class Scheme:
             use ``functools.partial`` for its hyperparameters.
         buffer_factory: ``buffer_factory()`` makes a gradient worker's buffer
             (``MinibatchBuffer``, ``WholeBatchBuffer`` or any ``Buffer``).
-        n_envs: environments per batcher process of a collection worker.
-        n_steps: steps per environment of each rollout.
-        col_remote_workers: remote collection workers per gradient worker;
-            0 collects in the gradient worker's process.
-        col_processes: worker processes of each collection worker's batcher;
-            0 steps the environments in the collection worker's own process.
-        col_communication: "synchronous" or "asynchronous" collection.
-        col_fraction_workers: synchronous collection returns once this
-            fraction of the collection workers have finished; the other
-            rollouts are taken by the next collection.
-        col_queue_size: asynchronous collection: the most rollouts waiting
-            or being collected per gradient worker; default
-            ``col_remote_workers`` (each worker one ahead: more raises the
-            throughput and the policy lag).
-        grad_remote_workers: remote gradient workers; 0 computes gradients
-            in the calling process.
-        grad_communication: "synchronous" or "asynchronous" (centralised only).
-        grad_local_steps: optimiser steps a gradient worker takes per round
-            trip (centralised, synchronous, with synchronous collection).
-            1: it returns one minibatch's gradients and the update worker
-            applies them. ``k`` above 1: it takes up to ``k`` steps itself
-            with its own copy of the optimiser, stopping after its batch's
-            last minibatch, and returns its parameters; the update worker
-            averages them and broadcasts them: as many updates as the most
-            steps a worker took (``k`` unless its batch ended first). With
-            one gradient worker and the same data the weights are bit for
-            bit those of 1-step rounds
-            (the same gradients, clipping and optimiser steps, only the
-            optimiser's state lives on the gradient worker); with several,
-            the update averages the workers' parameters after ``k`` steps
-            each rather than their gradients at every step (local SGD), and
-            each worker's optimiser state follows its own gradients. A batch
-            of one minibatch (``WholeBatchBuffer``, IMPALA) gives rounds of
-            one step: nothing to gain.
-        update_execution: "centralised" (the update worker applies the
-            gradients) or "decentralised" (the gradient workers all-reduce them
-            and each applies the update; needs remote gradient workers and
-            synchronous communication).
-        broadcast_interval: collection workers get new weights every this many updates.
+        collection: where and how rollouts are collected (``Collection``:
+            environments, steps, remote workers, communication); defaults
+            to ``Collection()``: 8 environments x 32 steps, in process.
+        gradients: where gradients are computed and how they reach the
+            update (``Gradients``); defaults to ``Gradients()``: in process.
+        updates: who applies the updates, and how often collection workers
+            get the new weights (``Updates``); defaults to ``Updates()``:
+            centralised, every update.
         compression: codec of the gradients sent to the update worker and the
             rollouts sent to gradient workers: "none", "lz4" or "zstd".
-        col_worker_cpus: CPUs each remote collection worker asks Ray for
-            (fractions allowed; count its batcher's processes).
-        grad_worker_cpus: CPUs each remote gradient worker asks Ray for.
-        col_worker_gpus: GPUs each remote collection worker asks for (0: none, ever).
-        grad_worker_gpus: GPUs each remote gradient worker asks for (0: none, ever).
         device: where the update worker's model lives, and the gradient
-            workers' ("cuda" on remote gradient workers needs ``grad_worker_gpus``).
-        seed: the base seed of the model, the environments and the buffers.
+            workers' ("cuda" on remote gradient workers needs
+            ``gradients.worker_gpus``).
+        seed: the base seed of the model, the environments and the buffers;
+            at least 0.
         timeout: seconds any wait for remote workers may last without
-            progress before ``DistributedError``.
+            progress before ``DistributedError``, in ``(0, 1e6]``.
         start_timeout: seconds the actors have to start (scheduled, then
-            constructed: importing torch, making the environments).
+            constructed: importing torch, making the environments), in
+            ``(0, 1e6]``.
         on_worker_failure: "raise" stops with ``RemoteWorkerError`` when a
             remote worker dies; "continue" goes on with the others (a
             decentralised scheme always stops: its group is broken).
 
     Raises:
         ValueError, TypeError: for a bad option or combination of options
-            (a ``device`` that is not a CPU or CUDA device, CUDA where torch
-            has none), naming it, before any worker starts.
+            (``check_combination``; a ``device`` that is not a CPU or CUDA
+            device, CUDA where torch has none), naming it, before any
+            worker starts.
         DistributedError: if the actors cannot be scheduled on the cluster
             (a request larger than any node, GPUs the cluster lacks), or are not
             running within ``start_timeout``.
@@ -247,23 +199,10 @@ class Scheme:
         algo_factory: Callable[[Any], Algorithm],
         buffer_factory: Callable[[], Buffer],
         *,
-        n_envs: int = 8,
-        n_steps: int = 32,
-        col_remote_workers: int = 0,
-        col_processes: int = 0,
-        col_communication: str = "synchronous",
-        col_fraction_workers: float = 1.0,
-        col_queue_size: int | None = None,
-        grad_remote_workers: int = 0,
-        grad_communication: str = "synchronous",
-        grad_local_steps: int = 1,
-        update_execution: str = "centralised",
-        broadcast_interval: int = 1,
+        collection: Collection | None = None,
+        gradients: Gradients | None = None,
+        updates: Updates | None = None,
         compression: str = "none",
-        col_worker_cpus: float = 1.0,
-        grad_worker_cpus: float = 1.0,
-        col_worker_gpus: float = 0.0,
-        grad_worker_gpus: float = 0.0,
         device: str | torch.device = "cpu",
         seed: int = 0,
         timeout: float = 120.0,
@@ -278,103 +217,26 @@ class Scheme:
         }
         for name, f in factories.items():
             if not callable(f):
-                raise TypeError(f"Scheme: {name} must be callable, got {_describe(f)}")
-        _int("n_envs", n_envs, 1)
-        _int("n_steps", n_steps, 1)
-        self.col_remote_workers = _int("col_remote_workers", col_remote_workers, 0)
-        _int("col_processes", col_processes, 0)
-        self.col_communication = _choice("col_communication", col_communication, COMMUNICATIONS)
-        fraction = _number("col_fraction_workers", col_fraction_workers, 0.0, 1.0, low_open=True)
-        queue_size = max(1, col_remote_workers) if col_queue_size is None else col_queue_size
-        _int("col_queue_size", queue_size, 1)
-        self.grad_remote_workers = _int("grad_remote_workers", grad_remote_workers, 0)
-        self.grad_communication = _choice("grad_communication", grad_communication, COMMUNICATIONS)
-        self.grad_local_steps = _int("grad_local_steps", grad_local_steps, 1)
-        self.update_execution = _choice("update_execution", update_execution, EXECUTIONS)
-        self.broadcast_interval = _int("broadcast_interval", broadcast_interval, 1)
+                raise TypeError(f"Scheme: {name} must be callable, got {describe(f)}")
+        self.collection = Collection() if collection is None else collection
+        self.gradients = Gradients() if gradients is None else gradients
+        self.updates = Updates() if updates is None else updates
         check_codec(compression)
-        cpus = {
-            "col_worker_cpus": _number("col_worker_cpus", col_worker_cpus, 0.0),
-            "grad_worker_cpus": _number("grad_worker_cpus", grad_worker_cpus, 0.0),
-        }
-        gpus = {
-            "col_worker_gpus": _number("col_worker_gpus", col_worker_gpus, 0.0),
-            "grad_worker_gpus": _number("grad_worker_gpus", grad_worker_gpus, 0.0),
-        }
-        self.timeout = _number("timeout", timeout, 0.0, 1e6, low_open=True)
-        self.start_timeout = _number("start_timeout", start_timeout, 0.0, 1e6, low_open=True)
-        self.on_worker_failure = _choice("on_worker_failure", on_worker_failure, FAILURES)
-        _int("seed", seed, 0)
         self.device = _device(device)
-        if self.update_execution == "decentralised":
-            if grad_remote_workers == 0:
-                raise ValueError(
-                    "Scheme: update_execution='decentralised' needs grad_remote_workers >= 1 "
-                    "(the gradient workers apply the updates), got 0"
-                )
-            if grad_communication != "synchronous":
-                raise ValueError(
-                    "Scheme: update_execution='decentralised' needs grad_communication='synchronous' "
-                    f"(the workers all-reduce every update), got {grad_communication!r}"
-                )
-        if col_remote_workers == 0 and fraction < 1.0:
-            raise ValueError(
-                f"Scheme: col_fraction_workers < 1 needs remote collection workers, got {fraction} "
-                "with col_remote_workers=0"
-            )
-        if fraction < 1.0 and col_communication != "synchronous":
-            raise ValueError(
-                f"Scheme: col_fraction_workers applies to synchronous collection, got {fraction} "
-                f"with col_communication={col_communication!r}"
-            )
-        if col_remote_workers == 0 and col_communication != "synchronous":
-            raise ValueError(
-                f"Scheme: col_communication={col_communication!r} needs remote collection workers, "
-                "got col_remote_workers=0 (collection in process is synchronous)"
-            )
-        if grad_remote_workers == 0 and grad_communication != "synchronous":
-            raise ValueError(
-                f"Scheme: grad_communication={grad_communication!r} needs remote gradient workers, "
-                "got grad_remote_workers=0 (gradients in process are synchronous)"
-            )
-        if col_queue_size is not None and col_communication != "asynchronous":
-            raise ValueError(
-                f"Scheme: col_queue_size applies to asynchronous collection, got {col_queue_size} "
-                f"with col_communication={col_communication!r}"
-            )
-        if grad_local_steps > 1:
-            for name, value, needed in (
-                ("update_execution", update_execution, "centralised"),
-                ("grad_communication", grad_communication, "synchronous"),
-                ("col_communication", col_communication, "synchronous"),
-            ):
-                if value != needed:
-                    raise ValueError(
-                        f"Scheme: grad_local_steps > 1 needs {name}={needed!r} (rounds of local steps that "
-                        f"end together, weights fresh at every collection), got grad_local_steps="
-                        f"{grad_local_steps} with {name}={value!r}"
-                    )
-        if self.device.type == "cuda" and update_execution == "decentralised" and 0 < grad_worker_gpus < 1:
-            raise ValueError(
-                f"Scheme: decentralised updates on CUDA (nccl) need a whole GPU per gradient worker, "
-                f"got grad_worker_gpus={grad_worker_gpus} (nccl refuses two ranks on one GPU)"
-            )
-        if self.device.type == "cuda" and grad_remote_workers > 0 and grad_worker_gpus == 0:
-            raise ValueError(
-                f"Scheme: device={device!r} on remote gradient workers needs grad_worker_gpus > 0, got 0"
-            )
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(
-                f"Scheme: device={device!r} needs CUDA in this process (the update worker's model lives "
-                "here), but torch.cuda.is_available() is False; use device='cpu'"
-            )
+        check_int("Scheme", "seed", seed, 0)
+        self.timeout = check_number("Scheme", "timeout", timeout, 0.0, 1e6, low_open=True)
+        self.start_timeout = check_number("Scheme", "start_timeout", start_timeout, 0.0, 1e6, low_open=True)
+        self.on_worker_failure = check_choice("Scheme", "on_worker_failure", on_worker_failure, FAILURES)
+        check_combination(self.collection, self.gradients, self.updates, self.device)
 
-        torch.manual_seed(seed)
-        self.model = agent_factory(**agent_args)
-        if not isinstance(self.model, torch.nn.Module):
-            raise TypeError(f"Scheme: agent_factory must make a torch.nn.Module, got {_describe(self.model)}")
-        self.model.to(self.device)
-        self.algorithm = algo_factory(self.model)
+        with seeded(seed):
+            self.model = agent_factory(**agent_args)
+            if not isinstance(self.model, torch.nn.Module):
+                raise TypeError(
+                    f"Scheme: agent_factory must make a torch.nn.Module, got {describe(self.model)}"
+                )
+            self.model.to(self.device)
+            self.algorithm = algo_factory(self.model)
         self.version = 0
         self._closed = False
         self._failed = False  # a start or a step failed: close() then kills the actors without waiting
@@ -388,84 +250,63 @@ class Scheme:
         self.locations: dict[str, list[tuple[str, int]]] = {"collection": [], "gradient": []}
         """Where each remote worker runs, by role: ``(Ray node id, process id)``, by index."""
 
-        collection_args: dict[str, Any] = {
-            "agent_factory": agent_factory,
-            "agent_args": dict(agent_args),
-            "env_factory": env_factory,
-            "env_args": dict(env_args),
-            "n_envs": n_envs,
-            "n_steps": n_steps,
-            "n_processes": col_processes,
-            "seed": seed,
-            "timeout": self.timeout,
-        }
-        collector_options: dict[str, Any] = {
-            "communication": col_communication,
-            "fraction": fraction,
-            "queue_size": queue_size,
-        }
-        gradient_args: dict[str, Any] = {
-            "agent_factory": agent_factory,
-            "agent_args": dict(agent_args),
-            "algo_factory": algo_factory,
-            "buffer_factory": buffer_factory,
-            "device": str(self.device),
-            "broadcast_interval": broadcast_interval,
-            "seed": seed,
-        }
+        # What every collection worker and gradient worker is made from: the options go whole.
+        self._collection_worker = functools.partial(
+            CollectionWorker,
+            agent_factory=agent_factory,
+            agent_args=dict(agent_args),
+            env_factory=env_factory,
+            env_args=dict(env_args),
+            collection=self.collection,
+            seed=seed,
+            timeout=self.timeout,
+        )
+        self._gradient_worker = functools.partial(
+            GradientWorker,
+            agent_factory=agent_factory,
+            agent_args=dict(agent_args),
+            algo_factory=algo_factory,
+            buffer_factory=buffer_factory,
+            updates=self.updates,
+            device=str(self.device),
+            seed=seed,
+        )
         try:
-            if col_remote_workers == 0 and grad_remote_workers == 0:
-                self.local: GradientWorker | None = GradientWorker(
-                    0, collectors={"index": 0, **collection_args}, **gradient_args
-                )
+            if self.collection.remote_workers == 0 and self.gradients.remote_workers == 0:
+                collector = functools.partial(self._collection_worker, 0)
+                self.local: GradientWorker | None = self._gradient_worker(0, collectors=collector)
                 self.pool: Any = None
             else:
-                self.local, self.pool = self._start_remote(
-                    collection_args, collector_options, gradient_args, compression, cpus, gpus
-                )
+                self.local, self.pool = self._start_remote(compression)
             self._broadcast()
         except BaseException:
             self._failed = True  # actors that never started would never answer a close call
             self.close()
             raise
 
-    def _start_remote(
-        self,
-        collection_args: dict[str, Any],
-        collector_options: dict[str, Any],
-        gradient_args: dict[str, Any],
-        compression: str,
-        cpus: dict[str, float],
-        gpus: dict[str, float],
-    ) -> tuple[GradientWorker | None, Any]:
+    def _start_remote(self, compression: str) -> tuple[GradientWorker | None, Any]:
         """Start the actors (checked against the cluster first) and wire them; the local worker or the pool."""
         from rlstruct.distributed import _pool, resources
 
-        n_grad = self.grad_remote_workers
-        n_col = self.col_remote_workers * max(1, n_grad)
+        collection, gradients = self.collection, self.gradients
+        n_grad = gradients.remote_workers
+        n_col = collection.remote_workers * max(1, n_grad)
         col_request = resources.Request(
-            "collection", n_col, cpus["col_worker_cpus"], gpus["col_worker_gpus"], "col_worker"
+            "collection", n_col, collection.worker_cpus, collection.worker_gpus, "collection.worker"
         )
         grad_request = resources.Request(
-            "gradient", n_grad, cpus["grad_worker_cpus"], gpus["grad_worker_gpus"], "grad_worker"
+            "gradient", n_grad, gradients.worker_cpus, gradients.worker_gpus, "gradients.worker"
         )
         resources.check([col_request, grad_request])
         import ray
 
-        from rlstruct.distributed.collection import CollectionWorker
-
         remote_collector = ray.remote(CollectionWorker).options(**col_request.options())
-        per_grad: list[Collectors | dict[str, Any]] = []
-        index = 0
-        for _ in range(max(1, n_grad)):
-            if self.col_remote_workers == 0:
-                per_grad.append({"index": index, **collection_args})
-                index += 1
-                continue
-            actors = []
-            for _ in range(self.col_remote_workers):
-                actors.append(remote_collector.remote(index, compression=compression, **collection_args))
-                index += 1
+        for g in range(max(1, n_grad) if collection.remote_workers else 0):
+            first = g * collection.remote_workers  # collection workers are numbered across the scheme
+            actors = [
+                remote_collector.remote(i, compression=compression, **self._collection_worker.keywords)
+                for i in range(first, first + collection.remote_workers)
+            ]
             self._actors.extend(actors)
             self.collection_actors.append(actors)
         for actors in self.collection_actors:
@@ -473,19 +314,19 @@ class Scheme:
                 "collection", actors, self.start_timeout, col_request.describe()
             )
 
-        def collectors(g: int) -> Collectors | dict[str, Any]:
-            if self.col_remote_workers == 0:
-                return per_grad[g]
-            first = g * self.col_remote_workers  # pools report the scheme-wide index of a worker
+        def collectors(g: int) -> Collectors | Callable[[], CollectionWorker]:
+            if collection.remote_workers == 0:  # in the gradient worker's process, made there
+                return functools.partial(self._collection_worker, g)
+            first = g * collection.remote_workers  # pools report the scheme-wide index of a worker
             actors = dict(enumerate(self.collection_actors[g], first))
             pool = _pool.Pool("collection", actors, self.on_worker_failure, self.timeout)
-            return Collectors(None, pool, **collector_options)
+            return Collectors(None, pool, collection)
 
         if n_grad == 0:
-            return GradientWorker(0, collectors=collectors(0), **gradient_args), None
+            return self._gradient_worker(0, collectors=collectors(0)), None
         remote_gradient = ray.remote(GradientWorker).options(**grad_request.options())
         # An actor sees only the GPUs it was given, numbered from 0: "cuda:1" would not exist there.
-        remote_args = {**gradient_args, "device": self.device.type}
+        remote_args = {**self._gradient_worker.keywords, "device": self.device.type}
         self.gradient_actors = [
             remote_gradient.remote(g, collectors=collectors(g), compression=compression, **remote_args)
             for g in range(n_grad)
@@ -494,7 +335,8 @@ class Scheme:
         self.locations["gradient"] = _pool.wait_ready(
             "gradient", self.gradient_actors, self.start_timeout, grad_request.describe()
         )
-        if self.update_execution == "decentralised":
+        decentralised = self.updates.execution == "decentralised"
+        if decentralised:
             address, port = self._get(
                 [self.gradient_actors[0].address.remote()], "start", self.start_timeout
             )[0]
@@ -504,8 +346,10 @@ class Scheme:
             ]
             self._get(calls, "join their torch.distributed group", self.start_timeout)
         # A gradient worker's call includes its own wait for its collection workers: wait longer.
-        timeout = 2 * self.timeout if self.col_remote_workers else self.timeout
-        return None, _pool.Pool("gradient", self.gradient_actors, self.on_worker_failure, timeout)
+        timeout = 2 * self.timeout if collection.remote_workers else self.timeout
+        # A lost member breaks a decentralised group: it always stops cleanly, whatever on_worker_failure.
+        on_failure = "raise" if decentralised else self.on_worker_failure
+        return None, _pool.Pool("gradient", self.gradient_actors, on_failure, timeout)
 
     def _get(self, refs: list[Any], what: str, timeout: float) -> list[Any]:
         """``ray.get`` of calls to gradient workers, with the library's errors."""
@@ -560,20 +404,20 @@ class Scheme:
     def _step(self) -> StepInfo:
         version = self.version
         asynchrony: list[int] = []
-        if self.local is not None and self.grad_local_steps > 1:
-            results = [self.local.local_steps(self.grad_local_steps)]
+        if self.local is not None and self.gradients.local_steps > 1:
+            results = [self.local.local_steps(self.gradients.local_steps)]
             asynchrony += self._average(results)
         elif self.local is not None:
             results = [self.local.compute_gradients()]
             asynchrony += self._apply(results)
-        elif self.update_execution == "decentralised":
+        elif self.updates.execution == "decentralised":
             results = self._decentralised_step()
             asynchrony += [version - r.version for r in results]  # all in step: 0
-        elif self.grad_local_steps > 1:
-            results = self._gather(len(self.pool.alive), "local_steps", self.grad_local_steps)
+        elif self.gradients.local_steps > 1:
+            results = self._gather(len(self.pool.alive), "local_steps", self.gradients.local_steps)
             asynchrony += self._average(results)
             self._broadcast()
-        elif self.grad_communication == "synchronous":
+        elif self.gradients.communication == "synchronous":
             results = self._gather(len(self.pool.alive))
             asynchrony += self._apply(results)
             self._broadcast()
@@ -606,7 +450,7 @@ class Scheme:
             self._orphaned.add(g)
             for k, actor in enumerate(self.collection_actors[g]):
                 ray.kill(actor)
-                self._lost_collectors.add(g * self.col_remote_workers + k)
+                self._lost_collectors.add(g * self.collection.remote_workers + k)
 
     def _apply(self, results: list[GradientResult]) -> list[int]:
         """Average the gradients of ``results``, clip them, take an optimiser step: a new version.
@@ -640,7 +484,6 @@ class Scheme:
         return asynchrony
 
     def _decentralised_step(self) -> list[GradientResult]:
-        self.pool.on_failure = "raise"  # a lost member breaks the group: stop cleanly
         results = self._gather(len(self.pool.alive), "step")
         self.version += 1
         return results
@@ -671,14 +514,16 @@ class Scheme:
         """A copy of the current weights (a CPU state dict); from gradient worker 0 when decentralised.
 
         The tensors are new: later updates do not change them, and writing to
-        them does not change the model.
+        them does not change the model. ``model`` is only read: in a
+        decentralised scheme it keeps the weights the scheme started from,
+        since the gradient workers hold and update theirs.
         """
-        if self.update_execution == "decentralised" and self.pool is not None:
+        if self.updates.execution == "decentralised" and self.pool is not None:
             first = next(iter(self.pool.alive.values()))
-            self.model.load_state_dict(
-                self._get([first.weights.remote()], "send their weights", self.timeout)[0]
-            )
-        return {k: v.clone() for k, v in cpu_weights(self.model).items()}
+            weights = self._get([first.weights.remote()], "send their weights", self.timeout)[0]
+        else:
+            weights = cpu_weights(self.model)
+        return {k: v.clone() for k, v in weights.items()}
 
     def set_parameter(self, name: str, value: float) -> None:
         """Set an algorithm hyperparameter everywhere it is used (update worker and gradient workers).
