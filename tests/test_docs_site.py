@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class _ConfigLoader(yaml.SafeLoader):
-    """mkdocs.yml's loader for these tests: ``!!python/name:`` tags (mermaid's fence format) read as text."""
+    """mkdocs.yml's loader for these tests: ``!!python/name:`` tags (which mkdocs allows) read as text."""
 
 
 _ConfigLoader.add_multi_constructor(
