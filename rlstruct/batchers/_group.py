@@ -17,6 +17,7 @@ from rlstruct.dicttensor import DictTensor
 from rlstruct.env import REQUIRED_KEYS, Environment
 from rlstruct.errors import describe
 from rlstruct.history import Spec, StepHistory, empty_window
+from rlstruct.specs import Specs, TensorSpec
 from rlstruct.temporal import TemporalDictTensor
 
 
@@ -277,11 +278,14 @@ class Group:
 
     def _allocate(self, observation: DictTensor, output: DictTensor, reached: DictTensor) -> Slot:
         """Storage of this group's own (slot None, in-process batchers), shaped after the first step."""
-        storage = {
-            prefix + k: v.new_zeros((self.n_envs, self.n_timesteps, *v.shape[1:]))
-            for prefix, dt in (("", observation), ("", output), ("next/", reached))
-            for k, v in dt.items()
-        }
+        specs = Specs(
+            {
+                prefix + k: TensorSpec(tuple(v.shape[1:]), v.dtype)
+                for prefix, dt in (("", observation), ("", output), ("next/", reached))
+                for k, v in dt.items()
+            }
+        )
+        storage = dict(TemporalDictTensor.zeros(specs, self.n_envs, self.n_timesteps, device="cpu").items())
         if self.compact:
             storage[STORED] = torch.zeros((self.n_envs, self.n_timesteps), dtype=torch.bool)
         self.slots[None] = _slot(storage, self.compact)

@@ -16,6 +16,8 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.dicttensor import DictTensor
+from rlstruct.specs import Specs, TensorSpec
+from rlstruct.temporal import TemporalDictTensor
 
 SPINS = 1000  # how many times a worker yields before it sleeps between looks at the weights counter
 
@@ -110,14 +112,10 @@ class SharedBuffers:
         """Zeros shaped after one group's ``info`` and one step of its ``steps`` (``[n_envs, ...]`` each)."""
         n_envs = info.n_elems()
         rows = n_slots * n_envs
+        step_specs = Specs({k: TensorSpec(tuple(v.shape[2:]), v.dtype) for k, v in steps.items()})
         return cls(
-            steps={
-                k: torch.zeros((rows, n_timesteps, *v.shape[2:]), dtype=v.dtype).share_memory_()
-                for k, v in steps.items()
-            },
-            info={
-                k: torch.zeros((rows, *v.shape[1:]), dtype=v.dtype).share_memory_() for k, v in info.items()
-            },
+            steps=dict(TemporalDictTensor.zeros(step_specs, rows, n_timesteps, shared=True).items()),
+            info=dict(DictTensor.zeros(info.specs(), rows, shared=True).items()),
             lengths=torch.zeros(rows, dtype=torch.int64).share_memory_(),
             versions=torch.zeros(n_slots, dtype=torch.int64).share_memory_(),
             n_envs=n_envs,
