@@ -334,14 +334,14 @@ def image_rows(transitions: int, repeats: int) -> list[Row]:
 PANELS = (("HalfCheetah ", "HalfCheetahBulletEnv-v0, 2 x 4"), ("84x84x4 ", "84x84x4 frames, 2 x 4"))
 """Row-name prefixes with a panel of their own; every other row is CartPole-v1's."""
 
-KIND_COLOURS = {"floor": "0.6", "gymnasium": "C1", "rlstruct": "C0"}
+KIND_COLOURS = {"floor": "0.6", "gymnasium": "C1", "EnvPool": "C2", "rlstruct": "C0"}
 
 
 def bars(rows: list[dict[str, Any]]) -> dict[str, list[tuple[str, float, str]]]:
     """The chart's bars, by panel title: ``(label, steps/s, kind)``, in the order of ``rows``.
 
     Only the rows in steps/s are drawn. ``kind`` is ``"floor"``,
-    ``"gymnasium"`` (a vector environment) or ``"rlstruct"``. A measurement
+    ``"gymnasium"`` (a vector environment), ``"EnvPool"`` or ``"rlstruct"``. A measurement
     reported against two baselines (``X vs its floor``, ``X vs Sync(16)``) is
     one bar, labelled ``X``.
     """
@@ -355,7 +355,12 @@ def bars(rows: list[dict[str, Any]]) -> dict[str, list[tuple[str, float, str]]]:
             if name.startswith(prefix):
                 name, title = name.removeprefix(prefix), panel
         label = name.partition(" vs ")[0]
-        kind = "floor" if label.startswith("floor:") else "gymnasium" if "VectorEnv" in label else "rlstruct"
+        if label.startswith("floor:"):
+            kind = "floor"
+        elif "VectorEnv" in label:
+            kind = "gymnasium"
+        else:
+            kind = "EnvPool" if label.startswith("EnvPool") else "rlstruct"
         shown = panels.setdefault(title, [])
         if all(label != other for other, _, _ in shown):
             shown.append((label, float(row["value"]), kind))
@@ -375,6 +380,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     if not panels:
         raise ValueError("plot: no row is in steps/s, nothing to draw")
     counts = [len(shown) for shown in panels.values()]
+    present = {kind for shown in panels.values() for _, _, kind in shown}
     figure = Figure(figsize=(8.0, 1.0 + 0.32 * sum(counts) + 0.5 * len(counts)), layout="constrained")
     axes_list = figure.subplots(len(panels), 1, squeeze=False, height_ratios=counts)[:, 0]
     for axes, (title, shown) in zip(axes_list, panels.items(), strict=True):
@@ -394,9 +400,13 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     axes_list[-1].set_xlabel("real transitions per second (steps/s)")
     figure.legend(
         handles=[Patch(facecolor=KIND_COLOURS["floor"], hatch="//", label="floor (no batcher)")]
-        + [Patch(color=KIND_COLOURS[k], label=k) for k in ("gymnasium", "rlstruct")],
+        + [
+            Patch(color=KIND_COLOURS[k], label=k)
+            for k in ("gymnasium", "EnvPool", "rlstruct")
+            if k in present
+        ],
         loc="outside lower center",
-        ncols=3,
+        ncols=4,
         fontsize="small",
     )
     figure.savefig(path)
