@@ -36,11 +36,24 @@ when its episode ends:
   for instances that auto-reset on this step, whose rows hold the first
   observation of their new episode (``initial_state`` True, ``reward`` 0,
   ``done`` False). In episodic mode it is always ``reached`` itself.
+
+**Writing in place.** An environment may also implement ``step_into``, which
+does what ``step`` does in auto-reset mode but writes both results into
+arrays it is handed instead of returning new tensors. Batchers hand it the
+rows of their trajectory storage, so that each value is written once, where
+it is kept; they use it in auto-reset mode when the environment's class
+overrides it (in the class that defines ``step`` or a subclass of it: a
+subclass that overrides ``step`` alone is stepped through its ``step``), and
+``step`` otherwise.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
 
 from rlstruct.dicttensor import DictTensor
 
@@ -90,6 +103,34 @@ class Environment(ABC):
             ``(reached, observation)``, both with ``n_envs`` rows: see the module
             docstring.
         """
+
+    def step_into(
+        self,
+        action: DictTensor,
+        reached: Mapping[str, np.ndarray[Any, Any]],
+        observation: Mapping[str, np.ndarray[Any, Any]],
+    ) -> None:
+        """Advance every instance by one step, in auto-reset mode, writing the result in place.
+
+        Optional: batchers call it only when a subclass overrides it, after
+        ``reset(env_info, auto_reset=True)`` and after one ``step`` whose
+        result fixed the keys, dtypes and shapes of the arrays.
+
+        Args:
+            action: as for ``step``.
+            reached: every key that ``step`` returns, as a writable array of
+                ``n_envs`` rows with the dtype and shape of that key (it may
+                be a strided view of a larger array). Receives what ``step``
+                returns first.
+            observation: the same keys, in other arrays. Receives what
+                ``step`` returns second: a copy of ``reached``, with the rows
+                of the instances that auto-reset holding their new episode's
+                first observation.
+
+        Raises:
+            NotImplementedError: unless a subclass implements it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement step_into; call step")
 
     def close(self) -> None:  # noqa: B027  (optional hook, nothing to release by default)
         """Release the instances' resources. Safe to call twice."""

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -196,6 +196,8 @@ class GymEnv(Environment):
         self._seeded = [False] * n_envs
         self._auto_reset = False
         self._checked = False
+        # id -> the mappings of arrays step_into has checked (kept, so that an id is not reused)
+        self._into_checked: dict[int, Mapping[str, np.ndarray[Any, Any]]] = {}
         self._closed = False
 
     # ------------------------------------------------------------------ instances
@@ -280,7 +282,10 @@ class GymEnv(Environment):
                 f"GymEnv({self.name!r}).step: key 'action' must have shape {list(expected_shape)}, "
                 f"got {list(value.shape)}"
             )
-        array = value.detach().cpu().numpy()
+        try:
+            array = value.numpy()  # a CPU tensor that needs no grad: the cheap way, shared
+        except (RuntimeError, TypeError):
+            array = value.detach().cpu().numpy()
         if array.dtype != self._action_dtype:
             raise TypeError(
                 f"GymEnv({self.name!r}).step: key 'action' has dtype {value.dtype}, but the action space "
@@ -413,14 +418,7 @@ class GymEnv(Environment):
             running = np.flatnonzero(self._running)  # type: ignore[assignment]
             results = [envs[i].step(actions[i]) for i in running]  # type: ignore[union-attr]
         if not self._step_checked:
-            for i, (observation, r, *_) in zip(running, results, strict=True):
-                self._check_observation(int(i), observation, "after the first step")
-                if not isinstance(r, (int, float, np.integer, np.floating)) or isinstance(r, bool):
-                    raise ValueError(
-                        f"GymEnv({self.name!r}), instance {i}: the reward of the first step is "
-                        f"{describe(r)}, expected a number"
-                    )
-        self._step_checked = self._checked = True
+            self._check_first_step(running, results)
         last_action = self._last_action
         if self._auto_reset:
             observations, rewards, terms, truncs, _ = zip(*results, strict=True)
@@ -459,6 +457,116 @@ class GymEnv(Environment):
             last_action.copy(),
         )
         return reached, following
+
+    def _check_first_step(self, running: Any, results: list[Any]) -> None:
+        """The env-checker tests of the first step's results: observations in their spaces, number rewards."""
+        for i, (observation, r, *_) in zip(running, results, strict=True):
+            self._check_observation(int(i), observation, "after the first step")
+            if not isinstance(r, (int, float, np.integer, np.floating)) or isinstance(r, bool):
+                raise ValueError(
+                    f"GymEnv({self.name!r}), instance {i}: the reward of the first step is "
+                    f"{describe(r)}, expected a number"
+                )
+        self._step_checked = self._checked = True
+
+    def step_into(
+        self,
+        action: DictTensor,
+        reached: Mapping[str, np.ndarray[Any, Any]],
+        observation: Mapping[str, np.ndarray[Any, Any]],
+    ) -> None:
+        """Step every instance, in auto-reset mode, writing the result in place; see ``Environment.step_into``.
+
+        Each observation is written once, straight from the instance's array
+        into ``reached``; ``observation`` is then copied from ``reached`` and
+        the rows of the instances that reset are patched in place.
+
+        Raises:
+            RuntimeError: unless ``reset`` was called with ``auto_reset=True``,
+                or after ``close``.
+            ValueError: if ``reached`` or ``observation`` lacks a key of this
+                environment's, or an observation does not have its space's
+                dtype; and as for ``step``.
+            TypeError: as for ``step``.
+        """
+        if self._closed:
+            raise RuntimeError(f"GymEnv({self.name!r}): step_into() after close()")
+        if not self._auto_reset or not hasattr(self, "_running"):
+            raise RuntimeError(
+                f"GymEnv({self.name!r}): step_into() needs reset(env_info, auto_reset=True) first"
+            )
+        actions = self._actions(action)
+        envs = self._envs
+        results = [envs[i].step(actions[i]) for i in range(self.n_envs)]  # type: ignore[union-attr]
+        if not self._step_checked:
+            self._check_first_step(range(self.n_envs), results)
+        checked = self._into_checked
+        if id(reached) not in checked or id(observation) not in checked:
+            self._check_into(reached, observation)
+        observations, rewards, terms, truncs, _ = zip(*results, strict=True)
+        for key, casting in self._castings.items():
+            values = [_leaf_value(o, key, True) for o in observations] if self._is_dict else observations
+            out = reached[key]
+            try:
+                array = np.asarray(values)
+                if array.shape != out.shape:
+                    raise ValueError(f"shape {array.shape}")
+                np.copyto(out, array, casting=casting)
+            except (TypeError, ValueError) as error:
+                self._batch(list(observations), *[np.zeros(self.n_envs, bool)] * 5)  # a dtype: names the key
+                raise ValueError(
+                    f"GymEnv({self.name!r}).step_into: observation key {key!r} must be {out.dtype} of shape "
+                    f"{out.shape[1:]} in every instance, got {error}"
+                ) from error
+        reached["reward"][:] = rewards
+        terminated, truncated, done = reached["terminated"], reached["truncated"], reached["done"]
+        terminated[:] = terms
+        truncated[:] = truncs
+        np.logical_or(terminated, truncated, out=done)
+        reached["initial_state"][:] = False
+        reached["last_action"][:] = actions
+        for key, value in reached.items():
+            np.copyto(observation[key], value)
+        last_action = self._last_action
+        last_action[:] = actions
+        if not done.any():
+            return
+        for j in np.flatnonzero(done).tolist():
+            first = self._reset_instance(j)
+            for key in self._castings:
+                observation[key][j] = _leaf_value(first, key, self._is_dict)
+        for key in ("reward", "terminated", "truncated", "done"):
+            observation[key][done] = 0
+        observation["initial_state"][done] = True
+        observation["last_action"][done] = 0
+        last_action[done] = 0
+
+    def _check_into(
+        self, reached: Mapping[str, np.ndarray[Any, Any]], observation: Mapping[str, np.ndarray[Any, Any]]
+    ) -> None:
+        """The arrays of ``step_into`` hold exactly this environment's keys, with their dtypes and shapes."""
+        n = self.n_envs
+        expected = {
+            key: (dtype, (n, *(self._leaves[key].shape or ()))) for key, dtype in self._dtypes.items()
+        }
+        expected["reward"] = (self._reward_numpy_dtype, (n,))
+        for key in ("terminated", "truncated", "done", "initial_state"):
+            expected[key] = (np.dtype(bool), (n,))
+        expected["last_action"] = (self._action_dtype, (n, *self._action_shape))
+        for name, arrays in (("reached", reached), ("observation", observation)):
+            got = {k: (np.asarray(v).dtype, np.asarray(v).shape) for k, v in arrays.items()}
+            if got != expected:
+                raise ValueError(
+                    f"GymEnv({self.name!r}).step_into: {name} must map the keys {expected} "
+                    f"(dtype, shape), got {got}"
+                )
+        self._castings: dict[str, Literal["no", "same_kind"]] = {
+            key: "same_kind" if isinstance(space, gym.spaces.Discrete) else "no"
+            for key, space in self._leaves.items()
+        }
+        if len(self._into_checked) > 4096:  # the arrays of storage no longer used: let it go
+            self._into_checked.clear()
+        self._into_checked.update({id(reached): reached, id(observation): observation})
 
     def close(self) -> None:
         """Close every instance. Safe to call twice."""

@@ -305,3 +305,14 @@ class SlowGymEnv(GymEnv):
         if self.delay:
             time.sleep(self.delay)  # a slow simulator, not a synchronisation
         return super().step(action)
+
+
+class StepOnlyGymEnv(GymEnv):
+    """A GymEnv that overrides ``step`` alone, so that batchers step it through ``step``, not ``step_into``.
+
+    It gives the trajectories of the path that copies what ``step`` returns,
+    for comparison with the path where GymEnv writes in place.
+    """
+
+    def step(self, action: DictTensor) -> tuple[DictTensor, DictTensor]:
+        return super().step(action)

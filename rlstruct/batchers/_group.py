@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
+import numpy as np
 import torch
 
 from rlstruct.agent import Agent, history_length, reset_finished_states
@@ -105,6 +106,33 @@ class Slot(NamedTuple):
     heads: list[list[torch.Tensor]]  # heads[t]: step t of the observation and output fields only
 
 
+class Direct(NamedTuple):
+    """The views of a slot that an environment's ``step_into`` writes through (see ``Group._direct``)."""
+
+    observations: list[dict[str, torch.Tensor]]  # [t]: the observation keys at step t, for the agent
+    arrays: list[dict[str, np.ndarray[Any, Any]]]  # [t]: the same as arrays, where step t - 1 writes
+    reached: list[dict[str, np.ndarray[Any, Any]]]  # [t]: the next/ keys at step t (unprefixed)
+
+
+def _direct(slot: Slot) -> Direct | None:
+    """The views ``step_into`` writes through, or None if they cannot be made.
+
+    None when the ``next/`` keys are not the observation keys with the same
+    dtypes and shapes, or a key has no numpy dtype (bfloat16).
+    """
+    keys = [f.key for f in slot.fields["observation"]]
+    twins = {f.key: (f.dtype, f.shape) for f in slot.fields["next"]}
+    if twins != {f.key: (f.dtype, f.shape) for f in slot.fields["observation"]}:
+        return None
+    try:
+        observations = [{k: slot.storage[k][:, t] for k in keys} for t in range(len(slot.steps))]
+        arrays = [{k: v.numpy() for k, v in step.items()} for step in observations]
+        reached = [{k: slot.storage["next/" + k][:, t].numpy() for k in keys} for t in range(len(slot.steps))]
+    except TypeError:  # torch refuses .numpy() for dtypes numpy lacks
+        return None
+    return Direct(observations, arrays, reached)
+
+
 def _slot(storage: Mapping[str, torch.Tensor], compact: bool) -> Slot:
     """The per-step views of a slot (``STORED``, which the group writes itself, left out if ``compact``)."""
     fields = _fields({k: v for k, v in storage.items() if not (compact and k == STORED)})
@@ -131,6 +159,15 @@ def _fields(storage: Mapping[str, torch.Tensor]) -> dict[str, list[Field]]:
         views = [value[:, t] for t in range(value.shape[1])]
         parts[part].append(Field(name, value.dtype, torch.Size((value.shape[0], *value.shape[2:])), views))
     return parts
+
+
+def _writes_in_place(cls: type[Environment]) -> bool:
+    """Whether batchers step ``cls`` through ``step_into``: it implements it, where ``step`` is or below.
+
+    A subclass that overrides ``step`` alone is stepped through its ``step``.
+    """
+    owner = {name: next(c for c in cls.__mro__ if name in vars(c)) for name in ("step", "step_into")}
+    return owner["step_into"] is not Environment and issubclass(owner["step_into"], owner["step"])
 
 
 class Group:
@@ -189,6 +226,14 @@ class Group:
         # slot -> its storage and per-step views: attached, or for slot None made at the first step
         self.slots: dict[int | None, Slot] = {}
         self.n_timesteps = 0
+        # the environment's step_into (see _steps_into): whether it has one, the views of each slot,
+        # whether a run through step has checked the keys since the last reset, and the last step's buffers
+        self.steps_into = _writes_in_place(type(self.env))
+        self.directs: dict[int | None, Direct | None] = {}
+        self.verified = False
+        self.carry: DictTensor | None = None
+        self.carry_arrays: dict[str, np.ndarray[Any, Any]] = {}
+        self.scratch_arrays: dict[str, np.ndarray[Any, Any]] = {}
 
     # ------------------------------------------------------------------ checks
 
@@ -270,6 +315,7 @@ class Group:
         The per-step views of each slot are made here, once.
         """
         self.slots = {s: _slot(storage, self.compact) for s, storage in slots.items()}
+        self.directs = {}
         if self.history is not None and slots:
             storage = next(iter(slots.values()))
             self.window_spec = {
@@ -289,6 +335,7 @@ class Group:
         if self.compact:
             storage[STORED] = torch.zeros((self.n_envs, self.n_timesteps), dtype=torch.bool)
         self.slots[None] = _slot(storage, self.compact)
+        self.directs.pop(None, None)
         return self.slots[None]
 
     def _check_compact(self, observation: DictTensor, reached: DictTensor) -> None:
@@ -326,6 +373,7 @@ class Group:
         self.agent_info, self.env_info, self.auto_reset = agent_info.clone(), env_info.clone(), auto_reset
         self.observation = self.env.reset(env_info, auto_reset)
         self._check_observation(self.observation, "at reset")
+        self.verified, self.carry = False, None  # the next run goes through step and checks every key
         self.state = self.agent.initial_state(agent_info, self.n_envs)
         if not isinstance(self.state, DictTensor) or self.state.n_elems() != self.n_envs:
             raise ValueError(
@@ -375,9 +423,10 @@ class Group:
             (observation and agent output keys, and ``next/`` keys). The steps
             are the slot's storage itself, overwritten by the next call.
         """
-        agent, n = self.agent, self.n_envs
+        n = self.n_envs
         if n_timesteps != self.n_timesteps:
             self.slots.pop(None, None)
+            self.directs.pop(None, None)
             self.n_timesteps = n_timesteps
         info = (
             self.agent_info.prepend_key("agent_info/")
@@ -385,52 +434,18 @@ class Group:
             | self.state.clone().prepend_key("agent_state/")  # a copy: agents may update state in place
         )
         lengths = torch.full((n,), n_timesteps, dtype=torch.int64)
-        running = torch.ones(n, dtype=torch.bool)
-        windows, window = self.windows, None  # None (no work per step) for agents without history
+        windows = self.windows  # None (no work per step) for agents without history
         if windows is not None:
             before = windows.begin(n_timesteps)
             if before is not None:  # history=n: the window carries over; the trajectory records it
                 info = info | before.to_dicttensor().prepend_key("history/")
                 info.set("history_length", before.lengths)
-        last, stored = n_timesteps - 1, [False] * n_timesteps  # compact: which steps' next/ keys were written
+        direct = self._direct(slot)
         with torch.no_grad():
-            for t in range(n_timesteps):
-                observation = self.observation
-                state = reset_finished_states(agent, self.state, observation, self.agent_info)
-                if windows is not None:
-                    window = windows.window(t, observation["initial_state"])
-                output, self.state = agent(state, observation, self.agent_info, window)
-                if t == 0:
-                    self._check_output(output, self.state, observation)
-                reached, following = self.env.step(output)
-                self.observation = following
-                if t == 0:
-                    self._check_observation(reached, "after a step")
-                    self._check_observation(self.observation, "after a step")
-                    if slot in self.slots:
-                        target = self.slots[slot]
-                    elif slot is None:
-                        target = self._allocate(observation, output, reached)
-                    else:
-                        raise ValueError(f"{self.name}: no storage attached for slot {slot}")
-                    self._check_keys(target.storage, (observation, output, reached))
-                    if windows is not None:
-                        self._check_window(target.fields)
-                ended = False  # episodic mode: whether a running instance ended at this step
-                if not self.auto_reset:
-                    finished = running & reached["done"]
-                    ended = bool(finished.any())
-                    lengths[finished] = t + 1
-                    running &= ~finished
-                # compact: step t's next/ keys are step t + 1's keys, unless an instance was reset
-                # (another observation follows), one ended (padding follows) or t is the last step
-                with_next = not self.compact or t == last or following is not reached or ended
-                self._write(target, (observation, output, reached), t, with_next)
-                stored[t] = with_next
-                if windows is not None:
-                    windows.push(t, observation | output)
-                if not self.auto_reset and not bool(running.any()):
-                    break
+            if direct is None:
+                t, stored = self._steps(n_timesteps, slot, lengths)
+            else:
+                t, stored = self._steps_into(n_timesteps, self.slots[slot], direct)
         if windows is not None:
             windows.end(t + 1)  # the steps taken: fewer than n_timesteps when episodes all ended early
         storage = self.slots[slot].storage
@@ -444,6 +459,124 @@ class Group:
         return info, TemporalDictTensor(
             DictTensor._new(storage, n, torch.device("cpu")), lengths, n_timesteps=n_timesteps
         )
+
+    def _steps(self, n_timesteps: int, slot: int | None, lengths: torch.Tensor) -> tuple[int, list[bool]]:
+        """The steps of ``run`` through ``Environment.step``: every value checked and copied into the slot.
+
+        Returns:
+            The last step taken, and (compact) at which steps the ``next/`` keys were written.
+        """
+        agent, n, windows, window = self.agent, self.n_envs, self.windows, None
+        running = torch.ones(n, dtype=torch.bool)
+        last, stored = n_timesteps - 1, [False] * n_timesteps
+        for t in range(n_timesteps):
+            observation = self.observation
+            state = reset_finished_states(agent, self.state, observation, self.agent_info)
+            if windows is not None:
+                window = windows.window(t, observation["initial_state"])
+            output, self.state = agent(state, observation, self.agent_info, window)
+            if t == 0:
+                self._check_output(output, self.state, observation)
+            reached, following = self.env.step(output)
+            self.observation = following
+            if t == 0:
+                self._check_observation(reached, "after a step")
+                self._check_observation(self.observation, "after a step")
+                if slot in self.slots:
+                    target = self.slots[slot]
+                elif slot is None:
+                    target = self._allocate(observation, output, reached)
+                else:
+                    raise ValueError(f"{self.name}: no storage attached for slot {slot}")
+                self._check_keys(target.storage, (observation, output, reached))
+                if windows is not None:
+                    self._check_window(target.fields)
+            ended = False  # episodic mode: whether a running instance ended at this step
+            if not self.auto_reset:
+                finished = running & reached["done"]
+                ended = bool(finished.any())
+                lengths[finished] = t + 1
+                running &= ~finished
+            # compact: step t's next/ keys are step t + 1's keys, unless an instance was reset
+            # (another observation follows), one ended (padding follows) or t is the last step
+            with_next = not self.compact or t == last or following is not reached or ended
+            self._write(target, (observation, output, reached), t, with_next)
+            stored[t] = with_next
+            if windows is not None:
+                windows.push(t, observation | output)
+            if not self.auto_reset and not bool(running.any()):
+                break
+        self.verified = self.auto_reset  # every key of a whole run checked: step_into may write from now on
+        return t, stored
+
+    def _direct(self, slot: int | None) -> Direct | None:
+        """The views for ``_steps_into``, or None where ``run`` must go through ``Environment.step``.
+
+        ``step_into`` is used in auto-reset mode, when the environment
+        implements it, once a run through ``step`` has checked every key
+        against this storage, if every observation key has a numpy dtype.
+        """
+        if not (self.steps_into and self.auto_reset and self.verified and slot in self.slots):
+            return None
+        if slot not in self.directs:
+            self.directs[slot] = _direct(self.slots[slot])
+        return self.directs[slot]
+
+    def _steps_into(self, n_timesteps: int, target: Slot, direct: Direct) -> tuple[int, list[bool]]:
+        """The steps of ``run`` through ``Environment.step_into``: the environment writes into the slot.
+
+        Step t's observation is read from the slot, where step t - 1 wrote it
+        (step 0's is copied in from the last step of the previous run). The
+        outputs are checked and copied; what the environment returns is
+        written by it, once: into ``next/`` at t and the observation at
+        t + 1 (the last step's into a buffer of the group's own, for the next
+        run). In a compact layout ``next/`` goes to that buffer's twin and is
+        copied into the slot only at the steps that keep it.
+
+        Returns:
+            As ``_steps``.
+        """
+        agent, n, windows, window, compact = self.agent, self.n_envs, self.windows, None, self.compact
+        last, stored = n_timesteps - 1, [False] * n_timesteps
+        if self.carry is None:
+            self.carry = self.observation.clone()
+            self.carry_arrays = {k: v.numpy() for k, v in self.carry.items()}
+            self.scratch_arrays = {k: np.empty_like(v) for k, v in self.carry_arrays.items()}
+        self._write_part(target, "observation", self.observation, 0)
+        cpu, arrays, scratch = torch.device("cpu"), direct.arrays, self.scratch_arrays
+        for t in range(n_timesteps):
+            observation = DictTensor._new(dict(direct.observations[t]), n, cpu)
+            state = reset_finished_states(agent, self.state, observation, self.agent_info)
+            if windows is not None:
+                window = windows.window(t, observation["initial_state"])
+            output, self.state = agent(state, observation, self.agent_info, window)
+            if t == 0:
+                self._check_output(output, self.state, observation)
+            self._write_part(target, "output", output, t)
+            reached = scratch if compact else direct.reached[t]
+            self.env.step_into(output, reached, arrays[t + 1] if t < last else self.carry_arrays)
+            if compact:
+                stored[t] = t == last or bool(scratch["done"].any())  # an instance was reset
+                if stored[t]:
+                    for key, value in scratch.items():
+                        np.copyto(direct.reached[t][key], value)
+            if windows is not None:
+                windows.push(t, observation | output)
+        self.observation = self.carry
+        return last, stored
+
+    def _write_part(self, slot: Slot, part: str, dt: DictTensor, t: int) -> None:
+        """Copy step ``t`` of one part into the slot, every key's dtype and shape checked first."""
+        data, fields = dt._data, slot.fields[part]
+        if len(data) != len(fields):
+            raise self._mismatch(part, fields, dt, t)
+        sources = []
+        for field in fields:
+            value = data.get(field.key)
+            if value is None or value.dtype is not field.dtype or value.shape != field.shape:
+                raise self._mismatch(part, fields, dt, t)
+            sources.append(value)
+        torch._foreach_copy_([f.views[t] for f in fields], sources)
 
     def _check_window(self, fields: dict[str, list[Field]]) -> None:
         """The first step must have the keys, dtypes and shapes the window was made for (by the probe)."""
