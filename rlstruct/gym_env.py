@@ -110,6 +110,9 @@ def resolve_env(env: str | Callable[..., gym.Env[Any, Any]]) -> str | Callable[.
     return env
 
 
+_ROW_BY_ROW = 4096
+"""Observation rows of at least this many bytes are copied one by one by ``step_into``, not stacked first."""
+
 SEED_KEY = "seed"
 """The key of env_info that reseeds each instance at every reset instead of making it."""
 
@@ -504,20 +507,9 @@ class GymEnv(Environment):
         if id(reached) not in checked or id(observation) not in checked:
             self._check_into(reached, observation)
         observations, rewards, terms, truncs, _ = zip(*results, strict=True)
-        for key, casting in self._castings.items():
+        for key in self._castings:
             values = [_leaf_value(o, key, True) for o in observations] if self._is_dict else observations
-            out = reached[key]
-            try:
-                array = np.asarray(values)
-                if array.shape != out.shape:
-                    raise ValueError(f"shape {array.shape}")
-                np.copyto(out, array, casting=casting)
-            except (TypeError, ValueError) as error:
-                self._batch(list(observations), *[np.zeros(self.n_envs, bool)] * 5)  # a dtype: names the key
-                raise ValueError(
-                    f"GymEnv({self.name!r}).step_into: observation key {key!r} must be {out.dtype} of shape "
-                    f"{out.shape[1:]} in every instance, got {error}"
-                ) from error
+            self._write_rows(key, reached[key], values)
         reached["reward"][:] = rewards
         terminated, truncated, done = reached["terminated"], reached["truncated"], reached["done"]
         terminated[:] = terms
@@ -534,12 +526,37 @@ class GymEnv(Environment):
         for j in np.flatnonzero(done).tolist():
             first = self._reset_instance(j)
             for key in self._castings:
-                observation[key][j] = _leaf_value(first, key, self._is_dict)
+                self._write_rows(key, observation[key][j : j + 1], [_leaf_value(first, key, self._is_dict)])
         for key in ("reward", "terminated", "truncated", "done"):
             observation[key][done] = 0
         observation["initial_state"][done] = True
         observation["last_action"][done] = 0
         last_action[done] = 0
+
+    def _write_rows(self, key: str, out: np.ndarray[Any, Any], values: Any) -> None:
+        """Copy one observation key of each instance (``values``) into the rows of ``out``, nothing cast.
+
+        Small rows are stacked in one call; large ones (frames) are copied
+        row by row, straight from each instance's array into ``out``.
+        """
+        casting = self._castings[key]
+        try:
+            if out.itemsize * out[0].size < _ROW_BY_ROW:
+                array = np.asarray(values)
+                if array.shape != out.shape:
+                    raise ValueError(f"shape {array.shape}")
+                np.copyto(out, array, casting=casting)
+                return
+            for i, value in enumerate(values):
+                value = np.asarray(value)
+                if value.shape != out.shape[1:] or not np.can_cast(value.dtype, out.dtype, casting):
+                    raise ValueError(f"dtype {value.dtype} and shape {value.shape} in instance {i}")
+                out[i] = value
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"GymEnv({self.name!r}).step_into: observation key {key!r} must have dtype {out.dtype} "
+                f"and shape {out.shape[1:]} in every instance, as its space declares; got {error}"
+            ) from error
 
     def _check_into(
         self, reached: Mapping[str, np.ndarray[Any, Any]], observation: Mapping[str, np.ndarray[Any, Any]]

@@ -29,7 +29,37 @@ def arrays_like(batch: DictTensor) -> dict[str, np.ndarray]:
     return {k: np.full_like(v.numpy(), 7) for k, v in batch.items()}
 
 
-@pytest.mark.parametrize(("env", "action_shape"), [("CartPole-v1", (4,)), (AllSpacesEnv, (4, 2))])
+class FramesEnv(gym.Env[np.ndarray, np.int64]):
+    """32x32x4 uint8 frames (4096 bytes, copied row by row by step_into), 7-step episodes.
+
+    Args:
+        wrong_after: from this step on, frames are uint16 (None: never).
+    """
+
+    observation_space = gym.spaces.Box(0, 255, (32, 32, 4), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, wrong_after: int | None = None) -> None:
+        self.t, self.steps, self.wrong_after = 0, 0, wrong_after
+
+    def _frame(self) -> np.ndarray:
+        dtype = np.uint16 if self.wrong_after is not None and self.steps >= self.wrong_after else np.uint8
+        return self.np_random.integers(0, 256, (32, 32, 4)).astype(dtype)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._frame(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.t += 1
+        self.steps += 1
+        return self._frame(), float(action), self.t >= 7, False, {}
+
+
+@pytest.mark.parametrize(
+    ("env", "action_shape"), [("CartPole-v1", (4,)), (AllSpacesEnv, (4, 2)), (FramesEnv, (4,))]
+)
 def test_step_into_writes_what_step_returns(env: Any, action_shape: tuple[int, ...]) -> None:
     """Two GymEnvs on the same seeds, one stepped by step and one by step_into: 300 steps, resets among them.
 
@@ -111,8 +141,19 @@ def test_step_into_names_an_observation_whose_dtype_changes_later() -> None:
     first = env.reset(DictTensor(batch_size=2), auto_reset=True)
     reached, observation = arrays_like(first), arrays_like(first)
     action = DictTensor({"action": torch.zeros(2, dtype=torch.int64)})
-    with pytest.raises(ValueError, match="observation key 'observation' has dtype float64"):
+    with pytest.raises(ValueError, match=r"observation key 'observation' must have dtype float32.*float64"):
         for _ in range(40):
+            env.step_into(action, reached, observation)
+    env.close()
+
+
+def test_step_into_names_a_frame_whose_dtype_changes_later() -> None:
+    env = GymEnv(FramesEnv, n_envs=2, seed=0, wrong_after=20)
+    first = env.reset(DictTensor(batch_size=2), auto_reset=True)
+    reached, observation = arrays_like(first), arrays_like(first)
+    action = DictTensor({"action": torch.zeros(2, dtype=torch.int64)})
+    with pytest.raises(ValueError, match=r"key 'observation' must have dtype uint8 .*dtype uint16"):
+        for _ in range(30):
             env.step_into(action, reached, observation)
     env.close()
 

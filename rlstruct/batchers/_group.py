@@ -528,10 +528,13 @@ class Group:
         Step t's observation is read from the slot, where step t - 1 wrote it
         (step 0's is copied in from the last step of the previous run). The
         outputs are checked and copied; what the environment returns is
-        written by it, once: into ``next/`` at t and the observation at
-        t + 1 (the last step's into a buffer of the group's own, for the next
-        run). In a compact layout ``next/`` goes to that buffer's twin and is
-        copied into the slot only at the steps that keep it.
+        written by it: ``reached`` into ``next/`` at t, the observation that
+        follows into the observation at t + 1 (the last step's into a buffer
+        of the group's own, for the next run). In a compact layout
+        ``reached`` goes straight to the observation at t + 1 and the
+        observation that follows to a buffer of the group's; only at the
+        steps where an instance was reset are the two moved into ``next/``
+        at t and the observation at t + 1.
 
         Returns:
             As ``_steps``.
@@ -553,13 +556,19 @@ class Group:
             if t == 0:
                 self._check_output(output, self.state, observation)
             self._write_part(target, "output", output, t)
-            reached = scratch if compact else direct.reached[t]
-            self.env.step_into(output, reached, arrays[t + 1] if t < last else self.carry_arrays)
-            if compact:
-                stored[t] = t == last or bool(scratch["done"].any())  # an instance was reset
+            if t == last:
+                self.env.step_into(output, direct.reached[t], self.carry_arrays)
+                stored[t] = True
+            elif not compact:
+                self.env.step_into(output, direct.reached[t], arrays[t + 1])
+            else:  # reached goes where step t + 1 is read; next/ at t is written only if they differ
+                following = arrays[t + 1]
+                self.env.step_into(output, following, scratch)
+                stored[t] = bool(following["done"].any())  # an instance was reset: scratch holds its start
                 if stored[t]:
                     for key, value in scratch.items():
-                        np.copyto(direct.reached[t][key], value)
+                        np.copyto(direct.reached[t][key], following[key])
+                        np.copyto(following[key], value)
             if windows is not None:
                 windows.push(t, observation | output)
         self.observation = self.carry
