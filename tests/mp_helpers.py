@@ -1,7 +1,7 @@
 """Agents and environments shared by the tests, importable by the MultiprocessBatcher's worker processes.
 
-Workers are started with "spawn" (or "forkserver"), so they re-import every
-class they are given by module name. A class defined in a test module would
+Workers started with "spawn" (or "forkserver") re-import every class they
+are given by module name. A class defined in a test module would
 be looked up in a module the worker cannot import; these live here instead.
 pytest puts ``tests/`` on ``sys.path`` (no ``__init__.py``, "prepend" import
 mode), and multiprocessing hands the parent's ``sys.path`` to every spawned

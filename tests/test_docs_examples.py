@@ -7,10 +7,10 @@ blocks build on them. A block preceded by the line ``<!-- not run: REASON -->``
 (it needs a GPU or a real cluster) is left out.
 
 Pages run as scripts in a new interpreter rather than being executed in this
-process (as pytest-markdown-docs or mktestdocs would do) because examples start
-worker processes with the spawn start method: a worker re-imports the main
-module to find the agent and environment classes, and only a real file on disk
-can be re-imported. A new interpreter per page also keeps one page's global
+process (as pytest-markdown-docs or mktestdocs would do) because a spawned
+worker (the examples' workers are spawned where the main process runs threads)
+re-imports the main module to find the agent and environment classes, and only
+a real file on disk can be re-imported. A new interpreter per page also keeps one page's global
 state (Ray, torch.distributed, seeds) from reaching another.
 
 The script keeps each block on the lines it has on the page (the lines between

@@ -24,6 +24,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,6 +52,7 @@ from rlstruct import (
     WorkerTimeout,
     derive_seed,
 )
+from rlstruct.batchers import choose_start_method
 from rlstruct.batchers._slots import READY
 from rlstruct.batchers._worker import IDLE_POLL_S
 from rlstruct.testing import CounterEnv, CountingAgent, RandomAgent
@@ -267,8 +269,11 @@ def test_episodes_mode_gives_local_batcher_trajectories_with_padding_where_group
             assert not batch.trajectories["t"][:3, 3:].any()  # zeros past the ends, from the shared buffer
 
 
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
 @pytest.mark.parametrize(("mode", "n_timesteps"), [("fixed", 16), ("episodes", 40)])
-def test_cartpole_with_a_random_agent_gives_local_batcher_trajectories(mode: str, n_timesteps: int) -> None:
+def test_cartpole_with_a_random_agent_gives_local_batcher_trajectories(
+    mode: str, n_timesteps: int, start_method: str
+) -> None:
     args: dict[str, Any] = {
         "n_envs": 2,
         "n_timesteps": n_timesteps,
@@ -276,7 +281,10 @@ def test_cartpole_with_a_random_agent_gives_local_batcher_trajectories(mode: str
         "seed": 11,
         "n_processes": 2,
     }
-    batcher = MultiprocessBatcher(RandomAgent, {"n_actions": 2}, GymEnv, {"env": "CartPole-v1"}, **args)
+    batcher = MultiprocessBatcher(
+        RandomAgent, {"n_actions": 2}, GymEnv, {"env": "CartPole-v1"}, start_method=start_method, **args
+    )
+    assert batcher.start_method == start_method
     local = LocalBatcher(RandomAgent, {"n_actions": 2}, GymEnv, {"env": "CartPole-v1"}, **args)
     with batcher, local:
         batcher.reset()
@@ -765,15 +773,58 @@ def test_timeout_must_be_a_positive_number(timeout: Any) -> None:
         MultiprocessBatcher(CountingAgent, {}, CounterEnv, {}, n_envs=1, n_timesteps=1, timeout=timeout)
 
 
-def test_start_method_must_be_one_multiprocessing_knows() -> None:
+def test_start_method_must_be_auto_or_one_multiprocessing_knows() -> None:
     methods = multiprocessing.get_all_start_methods()
     with pytest.raises(
         ValueError,
-        match=message(f"MultiprocessBatcher: start_method must be one of {methods}, got 'threads'"),
+        match=message(f"MultiprocessBatcher: start_method must be 'auto' or one of {methods}, got 'threads'"),
     ):
         MultiprocessBatcher(
             CountingAgent, {}, CounterEnv, {}, n_envs=1, n_timesteps=1, start_method="threads"
         )
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="auto forks on Linux only")
+def test_auto_forks_while_the_main_process_runs_one_thread_and_spawns_beside_another() -> None:
+    assert threading.active_count() == 1  # pytest runs the tests in its main thread
+    assert choose_start_method() == "fork"
+    with MultiprocessBatcher(CountingAgent, {}, CounterEnv, {}, n_envs=1, n_timesteps=2) as batcher:
+        assert batcher.start_method == "fork"
+    release = threading.Event()
+    other = threading.Thread(target=release.wait, args=(DEADLINE_S,))
+    other.start()
+    try:
+        assert choose_start_method() == "spawn"
+        with MultiprocessBatcher(CountingAgent, {}, CounterEnv, {}, n_envs=1, n_timesteps=2) as batcher:
+            assert batcher.start_method == "spawn"
+            batcher.reset()
+            batcher.execute()
+            assert batcher.get().trajectories["count"].tolist() == [[0, 1], [0, 1]]
+    finally:
+        release.set()
+        other.join()
+
+
+def test_forked_workers_run_after_the_main_process_used_several_torch_threads() -> None:
+    """The workers set torch to one thread before computing: the OpenMP pool they inherit is never entered."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        a = torch.randn(300, 300)
+        for _ in range(3):
+            for _ in range(5):
+                a = (a @ a).tanh()  # parallel regions in this process, before each fork
+            batcher, local = counter_batchers(
+                "fixed", n_processes=2, n_envs=2, n_timesteps=3, seed=0, start_method="fork"
+            )
+            with batcher, local:
+                batcher.reset()
+                local.reset()
+                for _ in range(2):
+                    assert_same(run_once(batcher), run_once(local))
+                    a = (a @ a).tanh()
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_the_agent_factory_is_checked_before_any_worker_starts() -> None:

@@ -8,6 +8,6 @@ processes that write into shared memory (``docs/multiprocess.md``).
 
 from rlstruct.batchers.base import Batcher, cpu_weights
 from rlstruct.batchers.local import LocalBatcher
-from rlstruct.batchers.process import MultiprocessBatcher
+from rlstruct.batchers.process import MultiprocessBatcher, choose_start_method
 
-__all__ = ["Batcher", "LocalBatcher", "MultiprocessBatcher", "cpu_weights"]
+__all__ = ["Batcher", "LocalBatcher", "MultiprocessBatcher", "choose_start_method", "cpu_weights"]
