@@ -13,16 +13,21 @@ Rows:
 Stable-Baselines3 rows appear when ``stable_baselines3`` is installed (it is not
 a dependency); without it the rows have no baseline. A threshold that is never
 reached gives the whole budget and "(not reached)" in the row's name.
-``--quick`` runs tiny budgets of rlstruct alone (for CI).
+``--quick`` runs tiny budgets of rlstruct alone (for CI). ``--seeds N`` runs
+PPO and DQN on seeds 0 to N-1 on both sides, with a row per seed and the
+targets on the medians; ``--algos`` picks the rows (``ppo,dqn,sac``).
 
     python benchmarks/learning.py --json learning.json
+    python benchmarks/learning.py --seeds 3 --algos ppo --json ppo.json
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import importlib
 import importlib.util
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -47,12 +52,17 @@ def first_crossing(run_dir: Path, threshold: float, total: int) -> tuple[int, fl
 
 
 def rlstruct_to_threshold(
-    algo: str, total: int, eval_every: int, root: Path
+    algo: str, total: int, eval_every: int, root: Path, seed: int = 0
 ) -> tuple[int, float, bool, float]:
     """(env steps, training wall s, reached, set-up s): the clock starts once the workers are up."""
     module = importlib.import_module(f"rlstruct.algos.{algo}")
     config = module.Config(
-        env="CartPole-v1", total_steps=total, eval_every=eval_every, run_dir=str(root), progress=False
+        env="CartPole-v1",
+        total_steps=total,
+        eval_every=eval_every,
+        run_dir=str(root),
+        progress=False,
+        seed=seed,
     )
     results = module.train(config)
     return (*first_crossing(Path(results["run_dir"]), THRESHOLDS[algo], total), results["setup_s"])
@@ -85,7 +95,7 @@ def sb3_model(algo: str, seed: int) -> Any:
     )  # fmt: skip
 
 
-def sb3_to_threshold(algo: str, total: int, eval_every: int) -> tuple[int, float, bool]:
+def sb3_to_threshold(algo: str, total: int, eval_every: int, seed: int = 0) -> tuple[int, float, bool]:
     """Train until a greedy evaluation reaches the threshold; evaluation time is not counted."""
     import gymnasium as gym
     from stable_baselines3.common.callbacks import BaseCallback
@@ -110,7 +120,7 @@ def sb3_to_threshold(algo: str, total: int, eval_every: int) -> tuple[int, float
                 return False
             return True
 
-    model = sb3_model(algo, seed=0)
+    model = sb3_model(algo, seed=seed)
     callback = Threshold()
     start = time.perf_counter()
     model.learn(total_timesteps=total, callback=callback)
@@ -135,8 +145,24 @@ def sb3_sac_rate(steps: int) -> float:
     return steps / (time.perf_counter() - start)
 
 
+def median_or_none(values: list[float | None]) -> float | None:
+    """The median of ``values``, or None if any is None (no baseline)."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if len(known) == len(values) else None
+
+
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--seeds", type=int, default=1, metavar="N", help="PPO and DQN on seeds 0..N-1, medians (default 1)"
+    )
+    parser.add_argument(
+        "--algos", default="ppo,dqn,sac", metavar="LIST", help="which rows, comma-separated (default all)"
+    )
+
+
 def main() -> None:
-    args, _ = parse_args(__doc__)
+    args, _ = parse_args(__doc__, extra=_options)
+    algos = set(args.algos.split(","))
     torch.set_num_threads(1)
     np.seterr(all="ignore")
     have_sb3 = importlib.util.find_spec("stable_baselines3") is not None and not args.quick
@@ -147,22 +173,39 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for algo in ("ppo", "dqn"):
-            if importlib.util.find_spec(f"rlstruct.algos.{algo}") is None:
+            if algo not in algos or importlib.util.find_spec(f"rlstruct.algos.{algo}") is None:
                 continue
             total = 4_096 if args.quick else budgets[algo]
-            steps, wall, reached, setup = rlstruct_to_threshold(algo, total, eval_every, root)
-            base_steps = base_wall = None
-            if have_sb3:
-                base_steps, base_wall, _ = sb3_to_threshold(algo, total, eval_every)
-            label = f"{algo} CartPole-v1 to {THRESHOLDS[algo]:g}" + ("" if reached else " (not reached)")
-            rows.append(Row(f"{label}: wall s", wall, "s", base_wall, target=0.7))
-            rows.append(Row(f"{label}: env steps", float(steps), "steps", base_steps))
-            rows.append(Row(f"{algo}: set-up before training (worker processes), s", setup, "s"))
-        if importlib.util.find_spec("rlstruct.algos.sac") is not None:
-            rate = rlstruct_sac_rate(sac_steps, root)
-            base = sb3_sac_rate(sac_steps) if have_sb3 else None
+            # per seed: (label, steps, wall, SB3's steps, SB3's wall, set-up)
+            runs: list[tuple[str, float, float, float | None, float | None, float]] = []
+            for seed in range(args.seeds):
+                steps, wall, reached, setup = rlstruct_to_threshold(algo, total, eval_every, root, seed)
+                base: tuple[float | None, float | None] = (None, None)
+                if have_sb3:
+                    base_steps, base_wall, _ = sb3_to_threshold(algo, total, eval_every, seed)
+                    base = (float(base_steps), base_wall)
+                label = f"{algo} CartPole-v1 to {THRESHOLDS[algo]:g}" + ("" if reached else " (not reached)")
+                runs.append((label, float(steps), wall, *base, setup))
+            if args.seeds > 1:
+                for seed, run in enumerate(runs):
+                    rows.append(Row(f"{run[0]}, seed {seed}: wall s", run[2], "s", run[4]))
+                    rows.append(Row(f"{run[0]}, seed {seed}: env steps", run[1], "steps", run[3]))
+                label = f"{algo} CartPole-v1 to {THRESHOLDS[algo]:g}, median of seeds 0-{args.seeds - 1}"
+            else:
+                label = runs[0][0]
+            median_wall = statistics.median(r[2] for r in runs)
+            median_steps = statistics.median(r[1] for r in runs)
+            rows.append(Row(f"{label}: wall s", median_wall, "s", median_or_none([r[4] for r in runs]), 0.7))
             rows.append(
-                Row("sac Pendulum-v1, 1 gradient step per env step", rate, "steps/s", base, 1.5, True)
+                Row(f"{label}: env steps", median_steps, "steps", median_or_none([r[3] for r in runs]))
+            )
+            median_setup = statistics.median(r[5] for r in runs)
+            rows.append(Row(f"{algo}: set-up before training (worker processes), s", median_setup, "s"))
+        if "sac" in algos and importlib.util.find_spec("rlstruct.algos.sac") is not None:
+            rate = rlstruct_sac_rate(sac_steps, root)
+            base_rate = sb3_sac_rate(sac_steps) if have_sb3 else None
+            rows.append(
+                Row("sac Pendulum-v1, 1 gradient step per env step", rate, "steps/s", base_rate, 1.5, True)
             )
     report(args, rows, value_label="rlstruct", baseline_label="SB3")
 
