@@ -88,7 +88,10 @@ class Agent(torch.nn.Module, ABC):
                 ``initial_state``). Rows whose episode has just begun hold the
                 output of ``initial_state``.
             observation: the observation of every row (B rows). Its bool key
-                ``initial_state`` marks the first step of an episode.
+                ``initial_state`` marks the first step of an episode. Its
+                tensors may be views of the batcher's storage, which later
+                batches overwrite: clone a tensor to keep it in the state.
+                Do not modify them in place.
             agent_info: z of every row (B rows).
             history: None for agents whose ``require_history()`` is False.
                 Otherwise the previous steps of each row's current episode,

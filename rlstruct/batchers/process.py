@@ -23,6 +23,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from multiprocessing import connection as mp_connection
+from multiprocessing import resource_sharer
 from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any, Literal, overload
@@ -70,7 +71,8 @@ class State(enum.Enum):
 def choose_start_method() -> str:
     """The start method ``start_method="auto"`` picks for worker processes, from this process's state now.
 
-    ``"fork"`` on Linux while this process runs a single Python thread and
+    ``"fork"`` on Linux, called from the main thread, while this process runs
+    no other Python thread (multiprocessing's own resource sharer aside) and
     has not initialised CUDA: a forked worker starts at once, without
     importing torch again (about 0.1 s to the first batch of 2 x 8 CartPole
     workers, against 1.3-1.5 s with ``"spawn"``, see docs/performance.md).
@@ -89,9 +91,22 @@ def choose_start_method() -> str:
         >>> choose_start_method() in ("fork", "spawn")
         True
     """
-    if sys.platform.startswith("linux") and threading.active_count() == 1 and not torch.cuda.is_initialized():
+    if sys.platform.startswith("linux") and not _other_threads() and not torch.cuda.is_initialized():
         return "fork"
     return "spawn"
+
+
+def _other_threads() -> list[threading.Thread]:
+    """The Python threads a fork could catch holding a lock (all, if this is not the main thread).
+
+    The thread of multiprocessing's resource sharer is left out: it serves
+    the file descriptors of shared tensors sent to workers (started by a
+    batcher's first ``reset``), and resets itself in a forked child.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return threading.enumerate()
+    sharer = getattr(getattr(resource_sharer, "_resource_sharer", None), "_thread", None)
+    return [t for t in threading.enumerate() if t is not threading.main_thread() and t is not sharer]
 
 
 def _shutdown(processes: list[Any], conns: list[Connection], grace: float) -> None:
