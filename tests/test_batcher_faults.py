@@ -267,7 +267,10 @@ def test_a_worker_that_cannot_import_the_agent_class_reports_why(no_new_children
     )
     sys.modules["ghost_agents"] = ghost
     try:
-        batcher = MultiprocessBatcher(ghost.GhostAgent, {}, CounterEnv, {}, n_envs=2, n_timesteps=3)
+        # spawned workers import their classes by name (a forked one would inherit the module)
+        batcher = MultiprocessBatcher(
+            ghost.GhostAgent, {}, CounterEnv, {}, n_envs=2, n_timesteps=3, start_method="spawn"
+        )
         with pytest.raises(WorkerError, match=r"worker [01] \(envs [02]-[13]\): could not start") as caught:
             batcher.reset()
     finally:
