@@ -27,10 +27,9 @@ import time
 from collections.abc import Callable
 
 import gymnasium as gym
-import numpy as np
 import torch
 from _common import Row, parse_args, report
-from sampling import MLPAgent, T
+from sampling import MLPAgent, T, bare_loop
 
 from rlstruct import DictTensor, GymEnv, LocalBatcher
 
@@ -48,14 +47,7 @@ def floor_us(n_envs: int, steps: int) -> float:
     agent.seed(0)
     envs = [gym.make("CartPole-v1") for _ in range(n_envs)]
     observations = [env.reset(seed=i)[0] for i, env in enumerate(envs)]
-    start = time.perf_counter()
-    with torch.no_grad():
-        for _ in range(steps):
-            actions = agent.act(torch.from_numpy(np.stack(observations))).numpy()
-            for i, env in enumerate(envs):
-                observation, _, terminated, truncated, _ = env.step(actions[i])
-                observations[i] = env.reset()[0] if terminated or truncated else observation
-    return (time.perf_counter() - start) / steps * 1e6
+    return bare_loop(agent, envs, observations, steps) / steps * 1e6
 
 
 def batcher_us(batcher: LocalBatcher, steps: int) -> float:

@@ -225,6 +225,11 @@ def _floor_process(
     envs = [gym.make(env_id) if isinstance(env_id, str) else env_id() for _ in range(n_envs)]
     observations = [env.reset(seed=i)[0] for i, env in enumerate(envs)]
     go.wait()
+    out.put(bare_loop(agent, envs, observations, steps))
+
+
+def bare_loop(agent: MLPAgent, envs: list[gym.Env[Any, Any]], observations: list[Any], steps: int) -> float:
+    """Seconds for ``steps`` steps of ``envs`` with the policy in the loop, the ended ones reset, nothing stored."""
     start = time.perf_counter()
     with torch.no_grad():
         for _ in range(steps):
@@ -232,7 +237,7 @@ def _floor_process(
             for i, env in enumerate(envs):
                 observation, _, terminated, truncated, _ = env.step(actions[i])
                 observations[i] = env.reset()[0] if terminated or truncated else observation
-    out.put(time.perf_counter() - start)
+    return time.perf_counter() - start
 
 
 def floor_rate(

@@ -299,15 +299,21 @@ class Group:
         n_parts = 3 if with_next else 2
         sources = []
         for part, dt in zip(PARTS[:n_parts], parts[:n_parts], strict=True):
-            data, fields = dt._data, slot.fields[part]
-            if len(data) != len(fields):
-                raise self._mismatch(part, fields, dt, t)
-            for field in fields:
-                value = data.get(field.key)
-                if value is None or value.dtype is not field.dtype or value.shape != field.shape:
-                    raise self._mismatch(part, fields, dt, t)
-                sources.append(value)
+            sources += self._sources(slot, part, dt, t)
         torch._foreach_copy_(slot.steps[t] if with_next else slot.heads[t], sources)
+
+    def _sources(self, slot: Slot, part: str, dt: DictTensor, t: int) -> list[torch.Tensor]:
+        """The tensors of one part of step ``t``, in the slot's field order, each checked against its field."""
+        data, fields = dt._data, slot.fields[part]
+        if len(data) != len(fields):
+            raise self._mismatch(part, fields, dt, t)
+        sources = []
+        for field in fields:
+            value = data.get(field.key)
+            if value is None or value.dtype is not field.dtype or value.shape != field.shape:
+                raise self._mismatch(part, fields, dt, t)
+            sources.append(value)
+        return sources
 
     def attach(self, slots: Mapping[int, Mapping[str, torch.Tensor]]) -> None:
         """Write into external storage: ``slots[s]`` maps every trajectory key to ``[n_envs, T, ...]``.
@@ -576,16 +582,8 @@ class Group:
 
     def _write_part(self, slot: Slot, part: str, dt: DictTensor, t: int) -> None:
         """Copy step ``t`` of one part into the slot, every key's dtype and shape checked first."""
-        data, fields = dt._data, slot.fields[part]
-        if len(data) != len(fields):
-            raise self._mismatch(part, fields, dt, t)
-        sources = []
-        for field in fields:
-            value = data.get(field.key)
-            if value is None or value.dtype is not field.dtype or value.shape != field.shape:
-                raise self._mismatch(part, fields, dt, t)
-            sources.append(value)
-        torch._foreach_copy_([f.views[t] for f in fields], sources)
+        sources = self._sources(slot, part, dt, t)
+        torch._foreach_copy_([f.views[t] for f in slot.fields[part]], sources)
 
     def _check_window(self, fields: dict[str, list[Field]]) -> None:
         """The first step must have the keys, dtypes and shapes the window was made for (by the probe)."""
