@@ -126,17 +126,40 @@ class DictTensor:
         self._dtypes = None
 
     @classmethod
-    def _new(
+    def unchecked(
         cls,
         data: dict[str, torch.Tensor],
         batch_size: int,
         device: torch.device | None,
         dtypes: tuple[tuple[str, torch.dtype], ...] | None = None,
     ) -> DictTensor:
-        """Build without validation, from values known to be consistent.
+        """Build without any validation, from values the caller knows to be consistent.
 
-        ``dtypes`` may only be given when ``data`` has exactly those keys, in that
-        order, with those dtypes.
+        The fast constructor, for code that made the values itself (an
+        environment's step, a batcher's buffers): nothing is checked, copied
+        or converted, so a mistake here surfaces later, far from its cause.
+        Use ``DictTensor(data)`` anywhere the values come from elsewhere.
+
+        Args:
+            data: the key -> tensor pairs. The caller guarantees what
+                ``DictTensor(data)`` would check: str keys, tensors of at least
+                one dimension, ``batch_size`` rows each, all on ``device``.
+                The dict itself is stored, not copied: the caller must not
+                mutate it afterwards.
+            batch_size: the number of rows B.
+            device: the device of the values; None exactly when ``data`` is empty.
+            dtypes: the ``(key, dtype)`` pairs of ``data``, in its key order
+                (a cache that ``cat`` and ``stack`` compare). Give it only when
+                ``data`` has exactly those keys, in that order, with those
+                dtypes; None (the default) computes it when first needed.
+
+        Returns:
+            A DictTensor over ``data``.
+
+        Examples:
+            >>> values = {"reward": torch.zeros(3)}
+            >>> DictTensor.unchecked(values, 3, torch.device("cpu")).n_elems()
+            3
         """
         out = object.__new__(cls)
         out._data = data
@@ -145,19 +168,40 @@ class DictTensor:
         out._dtypes = dtypes
         return out
 
-    def _derive(
+    def derive(
         self,
         data: dict[str, torch.Tensor],
         device: torch.device | None = None,
         batch_size: int | None = None,
     ) -> DictTensor:
-        """Build from values with this DictTensor's keys and dtypes, on its device or ``device``.
+        """Build without validation a DictTensor with this one's keys and dtypes from new values.
 
-        The rows are read from the values, or from ``batch_size`` (needed when there are no keys).
+        The fast path for an operation applied key by key (a slice in time, a
+        padding, a copy): the new DictTensor shares this one's cached dtype
+        signature, so that ``cat`` and ``stack`` of the results stay cheap.
+        Nothing is checked, as for ``unchecked``.
+
+        Args:
+            data: new values with exactly this DictTensor's keys, in its key
+                order, with its dtypes; all with the same number of rows, on
+                ``device`` (or on this DictTensor's device if ``device`` is
+                None). The dict is stored, not copied: the caller must not
+                mutate it afterwards.
+            device: the device of the new values, if it is not this one's.
+            batch_size: the number of rows. If None, read from the first
+                value, or (with no keys) this DictTensor's.
+
+        Returns:
+            A DictTensor over ``data``; this DictTensor is not changed.
+
+        Examples:
+            >>> dt = DictTensor({"x": torch.arange(6).view(3, 2)})
+            >>> dt.derive({"x": dt["x"][:, :1]})["x"].shape
+            torch.Size([3, 1])
         """
         if batch_size is None:
             batch_size = next(iter(data.values())).shape[0] if data else self._batch_size
-        return DictTensor._new(data, batch_size, device or self._device, self._dtype_signature())
+        return DictTensor.unchecked(data, batch_size, device or self._device, self._dtype_signature())
 
     def _dtype_signature(self) -> tuple[tuple[str, torch.dtype], ...]:
         if self._dtypes is None:
@@ -170,6 +214,22 @@ class DictTensor:
     def device(self) -> torch.device | None:
         """The device of the values, or None when there are no keys."""
         return self._device
+
+    @property
+    def tensors(self) -> Mapping[str, torch.Tensor]:
+        """The key -> tensor dict itself, for code on a hot path that reads many keys.
+
+        Not a copy: it is read-only by contract. Do not add, remove or replace
+        keys through it (that would bypass the checks of ``set`` and leave
+        ``device`` and the cached dtypes stale); use ``set`` or a new
+        DictTensor. Writing into the tensors' storage (``copy_``) is fine.
+
+        Examples:
+            >>> dt = DictTensor({"x": torch.zeros(2)})
+            >>> dt.tensors["x"] is dt["x"]
+            True
+        """
+        return self._data
 
     def n_elems(self) -> int:
         """The number of rows B."""
@@ -219,23 +279,23 @@ class DictTensor:
             if key not in self._data:
                 raise self._missing(key)
             data[key] = self._data[key].clone() if clone else self._data[key]
-        return DictTensor._new(data, self._batch_size, self._device if data else None)
+        return DictTensor.unchecked(data, self._batch_size, self._device if data else None)
 
-    def set(self, key: str, value: torch.Tensor) -> None:
+    def set(self, key: str, value: torch.Tensor, *, op: str = "DictTensor.set") -> None:
         """Add or replace a key, in place. The tensor is stored, not copied.
 
         Args:
             key: the key.
             value: a tensor ``[B, ...]``, on this DictTensor's device (any
                 device if it has no keys yet).
+            op: the name the error messages begin with: a structure that
+                stores through its DictTensor gives its own
+                (``TemporalDictTensor.set`` does).
 
         Raises:
             TypeError: if ``key`` is not a str or ``value`` not a tensor.
             ValueError: if ``value`` does not have B rows or is on another device.
         """
-        self._set(key, value, "DictTensor.set")
-
-    def _set(self, key: str, value: torch.Tensor, op: str) -> None:
         if not isinstance(key, str):
             raise TypeError(f"{op}: key must be str, got {key!r}")
         if not isinstance(value, torch.Tensor):
@@ -252,7 +312,9 @@ class DictTensor:
 
     def prepend_key(self, prefix: str) -> DictTensor:
         """A DictTensor whose keys are ``prefix + key``; the tensors are shared."""
-        return DictTensor._new({prefix + k: v for k, v in self._data.items()}, self._batch_size, self._device)
+        return DictTensor.unchecked(
+            {prefix + k: v for k, v in self._data.items()}, self._batch_size, self._device
+        )
 
     def truncate_key(self, prefix: str) -> DictTensor:
         """The keys that start with ``prefix``, with ``prefix`` removed; the tensors are shared.
@@ -263,7 +325,7 @@ class DictTensor:
             ['gravity']
         """
         data = {k[len(prefix) :]: v for k, v in self._data.items() if k.startswith(prefix)}
-        return DictTensor._new(data, self._batch_size, self._device if data else None)
+        return DictTensor.unchecked(data, self._batch_size, self._device if data else None)
 
     def merge(self, other: DictTensor) -> DictTensor:
         """The union of two DictTensors with disjoint keys (also ``self | other``).
@@ -283,7 +345,9 @@ class DictTensor:
             )
         if self._data and other._data and other._device != self._device:
             raise ValueError(f"DictTensor.merge: other is on {other._device}, expected {self._device}")
-        return DictTensor._new({**self._data, **other._data}, self._batch_size, self._device or other._device)
+        return DictTensor.unchecked(
+            {**self._data, **other._data}, self._batch_size, self._device or other._device
+        )
 
     def __or__(self, other: DictTensor) -> DictTensor:
         return self.merge(other)
@@ -333,8 +397,32 @@ class DictTensor:
 
     # ------------------------------------------------------------------ rows
 
-    def _normalize(self, index: RowIndex) -> int | slice | torch.Tensor:
-        """Check a row index and turn ints into one-row slices, lists into tensors."""
+    def normalize_index(self, index: RowIndex) -> int | slice | torch.Tensor:
+        """Check a row index and return the index that selects the same rows of any tensor ``[B, ...]``.
+
+        This is how a structure keeps tensors of its own (such as
+        ``TemporalDictTensor.lengths``) in step with ``index``: the result
+        indexes them as ``index`` would index this DictTensor, keeping the
+        batch dimension.
+
+        Args:
+            index: as for ``index``.
+
+        Returns:
+            ``index`` itself for a slice or a tensor; a one-row slice for an
+            int (negative ints counted from the end); an int64 tensor for a
+            list of ints.
+
+        Raises:
+            IndexError: if an int is out of range or a bool mask has the wrong
+                length (tensor indices are checked when they are used).
+            TypeError, ValueError: for an index of another kind or shape.
+
+        Examples:
+            >>> dt = DictTensor({"x": torch.zeros(4)})
+            >>> dt.normalize_index(-1), dt.normalize_index([0, 2])
+            (slice(3, 4, None), tensor([0, 2]))
+        """
         n = self._batch_size
         if isinstance(index, bool):
             raise TypeError("DictTensor: a bool is not a row index; use a bool tensor of shape [B]")
@@ -391,15 +479,15 @@ class DictTensor:
         return index.shape[0]
 
     def _select(self, index: RowIndex) -> DictTensor:
-        index = self._normalize(index)
+        index = self.normalize_index(index)
         if not self._data:
-            return DictTensor._new({}, self._rows(index), None)
+            return DictTensor.unchecked({}, self._rows(index), None)
         try:
             data = {k: v[index] for k, v in self._data.items()}
         except (IndexError, RuntimeError):
             self._rows(index)  # raises the clearer message if indices are out of range
             raise
-        return self._derive(data)
+        return self.derive(data)
 
     @overload
     def __getitem__(self, index: str) -> torch.Tensor: ...
@@ -488,7 +576,7 @@ class DictTensor:
             TypeError: if a dtype differs (values are never cast).
         """
         self._check_compatible(src, "copy_")
-        target = slice(None) if index is None else self._normalize(index)
+        target = slice(None) if index is None else self.normalize_index(index)
         if isinstance(target, torch.Tensor):
             self._rows(target)  # out-of-range indices raise a clear IndexError
         for key, value in src._data.items():
@@ -552,12 +640,15 @@ class DictTensor:
         return first
 
     @staticmethod
-    def cat(dicttensors: Sequence[DictTensor]) -> DictTensor:
+    def cat(dicttensors: Sequence[DictTensor], *, op: str = "DictTensor.cat") -> DictTensor:
         """Concatenate along the rows.
 
         Args:
             dicttensors: a non-empty list of DictTensors with the same keys,
                 dtypes, per-row shapes and device.
+            op: the name the error messages begin with: a structure that
+                concatenates through DictTensors gives its own
+                (``TemporalDictTensor.cat`` does).
 
         Returns:
             A new DictTensor with the rows of all inputs, in order.
@@ -566,12 +657,8 @@ class DictTensor:
             TypeError: if an element is not a DictTensor or a dtype differs.
             ValueError: if the list is empty, or keys, shapes or devices differ.
         """
-        return DictTensor._cat(dicttensors, "DictTensor.cat")
-
-    @staticmethod
-    def _cat(dicttensors: Sequence[DictTensor], op: str) -> DictTensor:
         first, data = DictTensor._join(dicttensors, op, torch.cat, check_rows=False)
-        return first._derive(data, batch_size=sum(dt._batch_size for dt in dicttensors))
+        return first.derive(data, batch_size=sum(dt._batch_size for dt in dicttensors))
 
     @staticmethod
     def _join(
@@ -635,7 +722,7 @@ class DictTensor:
         first, data = DictTensor._join(
             dicttensors, "DictTensor.stack", lambda values: torch.stack(values, dim), check_rows=True
         )
-        return first._derive(data, batch_size=len(dicttensors) if dim == 0 else first._batch_size)
+        return first.derive(data, batch_size=len(dicttensors) if dim == 0 else first._batch_size)
 
     @staticmethod
     def where(condition: torch.Tensor, input: DictTensor, other: DictTensor) -> DictTensor:
@@ -672,13 +759,13 @@ class DictTensor:
         for key, value in input._data.items():
             cond = condition.view((-1,) + (1,) * (value.dim() - 1))
             data[key] = torch.where(cond, value, other._data[key])
-        return input._derive(data)
+        return input.derive(data)
 
     # ------------------------------------------------------------------ storage
 
     def _map(self, fn: object) -> DictTensor:
         data = {k: fn(v) for k, v in self._data.items()}  # type: ignore[operator]
-        return self._derive(data, next(iter(data.values())).device if data else None)
+        return self.derive(data, next(iter(data.values())).device if data else None)
 
     def to(self, device: Device, non_blocking: bool = False) -> DictTensor:
         """Move to ``device`` (dtypes are kept). Values already there are not copied.
@@ -690,7 +777,7 @@ class DictTensor:
         """
         if self._data and torch.device(device) == self._device:
             # Tensor.to would return every value itself: share them, without the per-value calls
-            return self._derive(dict(self._data))
+            return self.derive(dict(self._data))
         return self._map(lambda v: v.to(device, non_blocking=non_blocking))
 
     def clone(self) -> DictTensor:

@@ -237,8 +237,8 @@ class StepHistory:
             t, self.lengths, self.before_lengths, self.n_before, width, self.width - 1
         )
         data = _take(self.flat, self.width, positions)
-        return TemporalDictTensor._new(
-            DictTensor._new(data, self.batch_size, torch.device("cpu")), self.lengths, width
+        return TemporalDictTensor.unchecked(
+            DictTensor.unchecked(data, self.batch_size, torch.device("cpu")), self.lengths, width
         )
 
     def push(self, t: int, step: DictTensor) -> None:

@@ -104,8 +104,28 @@ class TemporalDictTensor:
         self._n_timesteps = n_timesteps
 
     @classmethod
-    def _new(cls, data: DictTensor, lengths: torch.Tensor, n_timesteps: int) -> TemporalDictTensor:
-        """Build without validation, from parts known to be consistent."""
+    def unchecked(cls, data: DictTensor, lengths: torch.Tensor, n_timesteps: int) -> TemporalDictTensor:
+        """Build without any validation, from parts the caller knows to be consistent.
+
+        The fast constructor, for code that made the parts itself (a batcher's
+        buffers, a history's windows): nothing is checked or copied, and
+        ``lengths`` is not read, so no device is waited on. Use
+        ``TemporalDictTensor(data, lengths)`` anywhere the parts come from elsewhere.
+
+        Args:
+            data: the values, each ``[B, n_timesteps, ...]``. Stored, not copied.
+            lengths: int64, shape ``[B]``, on the values' device, each entry in
+                ``[0, n_timesteps]``. Stored, not copied.
+            n_timesteps: T; the caller guarantees that every value has T steps.
+
+        Returns:
+            A TemporalDictTensor over ``data`` and ``lengths``.
+
+        Examples:
+            >>> data = DictTensor({"reward": torch.zeros(2, 3)})
+            >>> TemporalDictTensor.unchecked(data, torch.tensor([3, 1]), 3).mask().sum().item()
+            4
+        """
         out = object.__new__(cls)
         out._dt = data
         out._lengths = lengths
@@ -161,7 +181,7 @@ class TemporalDictTensor:
     def get(self, keys: str | Iterable[str], clone: bool = False) -> TemporalDictTensor:
         """Select some keys (lengths are shared, or cloned with ``clone``)."""
         lengths = self._lengths.clone() if clone else self._lengths
-        return TemporalDictTensor._new(self._dt.get(keys, clone), lengths, self._n_timesteps)
+        return TemporalDictTensor.unchecked(self._dt.get(keys, clone), lengths, self._n_timesteps)
 
     def set(self, key: str, value: torch.Tensor) -> None:
         """Add or replace a key, in place, with a tensor ``[B, T, ...]`` on ``device``.
@@ -179,7 +199,7 @@ class TemporalDictTensor:
             raise ValueError(
                 f"TemporalDictTensor.set: value of key {key!r} is on {value.device}, expected {self.device}"
             )
-        self._dt._set(key, value, "TemporalDictTensor.set")
+        self._dt.set(key, value, op="TemporalDictTensor.set")
 
     def specs(self) -> Specs:
         """The per-step shape (after B and T) and dtype of every key."""
@@ -263,7 +283,7 @@ class TemporalDictTensor:
         """
         t = self._check_time(t, "temporal_index")
         data = {k: v[:, t] for k, v in self._dt.items()}
-        return DictTensor._new(data, self.n_elems(), self._dt.device)
+        return DictTensor.unchecked(data, self.n_elems(), self._dt.device)
 
     def masked_temporal_index(self, t: int) -> tuple[DictTensor, torch.Tensor]:
         """The rows still running at step ``t`` (``t < lengths``), at that step.
@@ -307,7 +327,7 @@ class TemporalDictTensor:
             )
         rows = torch.arange(b, device=t.device)
         data = {k: v[rows, t] for k, v in self._dt.items()}
-        return DictTensor._new(data, b, self._dt.device)
+        return DictTensor.unchecked(data, b, self._dt.device)
 
     def temporal_slice(self, start: int, end: int) -> TemporalDictTensor:
         """Steps ``start`` to ``end`` (exclusive) of every row, as views.
@@ -325,7 +345,7 @@ class TemporalDictTensor:
             )
         data = {k: v[:, start:end] for k, v in self._dt.items()}
         lengths = (self._lengths - start).clamp(0, end - start)
-        return TemporalDictTensor._new(self._dt._derive(data), lengths, end - start)
+        return TemporalDictTensor.unchecked(self._dt.derive(data), lengths, end - start)
 
     def shorten(self) -> TemporalDictTensor:
         """Drop the trailing steps that are padding in every row (T becomes max(lengths)); views."""
@@ -354,7 +374,7 @@ class TemporalDictTensor:
         for key, value in self._dt.items():
             pad = value.new_zeros((value.shape[0], n_timesteps - self._n_timesteps, *value.shape[2:]))
             data[key] = torch.cat([value, pad], dim=1)
-        return TemporalDictTensor._new(self._dt._derive(data), self._lengths, n_timesteps)
+        return TemporalDictTensor.unchecked(self._dt.derive(data), self._lengths, n_timesteps)
 
     def fill_padding(self, value: float | bool = 0) -> TemporalDictTensor:
         """A copy whose padding steps (``mask()`` False) hold ``value``, for values of any rank.
@@ -372,7 +392,7 @@ class TemporalDictTensor:
                 )
             keep = mask.view(mask.shape + (1,) * (v.dim() - 2))
             data[key] = v.masked_fill(~keep, value)
-        return TemporalDictTensor._new(self._dt._derive(data), self._lengths, self._n_timesteps)
+        return TemporalDictTensor.unchecked(self._dt.derive(data), self._lengths, self._n_timesteps)
 
     def masked_flatten(self) -> DictTensor:
         """The real steps of every row, row after row: a DictTensor of ``sum(lengths)`` rows.
@@ -382,7 +402,7 @@ class TemporalDictTensor:
         """
         mask = self.mask()
         data = {k: v[mask] for k, v in self._dt.items()}
-        return DictTensor._new(data, int(self._lengths.sum()), self._dt.device)
+        return DictTensor.unchecked(data, int(self._lengths.sum()), self._dt.device)
 
     # ------------------------------------------------------------------ rows
 
@@ -403,8 +423,8 @@ class TemporalDictTensor:
     def index(self, index: RowIndex) -> TemporalDictTensor:
         """Select rows, as ``DictTensor.index`` (ints and slices give views)."""
         data = self._dt.index(index)
-        lengths = self._lengths[self._dt._normalize(index)]
-        return TemporalDictTensor._new(data, lengths, self._n_timesteps)
+        lengths = self._lengths[self._dt.normalize_index(index)]
+        return TemporalDictTensor.unchecked(data, lengths, self._n_timesteps)
 
     @staticmethod
     def cat(tensors: Sequence[TemporalDictTensor]) -> TemporalDictTensor:
@@ -438,13 +458,13 @@ class TemporalDictTensor:
         padded = [
             tdt._dt if tdt._n_timesteps == n_timesteps else tdt.expand(n_timesteps)._dt for tdt in tensors
         ]
-        data = DictTensor._cat(padded, "TemporalDictTensor.cat")
-        return TemporalDictTensor._new(data, torch.cat([tdt._lengths for tdt in tensors]), n_timesteps)
+        data = DictTensor.cat(padded, op="TemporalDictTensor.cat")
+        return TemporalDictTensor.unchecked(data, torch.cat([tdt._lengths for tdt in tensors]), n_timesteps)
 
     # ------------------------------------------------------------------ storage
 
     def _with(self, data: DictTensor, lengths: torch.Tensor) -> TemporalDictTensor:
-        return TemporalDictTensor._new(data, lengths, self._n_timesteps)
+        return TemporalDictTensor.unchecked(data, lengths, self._n_timesteps)
 
     def to(self, device: Device, non_blocking: bool = False) -> TemporalDictTensor:
         """Move values and lengths to ``device`` (dtypes kept); see ``DictTensor.to``."""

@@ -304,7 +304,7 @@ class Group:
 
     def _sources(self, slot: Slot, part: str, dt: DictTensor, t: int) -> list[torch.Tensor]:
         """The tensors of one part of step ``t``, in the slot's field order, each checked against its field."""
-        data, fields = dt._data, slot.fields[part]
+        data, fields = dt.tensors, slot.fields[part]
         if len(data) != len(fields):
             raise self._mismatch(part, fields, dt, t)
         sources = []
@@ -352,7 +352,7 @@ class Group:
                 "layout='compact' (it names its own key next/stored); rename it or use layout='full'"
             )
         for key, value in reached.items():
-            twin = observation._data.get(key)
+            twin = observation.tensors.get(key)
             if twin is None or twin.dtype != value.dtype or twin.shape != value.shape:
                 raise ValueError(
                     f"{self.name}: layout='compact' reads next/{key} from the next step's {key}, but the "
@@ -463,7 +463,7 @@ class Group:
                 for value in storage.values():
                     value[padding] = 0  # zeros past each row's end, not its final step repeated
         return info, TemporalDictTensor(
-            DictTensor._new(storage, n, torch.device("cpu")), lengths, n_timesteps=n_timesteps
+            DictTensor.unchecked(storage, n, torch.device("cpu")), lengths, n_timesteps=n_timesteps
         )
 
     def _steps(self, n_timesteps: int, slot: int | None, lengths: torch.Tensor) -> tuple[int, list[bool]]:
@@ -554,7 +554,7 @@ class Group:
         self._write_part(target, "observation", self.observation, 0)
         cpu, arrays, scratch = torch.device("cpu"), direct.arrays, self.scratch_arrays
         for t in range(n_timesteps):
-            observation = DictTensor._new(dict(direct.observations[t]), n, cpu)
+            observation = DictTensor.unchecked(dict(direct.observations[t]), n, cpu)
             state = reset_finished_states(agent, self.state, observation, self.agent_info)
             if windows is not None:
                 window = windows.window(t, observation["initial_state"])

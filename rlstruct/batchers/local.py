@@ -260,8 +260,10 @@ class LocalBatcher:
         info.set("policy_version", torch.full((info.n_elems(),), self._version, dtype=torch.int64))
         steps = TemporalDictTensor.cat([p[1] for p in parts])
         if self.layout == "compact":
-            data = DictTensor._new(full_layout(steps._dt._data), steps.n_elems(), torch.device("cpu"))
-            steps = TemporalDictTensor._new(data, steps.lengths, self.n_timesteps)
+            data = DictTensor.unchecked(
+                full_layout(steps.to_dicttensor().tensors), steps.n_elems(), torch.device("cpu")
+            )
+            steps = TemporalDictTensor.unchecked(data, steps.lengths, self.n_timesteps)
         return Trajectories(info, steps)
 
     def execute(self) -> None:

@@ -523,10 +523,10 @@ class MultiprocessBatcher:
         n, device = rows.stop - rows.start, self.device
         # unchecked constructors: the workers wrote what the buffers were made for, and a check of
         # the lengths on the device would wait for the transfers
-        trajectories = TemporalDictTensor._new(
-            DictTensor._new(steps, n, device), out[("lengths", "")], self.n_timesteps
+        trajectories = TemporalDictTensor.unchecked(
+            DictTensor.unchecked(steps, n, device), out[("lengths", "")], self.n_timesteps
         )
-        return Trajectories(DictTensor._new(info, n, device), trajectories)
+        return Trajectories(DictTensor.unchecked(info, n, device), trajectories)
 
     def _through_pinned_memory(self, tensors: dict[Any, torch.Tensor]) -> dict[Any, torch.Tensor]:
         """To CUDA through pinned staging buffers made once, without waiting for the transfers.

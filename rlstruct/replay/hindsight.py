@@ -224,9 +224,7 @@ class HindsightReplayBuffer:
         op = "HindsightReplayBuffer.sample"
         check_int(op, "batch_size", batch_size)
         buffer, generator, device = self._buffer, self._buffer.generator, self._buffer.device
-        with buffer._locked(op):
-            size = buffer._size_or_raise(op)
-            storage = buffer._storage_or_raise(op)
+        with buffer.locked_storage(op) as (storage, size):
             indices = torch.randint(size, (batch_size,), generator=generator, device=device)
             batch = storage.index(indices)
             steps_left = batch[_STEPS_LEFT]

@@ -340,6 +340,24 @@ class ReplayBuffer:
                     f"expected {tuple(expected.shape[1:])} (the buffer's storage)"
                 )
 
+    @contextlib.contextmanager
+    def locked_storage(self, op: str = "ReplayBuffer.locked_storage") -> Iterator[tuple[DictTensor, int]]:
+        """The storage and how many of its rows hold transitions, with a shared buffer's lock held meanwhile.
+
+        For samplers built on the buffer (``HindsightReplayBuffer``): read
+        rows ``[0, size)`` of the storage inside the block, write nothing.
+
+        Args:
+            op: the name error messages start with.
+
+        Raises:
+            RuntimeError: if the buffer is empty.
+            TimeoutError: if a shared buffer's lock cannot be taken within its timeout.
+        """
+        with self._locked(op):
+            size = self._size_or_raise(op)
+            yield self._storage_or_raise(op), size
+
     def _storage_or_raise(self, op: str) -> DictTensor:
         if self._storage is None:
             raise RuntimeError(f"{op}: the buffer has no storage yet; add transitions first")
