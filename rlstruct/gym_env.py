@@ -17,9 +17,13 @@ of "fixed" mode), so that repeated evaluations play the same episodes; it is
 not passed to the environment's constructor.
 
 Observations hold the environment's observation under ``observation`` (or,
-for a ``Dict`` space, one key per entry, nested entries joined by ``/``) with
-the dtype and shape of the space: float as declared for ``Box``, int64 for
+for a ``Dict`` or ``Tuple`` space, one key per entry: a ``Dict`` entry under
+its name, entry i of a ``Tuple`` under ``"i"``, nested entries joined by
+``/``, as ``"pair/0"`` for a Tuple under the Dict key ``pair``) with the dtype
+and shape of the space: float as declared for ``Box``, int64 for
 ``Discrete``, the space's dtype for ``MultiDiscrete`` and ``MultiBinary``.
+``observation_spaces`` tells the keys of a space and what each holds, as
+``ObservationSpace`` descriptions that networks read without gymnasium.
 Nothing is cast: an environment that returns another dtype than its space
 declares raises an error naming the key. Besides the keys of
 ``rlstruct.env`` (``reward`` in ``reward_dtype``, ``terminated``,
@@ -37,6 +41,11 @@ Examples:
     >>> reached["reward"]
     tensor([1., 1.])
     >>> env.close()
+    >>> pair = gym.spaces.Tuple([gym.spaces.Discrete(3, start=1), gym.spaces.Box(0.0, 1.0, (2,))])
+    >>> for key, space in observation_spaces(gym.spaces.Dict({"pair": pair})).items():
+    ...     print(key, space)
+    pair/0 ObservationSpace(kind='discrete', shape=(), dtype=torch.int64, n=(3,), start=(1,))
+    pair/1 ObservationSpace(kind='box', shape=(2,), dtype=torch.float32, n=(), start=())
 """
 
 from __future__ import annotations
@@ -53,37 +62,95 @@ from rlstruct import envs as _envs  # noqa: F401  (registers the memory tasks' i
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
 from rlstruct.errors import describe
+from rlstruct.specs import ObservationSpace
 
-__all__ = ["GymEnv"]
+__all__ = ["GymEnv", "observation_spaces"]
+
+_COMPOSITE = (gym.spaces.Dict, gym.spaces.Tuple)
+"""The spaces whose entries are stored under keys of their own, joined by ``/``."""
 
 
-def _leaf_spaces(space: gym.Space[Any], prefix: str = "") -> dict[str, gym.Space[Any]]:
-    """The observation keys of ``space`` and their spaces (``Dict`` spaces flattened with ``/``)."""
-    if isinstance(space, gym.spaces.Dict):
+def _leaf_spaces(space: gym.Space[Any], prefix: str = "", owner: str = "GymEnv") -> dict[str, gym.Space[Any]]:
+    """The observation keys of ``space`` and their spaces (``Dict`` and ``Tuple`` spaces flattened with ``/``).
+
+    A Dict entry is keyed by its name, entry i of a Tuple by ``"i"``; a space
+    that is neither is the one key ``observation``.
+    """
+    if isinstance(space, _COMPOSITE):
+        entries = space.spaces.items() if isinstance(space, gym.spaces.Dict) else enumerate(space.spaces)
         leaves: dict[str, gym.Space[Any]] = {}
-        for key, sub in space.spaces.items():
-            leaves.update(_leaf_spaces(sub, f"{prefix}{key}/"))
+        for key, sub in entries:
+            leaves.update(_leaf_spaces(sub, f"{prefix}{key}/", owner))
         return leaves
     if isinstance(
         space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
     ):
         return {prefix[:-1] if prefix else "observation": space}
     raise TypeError(
-        f"GymEnv: {type(space).__name__} spaces are not supported; use Box, Discrete, MultiDiscrete, "
-        "MultiBinary or a Dict of them"
+        f"{owner}: {type(space).__name__} spaces are not supported; use Box, Discrete, MultiDiscrete, "
+        "MultiBinary, or Dict and Tuple spaces of them"
     )
 
 
-def _leaf_value(observation: Any, key: str, is_dict: bool) -> Any:
-    if not is_dict:
+def _leaf_value(observation: Any, key: str, composite: bool) -> Any:
+    """The value under ``key`` of one raw observation: Dict entries by name, Tuple entries by index."""
+    if not composite:
         return observation
     for part in key.split("/"):
-        observation = observation[part]
+        observation = observation[part] if isinstance(observation, dict) else observation[int(part)]
     return observation
 
 
 def _numpy_dtype(space: gym.Space[Any]) -> np.dtype[Any]:
     return np.dtype(np.int64) if isinstance(space, gym.spaces.Discrete) else np.dtype(space.dtype)
+
+
+def _observation_space(space: gym.Space[Any]) -> ObservationSpace:
+    """The description of one leaf space (Box, Discrete, MultiDiscrete or MultiBinary)."""
+    dtype = torch.from_numpy(np.zeros(0, _numpy_dtype(space))).dtype
+    shape = tuple(int(s) for s in space.shape or ())
+    if isinstance(space, gym.spaces.Discrete):
+        return ObservationSpace("discrete", (), dtype, n=(int(space.n),), start=(int(space.start),))
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        start = np.broadcast_to(np.asarray(space.start), space.nvec.shape)
+        n = tuple(int(v) for v in space.nvec.flatten())
+        return ObservationSpace(
+            "multidiscrete", shape, dtype, n=n, start=tuple(int(v) for v in start.flatten())
+        )
+    kind = "box" if isinstance(space, gym.spaces.Box) else "multibinary"
+    return ObservationSpace(kind, shape, dtype)
+
+
+def observation_spaces(space: gym.Space[Any]) -> dict[str, ObservationSpace]:
+    """The keys ``GymEnv`` stores an observation of ``space`` under, and what each holds.
+
+    Args:
+        space: an environment's observation space: Box, Discrete,
+            MultiDiscrete, MultiBinary, or Dict and Tuple spaces of them
+            (nested as deep as they go).
+
+    Returns:
+        One ``ObservationSpace`` per key, in the order GymEnv stores them:
+        ``{"observation": ...}`` for a space that is not a Dict or a Tuple,
+        else one key per leaf (``"pos"``, ``"0"``, ``"pair/1"``). Box: kind
+        ``"box"``, the space's shape and dtype. Discrete: kind
+        ``"discrete"``, shape ``()``, int64, ``n=(n,)``, ``start=(start,)``.
+        MultiDiscrete: the space's shape and dtype, ``nvec`` and ``start``
+        flattened. MultiBinary: the space's shape and dtype.
+
+    Raises:
+        TypeError: if ``space`` is not a gymnasium space, or holds a space of
+            another kind (Text, Graph, Sequence...).
+
+    Examples:
+        >>> observation_spaces(gym.spaces.Discrete(4))
+        {'observation': ObservationSpace(kind='discrete', shape=(), dtype=torch.int64, n=(4,), start=(0,))}
+    """
+    if not isinstance(space, gym.Space):
+        raise TypeError(f"observation_spaces: space must be a gymnasium.Space, got {describe(space)}")
+    return {
+        key: _observation_space(leaf) for key, leaf in _leaf_spaces(space, owner="observation_spaces").items()
+    }
 
 
 def resolve_env(env: str | Callable[..., gym.Env[Any, Any]]) -> str | Callable[..., gym.Env[Any, Any]]:
@@ -225,7 +292,7 @@ class GymEnv(Environment):
             self.observation_space, self.action_space = env.observation_space, env.action_space
             self._leaves = _leaf_spaces(env.observation_space)
             self._dtypes = {k: _numpy_dtype(s) for k, s in self._leaves.items()}
-            self._is_dict = isinstance(env.observation_space, gym.spaces.Dict)
+            self._composite = isinstance(env.observation_space, _COMPOSITE)
             self._action_dtype = _numpy_dtype(env.action_space)
             self._action_shape = env.action_space.shape or ()
             return
@@ -253,7 +320,7 @@ class GymEnv(Environment):
     def _check_observation(self, i: int, observation: Any, when: str) -> None:
         """The env-checker test of one raw observation: every key has its space's dtype, shape and range."""
         for key, space in self._leaves.items():
-            value = _leaf_value(observation, key, self._is_dict)
+            value = _leaf_value(observation, key, self._composite)
             array = np.asarray(value)
             expected = self._dtypes[key]
             if isinstance(space, gym.spaces.Discrete) and np.issubdtype(array.dtype, np.integer):
@@ -310,7 +377,7 @@ class GymEnv(Environment):
         """One DictTensor of ``n_envs`` rows from the raw observations and flags (all copied)."""
         data = {}
         for key, dtype in self._dtypes.items():
-            values = [_leaf_value(o, key, True) for o in observations] if self._is_dict else observations
+            values = [_leaf_value(o, key, True) for o in observations] if self._composite else observations
             array = np.array(values)
             if array.dtype != dtype:
                 if not (dtype == np.int64 and np.issubdtype(array.dtype, np.integer)):
@@ -327,7 +394,7 @@ class GymEnv(Environment):
         data["done"] = torch.from_numpy(terminated | truncated)
         data["initial_state"] = torch.from_numpy(initial)
         data["last_action"] = torch.from_numpy(last_action)
-        return DictTensor._new(data, self.n_envs, torch.device("cpu"))
+        return DictTensor.unchecked(data, self.n_envs, torch.device("cpu"))
 
     def reset(self, env_info: DictTensor, auto_reset: bool = False) -> DictTensor:
         """Start a new episode in every instance; see ``Environment.reset``.
@@ -508,7 +575,7 @@ class GymEnv(Environment):
             self._check_into(reached, observation)
         observations, rewards, terms, truncs, _ = zip(*results, strict=True)
         for key in self._castings:
-            values = [_leaf_value(o, key, True) for o in observations] if self._is_dict else observations
+            values = [_leaf_value(o, key, True) for o in observations] if self._composite else observations
             self._write_rows(key, reached[key], values)
         reached["reward"][:] = rewards
         terminated, truncated, done = reached["terminated"], reached["truncated"], reached["done"]
@@ -526,7 +593,7 @@ class GymEnv(Environment):
         for j in np.flatnonzero(done).tolist():
             first = self._reset_instance(j)
             for key in self._castings:
-                self._write_rows(key, observation[key][j : j + 1], [_leaf_value(first, key, self._is_dict)])
+                self._write_rows(key, observation[key][j : j + 1], [_leaf_value(first, key, self._composite)])
         for key in ("reward", "terminated", "truncated", "done"):
             observation[key][done] = 0
         observation["initial_state"][done] = True

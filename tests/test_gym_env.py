@@ -2,7 +2,8 @@
 
 Most tests use ``StepEnv``, a gymnasium environment defined here whose
 observations are known functions of the step count, so that every expected
-value can be written down by hand.
+value can be written down by hand; ``NestedEnv`` does the same with Tuple and
+Dict spaces nested in each other. ``observation_spaces`` is tested here too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import pytest
 import torch
 
 from rlstruct import Agent, DictTensor, GymEnv, LocalBatcher, TemporalDictTensor
-from rlstruct.gym_env import resolve_env
+from rlstruct.gym_env import observation_spaces, resolve_env
+from rlstruct.specs import ObservationSpace
 
 spaces = gym.spaces
 
@@ -109,6 +111,78 @@ class AllSpacesEnv(gym.Env[Any, Any]):
     def step(self, action: Any) -> Any:
         self.t += 1
         return self._obs(), float(action.sum()), self.t >= 4, False, {}
+
+
+NESTED_SPACES = {
+    # a Tuple holding a Box, a Discrete with a start and a Dict
+    "tuple": spaces.Tuple(
+        [
+            spaces.Discrete(3, start=1),
+            spaces.Box(-10.0, 10.0, (2,), dtype=np.float32),
+            spaces.Dict({"room": spaces.Discrete(5), "flags": spaces.MultiBinary(2)}),
+        ]
+    ),
+    # a Dict holding a Tuple (itself holding a Tuple) and a Box
+    "dict": spaces.Dict(
+        {
+            "pair": spaces.Tuple([spaces.MultiDiscrete([2, 3]), spaces.Tuple([spaces.Discrete(4)])]),
+            "position": spaces.Box(-10.0, 10.0, (1,), dtype=np.float64),
+        }
+    ),
+}
+
+
+def nested_observation(layout: str, t: int) -> Any:
+    """The raw observation of ``NestedEnv(layout)`` at step ``t``: what each key must hold."""
+    if layout == "tuple":
+        room_and_flags = {"room": t % 5, "flags": np.array([t % 2, 1], dtype=np.int8)}
+        return (1 + t % 3, np.array([t, -t], dtype=np.float32), room_and_flags)
+    pair = (np.array([t % 2, t % 3], dtype=np.int64), (t % 4,))
+    return {"pair": pair, "position": np.array([t / 2], dtype=np.float64)}
+
+
+class NestedEnv(gym.Env[Any, Any]):
+    """Observations of ``NESTED_SPACES[layout]`` given by ``nested_observation``; episodes of ``length`` steps."""
+
+    def __init__(self, layout: str = "tuple", length: int = 3) -> None:
+        self.layout, self.length = layout, length
+        self.observation_space = NESTED_SPACES[layout]
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return nested_observation(self.layout, self.t), {}
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        return nested_observation(self.layout, self.t), 1.0, self.t >= self.length, False, {}
+
+
+def nested_rows(layout: str, steps: list[int]) -> dict[str, torch.Tensor]:
+    """What GymEnv must store for instances at the given step counts, key by key, worked out by hand."""
+    rows = [nested_observation(layout, t) for t in steps]
+    if layout == "tuple":
+        return {
+            "0": torch.tensor([r[0] for r in rows], dtype=torch.int64),
+            "1": torch.tensor(np.stack([r[1] for r in rows])),
+            "2/flags": torch.tensor(np.stack([r[2]["flags"] for r in rows])),
+            "2/room": torch.tensor([r[2]["room"] for r in rows], dtype=torch.int64),
+        }
+    return {
+        "pair/0": torch.tensor(np.stack([r["pair"][0] for r in rows])),
+        "pair/1/0": torch.tensor([r["pair"][1][0] for r in rows], dtype=torch.int64),
+        "position": torch.tensor(np.stack([r["position"] for r in rows])),
+    }
+
+
+def assert_observations(batch: DictTensor, expected: dict[str, torch.Tensor]) -> None:
+    """``batch`` holds exactly the keys of ``expected`` besides rlstruct.env's, with their values and dtypes."""
+    standard = {"reward", "terminated", "truncated", "done", "initial_state", "last_action"}
+    assert set(batch.keys()) - standard == set(expected)
+    for key, value in expected.items():
+        assert batch[key].dtype == value.dtype, key
+        assert batch[key].equal(value), (key, batch[key], value)
 
 
 class Recorder:
@@ -288,6 +362,44 @@ def test_dict_multidiscrete_and_multibinary_spaces_keep_their_dtypes() -> None:
         assert reached[key].equal(value), key
     assert reached["reward"].tolist() == [1.0, 2.0]
     assert reached["last_action"].equal(torch.tensor([[1, 0], [1, 1]]))
+    env.close()
+
+
+@pytest.mark.parametrize("layout", ["tuple", "dict"])
+def test_tuple_and_dict_spaces_nested_both_ways_give_one_key_per_leaf(layout: str) -> None:
+    env = GymEnv(NestedEnv, n_envs=2, layout=layout)
+    assert_observations(env.reset(no_info(2)), nested_rows(layout, [0, 0]))
+    for t in (1, 2):
+        reached, observation = env.step(act(1, 0))
+        assert observation is reached
+        assert_observations(reached, nested_rows(layout, [t, t]))
+    assert list(observation_spaces(env.observation_space)) == list(nested_rows(layout, [0]))
+    env.close()
+
+
+@pytest.mark.parametrize("layout", ["tuple", "dict"])
+def test_nested_observations_are_reset_in_auto_reset_mode(layout: str) -> None:
+    env = GymEnv(NestedEnv, n_envs=2, layout=layout)
+    env.reset(DictTensor({"length": torch.tensor([1, 3])}), auto_reset=True)
+    reached, following = env.step(act(1, 1))
+    assert_observations(reached, nested_rows(layout, [1, 1]))
+    assert following["initial_state"].tolist() == [True, False]
+    assert_observations(following, nested_rows(layout, [0, 1]))  # instance 0 starts again at t = 0
+    env.close()
+
+
+@pytest.mark.parametrize("layout", ["tuple", "dict"])
+def test_step_into_writes_nested_observations_and_patches_the_resets(layout: str) -> None:
+    env = GymEnv(NestedEnv, n_envs=2, layout=layout)
+    first = env.reset(DictTensor({"length": torch.tensor([1, 3])}), auto_reset=True)
+    reached = {key: value.numpy().copy() for key, value in first.items()}
+    observation = {key: value.numpy().copy() for key, value in first.items()}
+    env.step_into(act(1, 1), reached, observation)
+    as_batch = DictTensor({key: torch.from_numpy(value) for key, value in reached.items()})
+    assert_observations(as_batch, nested_rows(layout, [1, 1]))
+    as_batch = DictTensor({key: torch.from_numpy(value) for key, value in observation.items()})
+    assert_observations(as_batch, nested_rows(layout, [0, 1]))
+    assert observation["initial_state"].tolist() == [True, False]
     env.close()
 
 
@@ -472,13 +584,19 @@ def test_factory_must_return_a_gymnasium_env() -> None:
 
 
 def test_unsupported_spaces_and_mismatched_instances_raise() -> None:
-    class TupleEnv(StepEnv):
+    class TextInTupleEnv(StepEnv):
         def __init__(self) -> None:
             super().__init__()
-            self.observation_space = spaces.Tuple([spaces.Discrete(2)])
+            self.observation_space = spaces.Tuple([spaces.Discrete(2), spaces.Text(4)])
 
-    env = GymEnv(TupleEnv)
-    with pytest.raises(TypeError, match=message("GymEnv: Tuple spaces are not supported; use Box, Discrete")):
+    env = GymEnv(TextInTupleEnv)
+    with pytest.raises(
+        TypeError,
+        match=message(
+            "GymEnv: Text spaces are not supported; use Box, Discrete, MultiDiscrete, MultiBinary, "
+            "or Dict and Tuple spaces of them"
+        ),
+    ):
         env.reset(no_info(1))
     env.close()
     env = GymEnv(lambda wide: StepEnv(dtype=np.float64 if wide else np.float32), n_envs=2)
@@ -667,3 +785,67 @@ def test_reward_that_is_not_a_number_raises() -> None:
     ):
         env.step(act(0, 0))
     env.close()
+
+
+# ---------------------------------------------------------------------------- observation_spaces
+
+
+def test_observation_spaces_of_a_box_and_of_a_popgym_like_discrete_space() -> None:
+    box = spaces.Box(0, 255, (84, 84, 3), dtype=np.uint8)
+    assert observation_spaces(box) == {"observation": ObservationSpace("box", (84, 84, 3), torch.uint8)}
+    wide = spaces.Box(-1.0, 1.0, (2, 3), dtype=np.float64)
+    assert observation_spaces(wide) == {"observation": ObservationSpace("box", (2, 3), torch.float64)}
+    # popgym's card and memory tasks observe a bare Discrete(4)
+    assert observation_spaces(spaces.Discrete(4)) == {
+        "observation": ObservationSpace("discrete", (), torch.int64, n=(4,), start=(0,))
+    }
+
+
+def test_observation_spaces_of_discrete_multidiscrete_and_multibinary_spaces() -> None:
+    (discrete,) = observation_spaces(spaces.Discrete(5, start=-2)).values()
+    assert discrete == ObservationSpace("discrete", (), torch.int64, n=(5,), start=(-2,))
+    grid = spaces.MultiDiscrete(np.array([[2, 3], [4, 5]]), start=np.array([[0, 1], [2, 3]]))
+    (cells,) = observation_spaces(grid).values()
+    # nvec and start flattened row by row
+    assert cells == ObservationSpace("multidiscrete", (2, 2), torch.int64, n=(2, 3, 4, 5), start=(0, 1, 2, 3))
+    (no_start,) = observation_spaces(spaces.MultiDiscrete([2, 3], dtype=np.int32)).values()
+    assert no_start == ObservationSpace("multidiscrete", (2,), torch.int32, n=(2, 3), start=(0, 0))
+    (bits,) = observation_spaces(spaces.MultiBinary([2, 3])).values()
+    assert bits == ObservationSpace("multibinary", (2, 3), torch.int8)
+
+
+def test_observation_spaces_of_dict_and_tuple_spaces_use_gym_envs_keys() -> None:
+    box = ObservationSpace("box", (2,), torch.float32)
+    assert observation_spaces(NESTED_SPACES["tuple"]) == {
+        "0": ObservationSpace("discrete", (), torch.int64, n=(3,), start=(1,)),
+        "1": box,
+        "2/flags": ObservationSpace("multibinary", (2,), torch.int8),
+        "2/room": ObservationSpace("discrete", (), torch.int64, n=(5,), start=(0,)),
+    }
+    assert observation_spaces(NESTED_SPACES["dict"]) == {
+        "pair/0": ObservationSpace("multidiscrete", (2,), torch.int64, n=(2, 3), start=(0, 0)),
+        "pair/1/0": ObservationSpace("discrete", (), torch.int64, n=(4,), start=(0,)),
+        "position": ObservationSpace("box", (1,), torch.float64),
+    }
+    # the keys, dtypes and shapes of what GymEnv stores
+    env = GymEnv(AllSpacesEnv, n_envs=2)
+    first = env.reset(no_info(2))
+    described = observation_spaces(env.observation_space)
+    assert list(described) == ["cells", "flags", "inner/room", "position"]
+    for key, space in described.items():
+        assert first[key].dtype == space.dtype and first[key].shape == (2, *space.shape), key
+    env.close()
+
+
+def test_observation_spaces_refuses_what_gym_env_refuses() -> None:
+    with pytest.raises(
+        TypeError,
+        match=message(
+            "observation_spaces: Sequence spaces are not supported; use Box, Discrete, MultiDiscrete"
+        ),
+    ):
+        observation_spaces(spaces.Dict({"seen": spaces.Sequence(spaces.Discrete(2))}))
+    with pytest.raises(
+        TypeError, match=message("observation_spaces: space must be a gymnasium.Space, got a tuple")
+    ):
+        observation_spaces((spaces.Discrete(2),))  # type: ignore[arg-type]

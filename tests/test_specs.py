@@ -1,4 +1,4 @@
-"""Behaviour tests for rlstruct.specs: TensorSpec and Specs."""
+"""Behaviour tests for rlstruct.specs: TensorSpec, Specs and ObservationSpace."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from rlstruct import DictTensor, Specs, TemporalDictTensor, TensorSpec
+from rlstruct.specs import ObservationSpace
 
 SPECS = Specs(
     {
@@ -225,3 +226,103 @@ def test_zeros_temporal_rejects_bad_sizes(batch_size: object, n_timesteps: objec
 def test_zeros_rejects_specs_that_are_not_specs(allocate: object, op: str) -> None:
     with pytest.raises(TypeError, match=message(f"{op}: specs must be a Specs, got a dict")):
         allocate({"obs": TensorSpec((3,), torch.float32)})  # type: ignore[operator]
+
+
+# ---------------------------------------------------------------------------- ObservationSpace
+
+
+def test_observation_space_normalises_its_tuples_and_fills_the_starts_of_discrete_kinds() -> None:
+    frame = ObservationSpace("box", [84, 84, 3], torch.uint8)  # type: ignore[arg-type]
+    assert frame.shape == (84, 84, 3) and frame.n == () and frame.start == ()
+    room = ObservationSpace("discrete", (), torch.int64, n=[4])  # type: ignore[arg-type]
+    assert room.n == (4,) and room.start == (0,)
+    cells = ObservationSpace("multidiscrete", (2, 2), torch.int64, n=(2, 3, 4, 5), start=(0, -1, 0, 7))
+    assert cells.start == (0, -1, 0, 7)
+    assert ObservationSpace("multidiscrete", (3,), torch.int32, n=(2, 2, 2)).start == (0, 0, 0)
+    assert ObservationSpace("multibinary", (5,), torch.int8).dtype == torch.int8
+
+
+def test_observation_space_is_frozen_and_hashable() -> None:
+    space = ObservationSpace("discrete", (), torch.int64, n=(4,))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        space.n = (5,)  # type: ignore[misc]
+    assert len({space, ObservationSpace("discrete", (), torch.int64, n=(4,), start=(0,))}) == 1
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "text"),
+    [
+        (
+            ("image", (2,), torch.uint8),
+            ValueError,
+            "ObservationSpace: kind must be one of 'box', 'discrete', 'multidiscrete', 'multibinary', got 'image'",
+        ),
+        (("box", (2,), "float32"), TypeError, "ObservationSpace: dtype must be a torch.dtype, got 'float32'"),
+        (
+            ("box", (2, -1), torch.float32),
+            ValueError,
+            "ObservationSpace: shape must be a tuple of non-negative ints, got (2, -1)",
+        ),
+        (("box", 2, torch.float32), TypeError, "ObservationSpace: shape must be a tuple of ints, got 2"),
+        (
+            ("box", (2,), torch.float32, (3,)),
+            ValueError,
+            "ObservationSpace: n and start must be empty for kind 'box', got n=(3,), start=()",
+        ),
+        (
+            ("multibinary", (2,), torch.int8, (), (0, 0)),
+            ValueError,
+            "ObservationSpace: n and start must be empty for kind 'multibinary', got n=(), start=(0, 0)",
+        ),
+        (
+            ("discrete", (), torch.int64),
+            ValueError,
+            "ObservationSpace: n must be given for kind 'discrete' (the number of values), got ()",
+        ),
+        (
+            ("multidiscrete", (2,), torch.int64),
+            ValueError,
+            "ObservationSpace: n must be given for kind 'multidiscrete'",
+        ),
+        (
+            ("discrete", (), torch.int64, (0,)),
+            ValueError,
+            "ObservationSpace: n must be a tuple of positive ints, got (0,)",
+        ),
+        (
+            ("multidiscrete", (2,), torch.int64, (3, -1)),
+            ValueError,
+            "ObservationSpace: n must be a tuple of positive ints, got (3, -1)",
+        ),
+        (
+            ("discrete", (), torch.int64, (2.0,)),
+            TypeError,
+            "ObservationSpace: n must be a tuple of ints, got (2.0,)",
+        ),
+        (
+            ("discrete", (1,), torch.int64, (2,)),
+            ValueError,
+            "ObservationSpace: shape must be () for kind 'discrete', got (1,)",
+        ),
+        (
+            ("multidiscrete", (2, 2), torch.int64, (2, 3, 4)),
+            ValueError,
+            "ObservationSpace: n must hold one entry per value of a row (shape (2, 2): 4), got (2, 3, 4)",
+        ),
+        (
+            ("multidiscrete", (2,), torch.int64, (2, 3), (0,)),
+            ValueError,
+            "ObservationSpace: start must be empty or hold one entry per value of a row (shape (2,): 2), got (0,)",
+        ),
+        (
+            ("discrete", (), torch.float32, (2,)),
+            TypeError,
+            "ObservationSpace: dtype must be an integer dtype for kind 'discrete', got torch.float32",
+        ),
+    ],
+)
+def test_observation_space_rejects_bad_input(
+    arguments: tuple[object, ...], error: type[Exception], text: str
+) -> None:
+    with pytest.raises(error, match=message(text)):
+        ObservationSpace(*arguments)  # type: ignore[arg-type]
