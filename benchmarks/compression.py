@@ -38,8 +38,8 @@ import torch
 from _common import Budget, Row, compare, parse_args, print_table, write_json
 
 from rlstruct import GymEnv, LocalBatcher, TemporalDictTensor, Trajectories
-from rlstruct.algos.policies import ActorCritic
 from rlstruct.distributed.codec import check_codec, pack, unpack
+from rlstruct.learning.actor_critic import ActorCritic
 
 AGENT_ARGS: dict[str, Any] = {"obs_dim": 4, "n_actions": 2, "hidden": (64, 64)}
 RESOLUTION = 1e-6  # s: the smallest extra time a round trip is credited with

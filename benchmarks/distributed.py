@@ -69,7 +69,6 @@ from _common import Row, parse_args, report
 
 from rlstruct import GymEnv, MultiprocessBatcher
 from rlstruct.algos import ppo
-from rlstruct.algos.policies import ActorCritic
 from rlstruct.distributed import (
     PPO,
     Collection,
@@ -81,6 +80,7 @@ from rlstruct.distributed import (
     Scheme,
 )
 from rlstruct.distributed._pool import Pool, wait_ready
+from rlstruct.learning.actor_critic import ActorCritic
 
 AGENT_ARGS: dict[str, Any] = {"obs_dim": 4, "n_actions": 2}
 CARTPOLE = {"env": "CartPole-v1"}

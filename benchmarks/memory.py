@@ -57,7 +57,7 @@ import torch
 from _common import Budget, Row, compare, parse_args, report
 
 import rlstruct
-from rlstruct.algos.policies import ActorCritic
+from rlstruct.learning.actor_critic import ActorCritic
 from rlstruct.trajectories import Trajectories
 
 ENV_NO_VEL = "CartPoleNoVel-v1"

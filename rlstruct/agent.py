@@ -36,7 +36,7 @@ from rlstruct.history import history_windows
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
 
-__all__ = ["Agent", "replay_agent"]
+__all__ = ["Agent", "history_length", "observation_keys", "replay_agent"]
 
 
 class Agent(torch.nn.Module, ABC):
@@ -205,11 +205,21 @@ def history_length(agent: Agent) -> int | None:
     )
 
 
+def observation_keys(steps: DictTensor | TemporalDictTensor) -> list[str]:
+    """The keys of stored steps that the agent observed: the environment's, those that also have a ``next/`` version.
+
+    The agent's own stored outputs (``action``, ``value``...) have none, so
+    they are left out. ``replay_agent`` gives the agent these keys.
+    """
+    return [k for k in steps if not k.startswith("next/") and f"next/{k}" in steps]
+
+
 def _window_before(batch: Trajectories, length: int) -> TemporalDictTensor | None:
     """The window before step 0 that collection recorded in ``batch.info`` (None for ``True``: nothing before).
 
     Raises:
-        ValueError: if ``batch.info`` lacks it, or holds other keys or another number of steps.
+        ValueError: if ``batch.info`` lacks it, or holds no key, keys the steps do not have, or another
+            number of steps.
     """
     if length < 0:
         return None
@@ -221,10 +231,10 @@ def _window_before(batch: Trajectories, length: int) -> TemporalDictTensor | Non
         )
     before = TemporalDictTensor(info.truncate_key("history/"), info["history_length"])
     stored = sorted(k for k in steps if not k.startswith("next/"))
-    if sorted(before.keys()) != stored or before.n_timesteps() != length:
+    if not before.keys() or not set(before.keys()) <= set(stored) or before.n_timesteps() != length:
         raise ValueError(
             f"replay_agent: batch.info's window before step 0 has the keys {sorted(before.keys())} and "
-            f"{before.n_timesteps()} steps; the agent wants {length} steps of {stored}"
+            f"{before.n_timesteps()} steps; the agent wants {length} steps of (some of) {stored}"
         )
     return before
 
@@ -234,11 +244,13 @@ def _replay_windows(
 ) -> TemporalDictTensor:
     """The window before every step (``B * T`` rows, see ``history_windows``), as collection made them.
 
-    ``before`` is the window before step 0 (``_window_before``). Windows hold every stored key but
-    the ``next/`` ones, whatever the agent is given as observation.
+    ``before`` is the window before step 0 (``_window_before``). Windows hold every key collection
+    stored but the ``next/`` ones, whatever the agent is given as observation: the keys of ``before``
+    (keys a learner added to the steps since, such as advantages, are left out).
     """
     steps = batch.trajectories
-    observed = steps.get([k for k in steps if not k.startswith("next/")])
+    keys = [k for k in steps if not k.startswith("next/")] if before is None else list(before.keys())
+    observed = steps.get(keys)
     starts = observed["initial_state"]
     if length < 0:  # True: the steps of this trajectory only, nothing before
         return history_windows(None, observed, starts, observed.n_timesteps())
@@ -290,7 +302,7 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
     info, steps = batch.info, batch.trajectories
     agent_info = info.truncate_key("agent_info/")
     state = info.truncate_key("agent_state/").clone()  # a copy: agents may update their state in place
-    observation = steps.get([k for k in steps if not k.startswith("next/") and f"next/{k}" in steps])
+    observation = steps.get(observation_keys(steps))
     length = history_length(agent)
     b, n_timesteps = steps.n_elems(), steps.n_timesteps()
     if n_timesteps == 0:

@@ -42,6 +42,7 @@ from typing import Any
 from rlstruct.algos import ALGORITHMS
 from rlstruct.algos.evaluation import UnknownEnvironment
 from rlstruct.algos.run import CannotResume
+from rlstruct.errors import AgentError
 
 __all__ = ["main"]
 
@@ -79,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(f"rlstruct.algos.{args[1]}")
     try:
         module.main(args[2:])
-    except (UnknownEnvironment, CannotResume) as error:
+    except (UnknownEnvironment, CannotResume, AgentError) as error:
         print(f"rlstruct: {error}", file=sys.stderr)
         return 2
     return 0

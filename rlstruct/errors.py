@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 __all__ = [
+    "AgentError",
     "ClusterError",
     "DistributedError",
     "RemoteWorkerError",
@@ -38,6 +39,15 @@ def describe(value: object) -> str:
         return f"a tensor of shape {tuple(value.shape)}, dtype {value.dtype}, device {value.device}"
     name = type(value).__name__
     return f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}"
+
+
+class AgentError(TypeError, ValueError):
+    """An agent a learner cannot train: not an ``Agent``, lacking a method or an output the learner needs,
+    or a class that ``--agent`` names but that cannot be found or made.
+
+    Both a TypeError and a ValueError (what the agent is, and what was given
+    for it); ``rlstruct train`` reports it in one line (exit status 2).
+    """
 
 
 class WorkerError(RuntimeError):

@@ -15,16 +15,17 @@ from typing import Any
 import pytest
 import torch
 
-from rlstruct import DictTensor, GymEnv, LocalBatcher, TemporalDictTensor, replay_agent
+from rlstruct import DictTensor, GymEnv, LocalBatcher, TemporalDictTensor, Trajectories, replay_agent
 from rlstruct.algos import ALGORITHMS, a2c, dqn, impala, ppo, sac
 from rlstruct.algos import run as run_module
 from rlstruct.algos.config import TrainConfig, check_config, field_docs, parse_config
 from rlstruct.algos.evaluation import env_spaces
-from rlstruct.algos.metrics import EpisodeReturns
-from rlstruct.algos.policies import ActorCritic, run_memory
 from rlstruct.algos.run import Run
 from rlstruct.checkpoint import load_checkpoint
 from rlstruct.cli import main as cli_main
+from rlstruct.learning.actor_critic import ActorCritic, run_memory
+from rlstruct.learning.metrics import EpisodeReturns
+from rlstruct.learning.on_policy import add_advantages, ppo_minibatch_loss
 
 
 def message(text: str) -> str:
@@ -495,7 +496,8 @@ def test_impala_learner_step_follows_the_vtrace_loss() -> None:
     reference = ActorCritic(obs_dim=4, n_actions=2, hidden=(8, 8))
     reference.load_state_dict(model.state_dict())
     steps = _impala_steps(2, 3)
-    stats = impala.learner_step(model, torch.optim.SGD(model.parameters(), lr=0.0), steps, config)
+    batch = Trajectories(DictTensor(batch_size=2), steps)
+    stats = impala.learner_step(model, torch.optim.SGD(model.parameters(), lr=0.0), batch, config)
     got = [p.grad for p in model.parameters()]
 
     obs, nxt = steps["observation"], steps["next/observation"]
@@ -681,15 +683,6 @@ def test_recurrent_impala_smoke_run(tmp_path: Path) -> None:
     assert results["env_steps"] == 1024 and results["eval_return_mean"] >= 8
 
 
-def test_vtrace_loss_of_a_recurrent_model_needs_the_info() -> None:
-    model = ActorCritic(obs_dim=4, n_actions=2, hidden=(8,), recurrent=True)
-    steps = TemporalDictTensor(
-        {"observation": torch.zeros(1, 2, 4), "action": torch.zeros(1, 2, dtype=torch.long)}
-    )
-    with pytest.raises(ValueError, match=message("vtrace_loss: a recurrent model needs the batch's info")):
-        impala.vtrace_loss(model, steps, impala.Config())
-
-
 def test_a_recurrent_actor_critic_clips_its_policy_and_value_gradients_apart() -> None:
     torch.manual_seed(0)
     agent = ActorCritic(obs_dim=4, n_actions=2, hidden=(8,), recurrent=True)
@@ -745,7 +738,7 @@ def two_rows(value: float, ends: str) -> TemporalDictTensor:
 def test_add_advantages_cuts_at_a_termination_and_bootstraps_at_a_truncation(lam: float) -> None:
     gamma, c = 0.9, 2.0
     steps = two_rows(c, ends="truncated")
-    ppo.add_advantages(constant_actor_critic(c), steps, gamma, lam)
+    add_advantages(constant_actor_critic(c), Trajectories(DictTensor(batch_size=2), steps), gamma, lam)
     if lam == 1.0:  # Monte-Carlo returns minus the value
         terminated = [1 + gamma + gamma**2, 1 + gamma, 1.0]
         truncated = [1 + gamma + gamma**2 + gamma**3 * c, 1 + gamma + gamma**2 * c, 1 + gamma * c]
@@ -760,10 +753,10 @@ def test_a_value_of_one_over_one_minus_gamma_is_exact_only_where_truncation_boot
     gamma = 0.9
     c = 1 / (1 - gamma)  # the value of reward 1 forever
     truncated = two_rows(c, ends="truncated")
-    ppo.add_advantages(constant_actor_critic(c), truncated, gamma, 0.95)
+    add_advantages(constant_actor_critic(c), Trajectories(DictTensor(batch_size=2), truncated), gamma, 0.95)
     assert torch.allclose(truncated["advantage"][1], torch.zeros(3), atol=1e-4)  # nothing to learn
     terminated = two_rows(c, ends="terminated")
-    ppo.add_advantages(constant_actor_critic(c), terminated, gamma, 0.95)
+    add_advantages(constant_actor_critic(c), Trajectories(DictTensor(batch_size=2), terminated), gamma, 0.95)
     assert bool((terminated["advantage"][1] < -1).all())  # the episode stops: V is too high
 
 
@@ -778,6 +771,7 @@ def test_ppo_loss_by_hand() -> None:
     minibatch = DictTensor(
         {
             "observation": torch.zeros(4, 1),
+            "next/observation": torch.zeros(4, 1),
             "action": torch.tensor(action),
             "log_prob": torch.tensor(behaviour).log(),
             "advantage": torch.tensor(advantage),
@@ -785,7 +779,7 @@ def test_ppo_loss_by_hand() -> None:
         }
     )
     clip, vf_coef, ent_coef = 0.2, 0.5, 0.01
-    loss, terms = ppo.ppo_loss(model, minibatch, clip, vf_coef, ent_coef)
+    loss, terms = ppo_minibatch_loss(model, minibatch, clip=clip, vf_coef=vf_coef, ent_coef=ent_coef)
 
     ratio = [p[a] / b for a, b in zip(action, behaviour, strict=True)]  # 1.5, 0.9375, 0.5, 2.5
     mean = sum(advantage) / 4

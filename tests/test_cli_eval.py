@@ -24,9 +24,9 @@ from rlstruct import logger as logger_module
 from rlstruct.algos import SavedRun, a2c, dqn, impala, load_run, ppo, sac
 from rlstruct.algos.config import TrainConfig
 from rlstruct.algos.evaluation import env_spaces, episode_returns, eval_seed
-from rlstruct.algos.policies import ActorCritic
 from rlstruct.algos.recording import CannotRender, check_renders
 from rlstruct.cli import main as cli_main
+from rlstruct.learning.actor_critic import ActorCritic
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 Capture = pytest.CaptureFixture[str]

@@ -120,8 +120,8 @@ def test_in_process_scheme_learns_on_cuda_like_on_the_cpu() -> None:
     # the model and its optimiser state live on CUDA, and the saved weights come back on the CPU.
     import functools
 
-    from rlstruct.algos.policies import ActorCritic
     from rlstruct.distributed import PPO, Collection, Learner, MinibatchBuffer, Scheme
+    from rlstruct.learning.actor_critic import ActorCritic
 
     weights = {}
     for device in ("cpu", "cuda"):

@@ -30,7 +30,6 @@ from ray.exceptions import ActorUnavailableError
 from rlstruct import DictTensor, GymEnv, load_checkpoint
 from rlstruct.algos.config import field_docs
 from rlstruct.algos.evaluation import Evaluator
-from rlstruct.algos.policies import ActorCritic
 from rlstruct.distributed import (
     IMPALA,
     PPO,
@@ -47,6 +46,7 @@ from rlstruct.distributed import (
     resources,
 )
 from rlstruct.distributed.gradients import flat_gradients, set_flat_gradients
+from rlstruct.learning.actor_critic import ActorCritic
 
 ray = pytest.importorskip("ray")
 

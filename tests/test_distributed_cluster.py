@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from rlstruct import GymEnv
-from rlstruct.algos.policies import ActorCritic
 from rlstruct.distributed import PPO, Collection, Gradients, Learner, MinibatchBuffer, Scheme
+from rlstruct.learning.actor_critic import ActorCritic
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")

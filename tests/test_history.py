@@ -268,6 +268,21 @@ def test_replay_shows_the_agent_the_windows_of_collection(history: bool | int, m
             assert replayed[key][mask].equal(batch.trajectories[key][mask]), key
 
 
+def test_keys_a_learner_adds_to_the_steps_stay_out_of_the_replayed_windows() -> None:
+    (batch,) = collect(LocalBatcher, 2, n_batches=1)
+    plain = replay_agent(WindowAgent(2), batch)
+    steps = batch.trajectories
+    steps.set("advantage", torch.randn(steps.n_elems(), steps.n_timesteps()))  # as PPO adds its targets
+    replayed = replay_agent(WindowAgent(2), batch)
+    for key in plain.keys() - {"noise"}:
+        assert replayed[key].equal(plain[key]), key
+    # a window holding a key the steps lack is not the window of these steps
+    info = DictTensor({k.replace("history/t", "history/elsewhere"): v for k, v in batch.info.items()})
+    other = Trajectories(info, steps)
+    with pytest.raises(ValueError, match=re.escape("the agent wants 2 steps of (some of)")):
+        replay_agent(WindowAgent(2), other)
+
+
 def test_replay_of_an_n_agent_needs_the_window_before_step_0() -> None:
     (batch,) = collect(LocalBatcher, 2, n_batches=1)
     bare = Trajectories(batch.info.get(["env_info/length"]), batch.trajectories)

@@ -42,7 +42,7 @@ from rlstruct import (
     replay_agent,
 )
 from rlstruct.algos.evaluation import Evaluator
-from rlstruct.algos.policies import run_memory
+from rlstruct.learning.actor_critic import run_memory
 
 
 class GRUActorCritic(Agent):

@@ -17,7 +17,7 @@ import time
 import torch
 
 from rlstruct import DictTensor, GymEnv, LocalBatcher, MultiprocessBatcher, vtrace
-from rlstruct.algos.policies import ActorCritic
+from rlstruct.learning.actor_critic import ActorCritic
 
 
 def main() -> None:

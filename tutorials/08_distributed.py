@@ -38,7 +38,6 @@ import ray
 
 from rlstruct import GymEnv
 from rlstruct.algos.evaluation import Evaluator
-from rlstruct.algos.policies import ActorCritic
 from rlstruct.distributed import (
     IMPALA,
     PPO,
@@ -50,6 +49,7 @@ from rlstruct.distributed import (
     Updates,
     WholeBatchBuffer,
 )
+from rlstruct.learning.actor_critic import ActorCritic
 
 AGENT_ARGS = {"obs_dim": 4, "n_actions": 2, "orthogonal": True}
 ENV_ARGS = {"env": "CartPole-v1"}

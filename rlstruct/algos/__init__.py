@@ -7,9 +7,7 @@ reached through ``rlstruct train ALGO``. ``load_run(run_dir)`` rebuilds the
 trained agent of a run's directory (``rlstruct eval RUN_DIR``).
 """
 
+from rlstruct.algos.config import ALGORITHMS
 from rlstruct.algos.saved import SavedRun, load_run
 
 __all__ = ["ALGORITHMS", "SavedRun", "load_run"]
-
-ALGORITHMS = ("a2c", "dqn", "impala", "ppo", "sac")
-"""The algorithms ``rlstruct train`` knows, each a module ``rlstruct.algos.<name>``."""

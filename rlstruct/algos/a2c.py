@@ -16,18 +16,26 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from rlstruct.agent import replay_agent
+from rlstruct.agent import Agent, replay_agent
+from rlstruct.algos.agents import on_policy_agent, with_agent_name
 from rlstruct.algos.config import TrainConfig, check_config, check_layout, parse_config
 from rlstruct.algos.evaluation import EnvSpaces, env_spaces
-from rlstruct.algos.metrics import EpisodeReturns, explained_variance
-from rlstruct.algos.policies import ActorCritic, actor_critic_agent
 from rlstruct.algos.run import Run
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
+from rlstruct.dicttensor import DictTensor
+from rlstruct.learning.losses import actor_critic_loss, normalize_advantages
+from rlstruct.learning.metrics import EpisodeReturns, explained_variance
+from rlstruct.learning.protocols import (
+    OnPolicyAgent,
+    check_outputs,
+    clip_gradients,
+    update_obs_norm,
+)
 from rlstruct.normalize import RewardScaler
 from rlstruct.returns import gae
 
@@ -74,12 +82,12 @@ class Config(TrainConfig):
     """Threads of the learner's torch operations (small networks run fastest on one)."""
 
 
-def make_agent(config: Config, spaces: EnvSpaces) -> tuple[ActorCritic, dict[str, Any]]:
+def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]]:
     """The agent ``train`` trains for ``config`` on an environment of ``spaces``, and its arguments.
 
-    See ``rlstruct.algos.policies.actor_critic_agent``.
+    ``config.agent``'s class if set, else an ``ActorCritic`` (see ``rlstruct.algos.agents.on_policy_agent``).
     """
-    return actor_critic_agent(config, spaces)
+    return on_policy_agent(config, spaces, "a2c")
 
 
 def train(config: Config) -> dict[str, Any]:
@@ -102,12 +110,13 @@ def train(config: Config) -> dict[str, Any]:
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
     spaces = env_spaces(config.env)
-    model, agent_args = make_agent(config, spaces)
-    model = model.to(device)
+    config = with_agent_name(config)
+    agent, agent_args = make_agent(config, spaces)
+    model = agent.to(device)
+    policy = cast(OnPolicyAgent, model)
     optimizer = torch.optim.RMSprop(model.parameters(), lr=config.lr, alpha=0.99, eps=1e-5)
-    action_key = "action" if spaces.n_actions is not None else "raw_action"
 
-    run = Run("a2c", config, ActorCritic, agent_args)
+    run = Run("a2c", config, type(agent), agent_args)
     batcher: MultiprocessBatcher | None = None  # closed below, with the run, even if it fails to start
     try:
         batcher = run.collector(device, config.n_envs, config.n_steps)
@@ -122,6 +131,7 @@ def train(config: Config) -> dict[str, Any]:
             batcher.execute()
             batch = batcher.get()
             steps = batch.trajectories
+            check_outputs(policy, steps.keys(), "a2c")  # what the loss reads
             env_steps += per_iteration
             episodes.add(steps)
             run.add_returns(episodes)
@@ -129,9 +139,10 @@ def train(config: Config) -> dict[str, Any]:
             # The agent's outputs again, with gradients, in one call (ActorCritic.forward_sequence).
             out = replay_agent(model, batch)
             mask = steps.mask()
+            b, t = steps.n_elems(), steps.n_timesteps()
+            value = out["value"]
             with torch.no_grad():
-                b, t = steps.n_elems(), steps.n_timesteps()
-                next_value = model.values_reached(steps)
+                next_value = policy.bootstrap_values(batch)
                 reward = (
                     steps["next/reward"]
                     if scaler is None
@@ -139,7 +150,7 @@ def train(config: Config) -> dict[str, Any]:
                 )
                 advantage = gae(
                     reward,
-                    value=out["value"].detach(),
+                    value=value.detach(),
                     next_value=next_value,
                     terminated=steps["next/terminated"],
                     done=steps["next/done"],
@@ -147,18 +158,22 @@ def train(config: Config) -> dict[str, Any]:
                     lam=config.gae_lambda,
                     mask=mask,
                 )
-                target = advantage + out["value"].detach()
+                target = advantage + value.detach()
                 if config.normalize_advantages:
-                    valid = advantage[mask]
-                    advantage = (advantage - valid.mean()) / (valid.std() + 1e-8)
-            params = out["logits" if spaces.n_actions is not None else "mean"]
-            log_prob = model.log_prob(params.flatten(0, 1), steps[action_key].flatten(0, 1)).view(b, t)
-            entropy = model.entropy(params.flatten(0, 1)).view(b, t)
-            n_valid = mask.sum()
-            policy_loss = -(log_prob * advantage * mask).sum() / n_valid
-            value_loss = 0.5 * ((out["value"] - target).pow(2) * mask).sum() / n_valid
-            entropy_mean = (entropy * mask).sum() / n_valid
-            loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy_mean
+                    advantage = normalize_advantages(advantage, mask)
+            flat = DictTensor({k: v.flatten(0, 1) for k, v in out.items()})
+            log_prob = policy.action_log_prob(flat, steps[policy.action_key].flatten(0, 1)).view(b, t)
+            entropy = policy.action_entropy(flat).view(b, t)
+            loss, terms = actor_critic_loss(
+                log_prob,
+                advantage,
+                value,
+                target,
+                entropy,
+                mask,
+                vf_coef=config.vf_coef,
+                ent_coef=config.ent_coef,
+            )
 
             lr = (
                 config.lr * (1.0 - (env_steps - per_iteration) / config.total_steps)
@@ -169,18 +184,18 @@ def train(config: Config) -> dict[str, Any]:
                 group["lr"] = lr
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            model.clip_grad_norm_(config.max_grad_norm)  # a recurrent agent's policy and value apart
+            clip_gradients(
+                model, config.max_grad_norm
+            )  # ActorCritic: a recurrent one's policy and value apart
             optimizer.step()
-            model.update_obs_norm(steps)  # after the step, which used the statistics of collection
+            update_obs_norm(model, steps)  # after the step, which used the statistics of collection
             batcher.update(run.weights(model))
             run.step(
                 env_steps,
                 model,
                 lr=lr,
-                policy_loss=policy_loss.detach().item(),
-                value_loss=value_loss.detach().item(),
-                entropy=entropy_mean.detach().item(),
-                explained_variance=explained_variance(out["value"].detach()[mask], target[mask]),
+                explained_variance=explained_variance(value.detach()[mask], target[mask]),
+                **terms,
             )
             if run.checkpoint_due(env_steps):
                 batcher = run.checkpoint(

@@ -28,7 +28,18 @@ from typing import Any, TypeVar
 
 from rlstruct.checks import check_number
 
-__all__ = ["TrainConfig", "check_config", "check_layout", "env_key", "field_docs", "parse_config"]
+__all__ = [
+    "ALGORITHMS",
+    "TrainConfig",
+    "check_config",
+    "check_layout",
+    "env_key",
+    "field_docs",
+    "parse_config",
+]
+
+ALGORITHMS = ("a2c", "dqn", "impala", "ppo", "sac")
+"""The algorithms ``rlstruct train`` knows, each a module ``rlstruct.algos.<name>``."""
 
 C = TypeVar("C", bound="TrainConfig")
 
@@ -66,6 +77,10 @@ class TrainConfig:
     uninterrupted one."""
     resume: str | None = None
     """A run directory to continue from its last checkpoint, with the settings of its config.json."""
+    agent: str | None = None
+    """Train your own Agent instead of the built-in network: "module:Class" or "path/to/file.py:Class" (A2C, PPO, IMPALA; see docs/agents.md)."""
+    agent_args: dict[str, Any] | None = None
+    """Keyword arguments of ``agent``'s class, a JSON object on the command line ('{"hidden": 128}')."""
 
 
 def check_config(config: TrainConfig, **positive: int | float) -> None:
@@ -136,7 +151,22 @@ def _parser_type(name: str, hint: Any) -> tuple[Any, dict[str, Any]]:
         return None, {"action": argparse.BooleanOptionalAction}
     if base in (int, float, str):
         return base, {}
-    raise TypeError(f"parse_config: field {name!r} has type {hint!r}; fields must be int, float, str or bool")
+    if typing.get_origin(base) is dict:
+        return _json_object, {"metavar": "JSON"}
+    raise TypeError(
+        f"parse_config: field {name!r} has type {hint!r}; fields must be int, float, str, bool or dict"
+    )
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """A ``dict`` field's flag: a JSON object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not JSON ({error}): {text!r}") from error
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object such as '{{\"hidden\": 128}}', got {text!r}")
+    return value
 
 
 def env_key(env: str) -> str:
@@ -210,7 +240,9 @@ def parse_config(
         if kind is None:
             parser.add_argument(flag, dest=field.name, default=argparse.SUPPRESS, help=help_text, **extra)
         else:
-            parser.add_argument(flag, dest=field.name, type=kind, default=argparse.SUPPRESS, help=help_text)
+            parser.add_argument(
+                flag, dest=field.name, type=kind, default=argparse.SUPPRESS, help=help_text, **extra
+            )
     given = vars(parser.parse_args(argv))
     if given.get("resume") is not None:
         return _resumed(cls, parser, given)

@@ -27,15 +27,16 @@ from typing import Any
 import torch
 
 from rlstruct.agent import Agent
+from rlstruct.algos.agents import refuse_agent
 from rlstruct.algos.config import TrainConfig, check_config, check_layout, parse_config
 from rlstruct.algos.evaluation import EnvSpaces, env_spaces
-from rlstruct.algos.metrics import EpisodeReturns
-from rlstruct.algos.policies import mlp
 from rlstruct.algos.run import Run
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
 from rlstruct.checks import check_int, check_number
 from rlstruct.dicttensor import DictTensor
+from rlstruct.learning.actor_critic import mlp
+from rlstruct.learning.metrics import EpisodeReturns
 from rlstruct.replay import PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.temporal import TemporalDictTensor
 
@@ -302,6 +303,7 @@ def train(config: Config) -> dict[str, Any]:
         ValueError: for a size or rate out of range, ``n_envs`` not a multiple of
             ``n_processes``, or an environment without discrete actions.
     """
+    refuse_agent(config, "dqn")
     _check(config)
     spaces = env_spaces(config.env)
     if spaces.n_actions is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -25,8 +25,10 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.dicttensor import DictTensor
-from rlstruct.gym_env import GymEnv, resolve_env
+from rlstruct.gym_env import GymEnv, observation_spaces, resolve_env
+from rlstruct.learning.encoders import is_image
 from rlstruct.seeding import derive_seed
+from rlstruct.specs import ObservationSpace
 from rlstruct.temporal import TemporalDictTensor
 
 __all__ = ["EnvSpaces", "EvalResult", "Evaluator", "env_spaces", "episode_returns", "eval_seed"]
@@ -37,7 +39,7 @@ class EnvSpaces:
     """What the algorithms need to know of an environment to build their networks."""
 
     obs_dim: int
-    """The size of the flattened observation."""
+    """The size of the observation flattened, every key joined (a discrete entry counts as its one-hot)."""
     n_actions: int | None
     """The number of discrete actions, or None for continuous actions."""
     action_low: list[float] | None
@@ -46,6 +48,14 @@ class EnvSpaces:
     """Upper bounds of continuous actions (None for discrete)."""
     max_episode_steps: int
     """The time limit of an episode (1000 where the environment declares none)."""
+    observation: dict[str, ObservationSpace] = field(default_factory=dict)
+    """The observation's keys, as ``GymEnv`` stores them, and their spaces (``observation_spaces``)."""
+
+    @property
+    def flat(self) -> bool:
+        """Whether the observation is one box (not an image) under ``observation``: ``obs_dim`` numbers."""
+        only = self.observation.get("observation")
+        return len(self.observation) == 1 and only is not None and only.kind == "box" and not is_image(only)
 
 
 class UnknownEnvironment(ValueError):
@@ -75,8 +85,8 @@ def env_spaces(env: str) -> EnvSpaces:
     Raises:
         UnknownEnvironment: (a ValueError) for an id gymnasium cannot make,
             with the likely fix.
-        ValueError: for an observation space that is not a Box, or an action
-            space that is neither Discrete nor Box.
+        ValueError: for an action space that is neither Discrete nor Box.
+        TypeError: for an observation space ``GymEnv`` cannot store (see ``observation_spaces``).
     """
     try:
         maker = resolve_env(env)
@@ -88,16 +98,23 @@ def env_spaces(env: str) -> EnvSpaces:
         limit = instance.spec.max_episode_steps if instance.spec is not None else None
     finally:
         instance.close()
-    if not isinstance(obs, gym.spaces.Box):
-        raise ValueError(f"env {env!r}: the algorithms need a Box observation space, got {obs}")
-    obs_dim = math.prod(obs.shape)
+    observation = observation_spaces(obs)
+    obs_dim = sum(_flat_size(space) for space in observation.values())
     if isinstance(act, gym.spaces.Discrete):
-        return EnvSpaces(obs_dim, int(act.n), None, None, limit or 1000)
+        return EnvSpaces(obs_dim, int(act.n), None, None, limit or 1000, observation)
     if isinstance(act, gym.spaces.Box):
-        return EnvSpaces(
-            obs_dim, None, act.low.flatten().tolist(), act.high.flatten().tolist(), limit or 1000
-        )
+        low, high = act.low.flatten().tolist(), act.high.flatten().tolist()
+        return EnvSpaces(obs_dim, None, low, high, limit or 1000, observation)
     raise ValueError(f"env {env!r}: the algorithms need a Discrete or Box action space, got {act}")
+
+
+def _flat_size(space: ObservationSpace) -> int:
+    """The numbers of one key, flattened: a discrete entry counts as its one-hot."""
+    if space.kind == "discrete":
+        return space.n[0]
+    if space.kind == "multidiscrete":
+        return sum(space.n)
+    return math.prod(space.shape)
 
 
 def episode_returns(steps: TemporalDictTensor) -> list[float]:

@@ -24,24 +24,29 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from rlstruct.agent import replay_agent
+from rlstruct.agent import Agent
+from rlstruct.algos.agents import on_policy_agent, with_agent_name
 from rlstruct.algos.config import TrainConfig, check_config, check_layout, parse_config
 from rlstruct.algos.evaluation import EnvSpaces, env_spaces
-from rlstruct.algos.metrics import EpisodeReturns, explained_variance
-from rlstruct.algos.policies import ActorCritic, actor_critic_agent
 from rlstruct.algos.run import Run
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor
-from rlstruct.returns import vtrace
-from rlstruct.temporal import TemporalDictTensor
+from rlstruct.learning.metrics import EpisodeReturns
+from rlstruct.learning.on_policy import vtrace_agent_loss
+from rlstruct.learning.protocols import (
+    OnPolicyAgent,
+    check_outputs,
+    clip_gradients,
+    update_obs_norm,
+)
 from rlstruct.trajectories import Trajectories
 
-__all__ = ["Config", "learner_step", "main", "make_agent", "train", "vtrace_loss"]
+__all__ = ["Config", "learner_step", "main", "make_agent", "train"]
 
 
 @dataclasses.dataclass
@@ -90,12 +95,12 @@ class Config(TrainConfig):
     """Threads of the learner's torch operations (small networks run fastest on one)."""
 
 
-def make_agent(config: Config, spaces: EnvSpaces) -> tuple[ActorCritic, dict[str, Any]]:
+def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]]:
     """The agent ``train`` trains for ``config`` on an environment of ``spaces``, and its arguments.
 
-    See ``rlstruct.algos.policies.actor_critic_agent``.
+    ``config.agent``'s class if set, else an ``ActorCritic`` (see ``rlstruct.algos.agents.on_policy_agent``).
     """
-    return actor_critic_agent(config, spaces)
+    return on_policy_agent(config, spaces, "impala")
 
 
 def train(config: Config) -> dict[str, Any]:
@@ -141,11 +146,13 @@ def train(config: Config) -> dict[str, Any]:
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
     spaces = env_spaces(config.env)
-    model, agent_args = make_agent(config, spaces)
-    model = model.to(device)
+    config = with_agent_name(config)
+    agent, agent_args = make_agent(config, spaces)
+    model = agent.to(device)
+    policy = cast(OnPolicyAgent, model)
     optimizer = torch.optim.RMSprop(model.parameters(), lr=config.lr, alpha=0.99, eps=1e-5)
 
-    run = Run("impala", config, ActorCritic, agent_args)
+    run = Run("impala", config, type(agent), agent_args)
     batcher: MultiprocessBatcher | None = None  # closed below, with the run, even if it fails to start
     try:
         batcher = run.collector(device, config.n_envs, config.n_steps, mode="stream", n_slots=config.n_slots)
@@ -174,8 +181,9 @@ def train(config: Config) -> dict[str, Any]:
             )
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            stats = learner_step(model, optimizer, batch.trajectories, config, batch.info)
-            model.update_obs_norm(batch.trajectories)  # after the step, which used the actors' statistics
+            check_outputs(policy, batch.trajectories.keys(), "impala")  # what the loss reads
+            stats = learner_step(model, optimizer, batch, config)
+            update_obs_norm(model, batch.trajectories)  # after the step, which used the actors' statistics
             batcher.update(run.weights(model))
             run.step(
                 env_steps,
@@ -193,104 +201,30 @@ def train(config: Config) -> dict[str, Any]:
 
 
 def learner_step(
-    model: ActorCritic,
-    optimizer: torch.optim.Optimizer,
-    steps: TemporalDictTensor,
-    config: Config,
-    info: DictTensor | None = None,
+    model: Agent, optimizer: torch.optim.Optimizer, batch: Trajectories, config: Config
 ) -> dict[str, float]:
-    """One gradient step of ``optimizer`` on ``vtrace_loss``; returns the loss's statistics.
+    """One gradient step of ``optimizer`` on the V-trace loss of ``batch``; returns the loss's statistics.
 
-    Gradients are rescaled to ``config.max_grad_norm`` before the step.
-    Updates ``model`` in place. ``info`` (the batch's per-row info) is needed
-    by a recurrent model.
+    The loss is ``rlstruct.learning.on_policy.vtrace_agent_loss`` with the
+    hyperparameters of ``config``; gradients are rescaled to
+    ``config.max_grad_norm`` before the step. Updates ``model`` in place.
     """
-    loss, stats = vtrace_loss(model, steps, config, info)
+    loss, stats = vtrace_agent_loss(
+        model,
+        batch,
+        gamma=config.gamma,
+        reward_scale=config.reward_scale,
+        rho_bar=config.rho_bar,
+        c_bar=config.c_bar,
+        vf_coef=config.vf_coef,
+        ent_coef=config.ent_coef,
+        normalize=config.normalize_advantages,
+    )
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    model.clip_grad_norm_(config.max_grad_norm)  # a recurrent agent's policy and value apart
+    clip_gradients(model, config.max_grad_norm)  # ActorCritic: a recurrent one's policy and value apart
     optimizer.step()
     return stats
-
-
-def vtrace_loss(
-    model: ActorCritic, steps: TemporalDictTensor, config: Config, info: DictTensor | None = None
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """The V-trace actor-critic loss over trajectories ``[B, T]`` and its statistics.
-
-    The behaviour policy's ``log_prob`` (stored by the actors) and the
-    learner's log-probability of the same actions give the importance ratios;
-    the learner's current values of ``observation`` and ``next/observation``
-    give V-trace's values and bootstraps.
-
-    Args:
-        model: the learner's actor-critic (on the device of ``steps``).
-        steps: the trajectories, with ``observation``, the action (``action``,
-            or ``raw_action`` for continuous actions), ``log_prob``,
-            ``next/observation``, ``next/reward``, ``next/terminated`` and
-            ``next/done`` (float32/bool ``[B, T]`` for the scalars).
-        config: ``gamma``, ``reward_scale``, ``rho_bar``, ``c_bar``,
-            ``ent_coef``, ``vf_coef`` and ``normalize_advantages`` are read.
-        info: the batch's per-row info; a recurrent model needs it: its
-            memories are replayed (``replay_agent``) from the state stored
-            when each row began, and the value of a reached observation is
-            one more step of the value memory stored by the actor (computed
-            with the actor's weights, which may lag the learner's).
-
-    Raises:
-        ValueError: for a recurrent model without ``info``.
-
-    Returns:
-        The scalar loss (with gradients), and ``policy_loss``, ``value_loss``,
-        ``entropy``, ``explained_variance`` (of the learner's values against
-        the V-trace targets) and ``rho_mean`` (the mean clipped ratio
-        ``min(rho_bar, pi / mu)``).
-    """
-    b, t = steps.n_elems(), steps.n_timesteps()
-    mask = steps.mask()
-    action = steps["action" if model.discrete else "raw_action"]
-    if model.recurrent:
-        if info is None:
-            raise ValueError("vtrace_loss: a recurrent model needs the batch's info (its initial states)")
-        out = replay_agent(model, Trajectories(info, steps))
-        params, value = out["logits" if model.discrete else "mean"].flatten(0, 1), out["value"]
-    else:
-        params, value = model.heads(model.features(steps["observation"].flatten(0, 1))[0])
-    log_prob = model.log_prob(params, action.flatten(0, 1)).view(b, t)
-    value = value.view(b, t)
-    with torch.no_grad():
-        next_value = model.values_reached(steps)
-        log_rho = log_prob - steps["log_prob"]
-        vs, advantage = vtrace(
-            steps["next/reward"] * config.reward_scale,
-            log_rho=log_rho,
-            value=value,
-            next_value=next_value,
-            terminated=steps["next/terminated"],
-            done=steps["next/done"],
-            gamma=config.gamma,
-            rho_bar=config.rho_bar,
-            c_bar=config.c_bar,
-            mask=mask,
-        )
-        if config.normalize_advantages:
-            valid = advantage[mask]
-            advantage = (advantage - valid.mean()) / (valid.std() + 1e-8)
-    n_valid = mask.sum()
-    policy_loss = -(log_prob * advantage * mask).sum() / n_valid
-    value_loss = 0.5 * ((value - vs).pow(2) * mask).sum() / n_valid
-    entropy = (model.entropy(params).view(b, t) * mask).sum() / n_valid
-    loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
-    with torch.no_grad():
-        rho = log_rho[mask].exp().clamp(max=config.rho_bar)
-        stats = {
-            "policy_loss": policy_loss.detach().item(),
-            "value_loss": value_loss.detach().item(),
-            "entropy": entropy.detach().item(),
-            "explained_variance": explained_variance(value.detach()[mask], vs[mask]),
-            "rho_mean": rho.mean().item(),
-        }
-    return loss, stats
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

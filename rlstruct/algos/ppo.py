@@ -27,25 +27,29 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from rlstruct.agent import replay_agent
+from rlstruct.agent import Agent
+from rlstruct.algos.agents import on_policy_agent, with_agent_name
 from rlstruct.algos.config import TrainConfig, check_config, check_layout, parse_config
 from rlstruct.algos.evaluation import EnvSpaces, env_spaces
-from rlstruct.algos.metrics import EpisodeReturns, explained_variance
-from rlstruct.algos.policies import ActorCritic, actor_critic_agent
 from rlstruct.algos.run import Run
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
-from rlstruct.dicttensor import DictTensor
+from rlstruct.learning.metrics import EpisodeReturns, explained_variance
+from rlstruct.learning.on_policy import add_advantages, ppo_minibatch_loss, ppo_minibatches
+from rlstruct.learning.protocols import (
+    OnPolicyAgent,
+    check_outputs,
+    clip_gradients,
+    update_obs_norm,
+)
 from rlstruct.normalize import RewardScaler
-from rlstruct.returns import gae
-from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
 
-__all__ = ["Config", "add_advantages", "main", "make_agent", "ppo_loss", "train"]
+__all__ = ["Config", "main", "make_agent", "train", "update"]
 
 
 @dataclasses.dataclass
@@ -92,12 +96,12 @@ class Config(TrainConfig):
     """Threads of the learner's torch operations (small networks run fastest on one)."""
 
 
-def make_agent(config: Config, spaces: EnvSpaces) -> tuple[ActorCritic, dict[str, Any]]:
+def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]]:
     """The agent ``train`` trains for ``config`` on an environment of ``spaces``, and its arguments.
 
-    See ``rlstruct.algos.policies.actor_critic_agent``.
+    ``config.agent``'s class if set, else an ``ActorCritic`` (see ``rlstruct.algos.agents.on_policy_agent``).
     """
-    return actor_critic_agent(config, spaces, orthogonal=config.orthogonal_init)
+    return on_policy_agent(config, spaces, "ppo", orthogonal=config.orthogonal_init)
 
 
 def train(config: Config) -> dict[str, Any]:
@@ -121,15 +125,16 @@ def train(config: Config) -> dict[str, Any]:
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
     spaces = env_spaces(config.env)
-    model, agent_args = make_agent(config, spaces)
-    model = model.to(device)
+    config = with_agent_name(config)
+    agent, agent_args = make_agent(config, spaces)
+    model = agent.to(device)
+    policy = cast(OnPolicyAgent, model)
     # the fused Adam step costs a third of the default one on this model (124 against 365 us on one CPU thread)
     fused = device.type in ("cpu", "cuda")
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, eps=1e-5, fused=fused)
     generator = torch.Generator(device).manual_seed(config.seed)
-    action_key = "action" if spaces.n_actions is not None else "raw_action"
 
-    run = Run("ppo", config, ActorCritic, agent_args)
+    run = Run("ppo", config, type(agent), agent_args)
     batcher: MultiprocessBatcher | None = None  # closed below, with the run, even if it fails to start
     try:
         batcher = run.collector(device, config.n_envs, config.n_steps)
@@ -147,21 +152,22 @@ def train(config: Config) -> dict[str, Any]:
             batcher.execute()
             batch = batcher.get()
             steps = batch.trajectories
+            check_outputs(policy, steps.keys(), "ppo")  # what the losses read
             mask = steps.mask()
             env_steps += per_iteration
             episodes.add(steps)
             run.add_returns(episodes)
 
             reward = None if scaler is None else scaler(steps["next/reward"], steps["next/done"], mask)
-            add_advantages(model, steps, config.gamma, config.gae_lambda, reward)
+            add_advantages(model, batch, config.gamma, config.gae_lambda, reward)
 
             progress = 1.0 - (env_steps - per_iteration) / config.total_steps
             lr = config.lr * progress if config.anneal else config.lr
             clip = config.clip * progress if config.anneal else config.clip
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            stats = update(model, optimizer, batch, config, clip, action_key, generator)
-            model.update_obs_norm(steps)  # after the update, which used the statistics of collection
+            stats = update(model, optimizer, batch, config, clip, generator)
+            update_obs_norm(model, steps)  # after the update, which used the statistics of collection
             batcher.update(run.weights(model))
             run.step(
                 env_steps,
@@ -185,152 +191,46 @@ def train(config: Config) -> dict[str, Any]:
 
 
 def update(
-    model: ActorCritic,
+    model: Agent,
     optimizer: torch.optim.Optimizer,
     batch: Trajectories,
     config: Config,
     clip: float,
-    action_key: str,
     generator: torch.Generator,
 ) -> dict[str, float]:
-    """``n_epochs`` passes of minibatch steps on the clipped PPO loss; returns the last epoch's means.
+    """``n_epochs`` passes of minibatch steps on PPO's clipped loss; returns the last epoch's means.
 
-    A feed-forward model's minibatches are ``minibatch_size`` steps drawn from
-    the whole batch. A recurrent model's are whole rows,
-    ``max(1, minibatch_size // n_steps)`` of them, replayed by ``replay_agent``
-    from their stored initial state (the memories' one-call path), so the
-    memories are trained through every step of a row.
+    The agent is any ``OnPolicyAgent``. One without state or history is
+    trained on minibatches of ``minibatch_size`` steps drawn from the whole
+    batch, each replayed in one ``forward`` call; one with a state (a memory)
+    or a history on whole rows, replayed from their stored state (see
+    ``rlstruct.learning.on_policy.ppo_minibatches``).
     """
-    steps = batch.trajectories
-    if model.recurrent:
-        data: Trajectories | DictTensor = batch
-        n, size = steps.n_elems(), max(1, config.minibatch_size // steps.n_timesteps())
-    else:
-        data = steps.masked_flatten()
-        n, size = data.n_elems(), config.minibatch_size
+    data, size = ppo_minibatches(model, batch, config.minibatch_size)
+    n = data.n_elems()
     totals = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "clip_fraction": 0.0}
     count = 0
     for epoch in range(config.n_epochs):
         order = torch.randperm(n, generator=generator, device=generator.device)
         for start in range(0, n, size):
-            minibatch = data[order[start : start + size]]
-            if isinstance(minibatch, Trajectories):
-                out = replay_agent(model, minibatch)
-                mask = minibatch.trajectories.mask()
-                params, values = out["logits" if model.discrete else "mean"][mask], out["value"][mask]
-                flat = minibatch.trajectories.masked_flatten()
-                loss, terms = ppo_objective(
-                    model, params, values, flat, clip, config.vf_coef, config.ent_coef, action_key
-                )
-            else:
-                loss, terms = ppo_loss(model, minibatch, clip, config.vf_coef, config.ent_coef, action_key)
+            loss, terms = ppo_minibatch_loss(
+                model,
+                data[order[start : start + size]],
+                clip=clip,
+                vf_coef=config.vf_coef,
+                ent_coef=config.ent_coef,
+            )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            model.clip_grad_norm_(config.max_grad_norm)  # a recurrent model's policy and value apart
+            clip_gradients(
+                model, config.max_grad_norm
+            )  # ActorCritic: a recurrent one's policy and value apart
             optimizer.step()
             if epoch == config.n_epochs - 1:
                 for key, value in terms.items():
                     totals[key] += value
                 count += 1
     return {k: v / max(count, 1) for k, v in totals.items()}
-
-
-def add_advantages(
-    model: ActorCritic,
-    steps: TemporalDictTensor,
-    gamma: float,
-    gae_lambda: float,
-    reward: torch.Tensor | None = None,
-) -> None:
-    """Add GAE's ``advantage`` and the value ``target`` (advantage + value) to ``steps`` ``[B, T]``, in place.
-
-    The value of the reached observation (``next/observation``) is the
-    bootstrap: it counts where an episode was truncated or the row ends, and is
-    cut where it terminated (see ``rlstruct.gae``). For a recurrent model it is
-    one more step of the value memory stored with each step (``h_v``, ``c_v``).
-
-    Args:
-        model: the actor-critic whose ``value_of`` gives the bootstraps (on the device of ``steps``).
-        steps: trajectories with ``value``, ``next/observation``, ``next/reward``,
-            ``next/terminated`` and ``next/done``; gains float32 ``advantage`` and ``target`` ``[B, T]``.
-        gamma: the discount factor.
-        gae_lambda: GAE's lambda.
-        reward: the rewards to use ``[B, T]`` (scaled ones, say); None for ``next/reward``.
-    """
-    with torch.no_grad():
-        next_value = model.values_reached(steps)
-    value = steps["value"]
-    adv = gae(
-        steps["next/reward"] if reward is None else reward,
-        value=value,
-        next_value=next_value,
-        terminated=steps["next/terminated"],
-        done=steps["next/done"],
-        gamma=gamma,
-        lam=gae_lambda,
-        mask=steps.mask(),
-    )
-    steps.set("advantage", adv)
-    steps.set("target", adv + value)
-
-
-def ppo_loss(
-    model: ActorCritic,
-    minibatch: DictTensor,
-    clip: float,
-    vf_coef: float,
-    ent_coef: float,
-    action_key: str = "action",
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO's loss on a minibatch of steps: clipped surrogate + ``vf_coef`` x value loss - ``ent_coef`` x entropy.
-
-    Advantages are normalised within the minibatch (when it has more than one step).
-
-    Args:
-        model: the actor-critic being trained.
-        minibatch: N steps with ``observation``, the action under ``action_key``
-            (``raw_action`` for continuous actions), the behaviour ``log_prob``,
-            ``advantage`` and ``target`` (float32 ``[N]``).
-        clip: the clip range of the probability ratio.
-        vf_coef: the weight of the value loss.
-        ent_coef: the weight of the entropy bonus.
-        action_key: the key of the actions in ``minibatch``.
-
-    Returns:
-        The scalar loss (with gradients) and its terms as floats:
-        ``policy_loss``, ``value_loss``, ``entropy``, ``clip_fraction``.
-    """
-    params, value = model.heads(model.features(minibatch["observation"])[0])
-    return ppo_objective(model, params, value, minibatch, clip, vf_coef, ent_coef, action_key)
-
-
-def ppo_objective(
-    model: ActorCritic,
-    params: torch.Tensor,
-    value: torch.Tensor,
-    minibatch: DictTensor,
-    clip: float,
-    vf_coef: float,
-    ent_coef: float,
-    action_key: str = "action",
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """``ppo_loss`` from the model's outputs already computed: ``params`` [N, k] and ``value`` [N]."""
-    log_prob = model.log_prob(params, minibatch[action_key])
-    ratio = (log_prob - minibatch["log_prob"]).exp()
-    advantage = minibatch["advantage"]
-    if advantage.numel() > 1:
-        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-    policy_loss = -torch.min(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage).mean()
-    value_loss = 0.5 * (value - minibatch["target"]).pow(2).mean()
-    entropy = model.entropy(params).mean()
-    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
-    terms = {
-        "policy_loss": policy_loss.detach().item(),
-        "value_loss": value_loss.detach().item(),
-        "entropy": entropy.detach().item(),
-        "clip_fraction": ((ratio.detach() - 1).abs() > clip).float().mean().item(),
-    }
-    return loss, terms
 
 
 TUNED: dict[str, dict[str, Any]] = {

@@ -27,10 +27,10 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.algos.config import TrainConfig
 from rlstruct.algos.evaluation import EvalResult, Evaluator, env_spaces, eval_seed
-from rlstruct.algos.metrics import EpisodeReturns
 from rlstruct.batchers import MultiprocessBatcher, cpu_weights
 from rlstruct.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlstruct.gym_env import GymEnv
+from rlstruct.learning.metrics import EpisodeReturns
 from rlstruct.logger import CHECKPOINT_NAME, Logger, make_run_dir
 from rlstruct.seeding import derive_seed
 

@@ -42,15 +42,16 @@ from typing import Any
 import torch
 
 from rlstruct.agent import Agent
+from rlstruct.algos.agents import refuse_agent
 from rlstruct.algos.config import TrainConfig, check_config, check_layout, parse_config
 from rlstruct.algos.evaluation import EnvSpaces, env_spaces
-from rlstruct.algos.metrics import EpisodeReturns
-from rlstruct.algos.policies import mlp
 from rlstruct.algos.run import Run
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checkpoint import rng_state
 from rlstruct.checks import check_int, check_number
 from rlstruct.dicttensor import DictTensor
+from rlstruct.learning.actor_critic import mlp
+from rlstruct.learning.metrics import EpisodeReturns
 from rlstruct.replay import ReplayBuffer
 from rlstruct.temporal import TemporalDictTensor
 
@@ -340,6 +341,7 @@ def train(config: Config) -> dict[str, Any]:
             (0, 1], ``n_envs`` not a multiple of ``n_processes``, a budget
             shorter than one iteration, or an environment with discrete actions.
     """
+    refuse_agent(config, "sac")
     check_config(
         config,
         n_envs=config.n_envs,

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rlstruct.agent import Agent
-from rlstruct.algos.config import TrainConfig
+from rlstruct.algos.config import ALGORITHMS, TrainConfig
 from rlstruct.algos.evaluation import EvalResult, Evaluator, env_spaces, eval_seed
 from rlstruct.algos.recording import Recording, record_episode
 from rlstruct.batchers import cpu_weights
@@ -124,8 +124,6 @@ def _config_class(algo: str) -> type[TrainConfig]:
 
 def _find_algo(run_dir: Path, names: set[str]) -> str:
     """The algorithm whose ``Config`` has every field named in config.json (the directory's prefix if several)."""
-    from rlstruct.algos import ALGORITHMS
-
     fields = {algo: {f.name for f in dataclasses.fields(_config_class(algo))} for algo in ALGORITHMS}
     candidates = [algo for algo in ALGORITHMS if names <= fields[algo]]
     if len(candidates) > 1:  # a config of shared fields only: the name Run gave the directory decides
@@ -174,8 +172,6 @@ def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> Sav
             fit the agent the configuration describes. ``UnknownEnvironment``
             (a ValueError) if the run's environment cannot be made.
     """
-    from rlstruct.algos import ALGORITHMS
-
     path = Path(run_dir)
     if not path.exists():
         raise FileNotFoundError(f"run directory {str(path)!r} does not exist")

@@ -13,13 +13,16 @@ one place:
   for IMPALA.
 - the scheme (``rlstruct.distributed.Scheme``) decides where each runs.
 
-``PPO`` and ``IMPALA`` reuse the losses of ``rlstruct.algos.ppo`` and
-``rlstruct.algos.impala``. Any object with the same attributes works as an
-algorithm (see ``Algorithm``).
+``PPO`` and ``IMPALA`` compute the losses of the learning layer
+(``rlstruct.learning.on_policy``), the same as ``rlstruct.algos.ppo`` and
+``rlstruct.algos.impala``, on any agent that speaks
+``rlstruct.learning.OnPolicyAgent``: ``ActorCritic`` (recurrent too) or your
+own (a memory, attention over a history). Any object with the same
+attributes works as an algorithm (see ``Algorithm``).
 
 Examples:
     >>> import torch
-    >>> from rlstruct.algos.policies import ActorCritic
+    >>> from rlstruct.learning import ActorCritic
     >>> from rlstruct.distributed import PPO, MinibatchBuffer
     >>> algorithm = PPO(ActorCritic(obs_dim=4, n_actions=2), lr=3e-4)
     >>> algorithm.set_parameter("clip", 0.1)
@@ -40,12 +43,17 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from rlstruct.algos import impala as _impala
-from rlstruct.algos import ppo as _ppo
-from rlstruct.algos.policies import ActorCritic
+from rlstruct.agent import Agent
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
-from rlstruct.temporal import TemporalDictTensor
+from rlstruct.learning.on_policy import (
+    add_advantages,
+    ppo_minibatch_loss,
+    ppo_minibatches,
+    rows_per_minibatch,
+    vtrace_agent_loss,
+)
+from rlstruct.learning.protocols import check_on_policy_agent
 from rlstruct.trajectories import Trajectories
 
 __all__ = ["IMPALA", "PPO", "Algorithm", "Buffer", "MinibatchBuffer", "WholeBatchBuffer"]
@@ -151,8 +159,14 @@ class PPO(_Hyperparameters):
     The learning rate is constant unless changed with ``set_parameter``
     (``Learner.update_algorithm_parameter``).
 
+    ``prepare`` hands the buffer the batch's valid steps, flattened, for an
+    agent without state or history, and its whole rows for one with a memory
+    or a history, replayed from their stored state (see
+    ``rlstruct.learning.on_policy.ppo_minibatches``).
+
     Args:
-        model: the actor-critic to train (its device is the learner's).
+        model: the agent to train, an ``OnPolicyAgent`` such as
+            ``ActorCritic`` (its device is the learner's).
         lr: Adam's learning rate.
         gamma: the discount factor.
         gae_lambda: GAE's lambda.
@@ -162,7 +176,8 @@ class PPO(_Hyperparameters):
         max_grad_norm: gradients are rescaled to this global norm.
 
     Raises:
-        TypeError: if ``model`` is not an ``ActorCritic``.
+        TypeError: if ``model`` is not an ``Agent`` or lacks what
+            ``OnPolicyAgent`` requires (the message names it).
         ValueError: if a hyperparameter is negative, nan or infinite, or
             ``gamma`` or ``gae_lambda`` is above 1 (``set_parameter`` too).
     """
@@ -172,18 +187,17 @@ class PPO(_Hyperparameters):
 
     def __init__(
         self,
-        model: ActorCritic,
+        model: Agent,
         *,
-        lr: float = _ppo.Config.lr,
-        gamma: float = _ppo.Config.gamma,
-        gae_lambda: float = _ppo.Config.gae_lambda,
-        clip: float = _ppo.Config.clip,
-        vf_coef: float = _ppo.Config.vf_coef,
-        ent_coef: float = _ppo.Config.ent_coef,
-        max_grad_norm: float = _ppo.Config.max_grad_norm,
+        lr: float = 1e-3,
+        gamma: float = 0.98,
+        gae_lambda: float = 0.8,
+        clip: float = 0.2,
+        vf_coef: float = 0.5,
+        ent_coef: float = 0.0,
+        max_grad_norm: float = 0.5,
     ) -> None:
-        if not isinstance(model, ActorCritic):
-            raise TypeError(f"PPO: model must be an ActorCritic, got {describe(model)}")
+        check_on_policy_agent(model, "PPO")
         self.model = model
         self.lr, self.gamma, self.gae_lambda, self.clip = (
             float(lr),
@@ -198,17 +212,17 @@ class PPO(_Hyperparameters):
         )
         self._check_all()
         self.optimizer = torch.optim.Adam(model.parameters(), lr=self.lr, eps=1e-5)
-        self._action_key = "action" if model.discrete else "raw_action"
 
-    def prepare(self, batch: Trajectories) -> DictTensor:
-        """GAE advantages and value targets of ``batch`` ``[B, T]``, flattened to its valid steps ``[N]``."""
-        steps = batch.trajectories
-        _ppo.add_advantages(self.model, steps, self.gamma, self.gae_lambda)
-        return steps.masked_flatten()
+    def prepare(self, batch: Trajectories) -> DictTensor | Trajectories:
+        """GAE advantages and value targets of ``batch`` ``[B, T]``; its valid steps ``[N]``, or its rows."""
+        add_advantages(self.model, batch, self.gamma, self.gae_lambda)
+        return ppo_minibatches(self.model, batch, 1)[0]
 
-    def loss(self, minibatch: DictTensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """``rlstruct.algos.ppo.ppo_loss`` on a minibatch of steps."""
-        return _ppo.ppo_loss(self.model, minibatch, self.clip, self.vf_coef, self.ent_coef, self._action_key)
+    def loss(self, minibatch: DictTensor | Trajectories) -> tuple[torch.Tensor, dict[str, float]]:
+        """``rlstruct.learning.on_policy.ppo_minibatch_loss`` on a minibatch of steps or rows."""
+        return ppo_minibatch_loss(
+            self.model, minibatch, clip=self.clip, vf_coef=self.vf_coef, ent_coef=self.ent_coef
+        )
 
 
 class IMPALA(_Hyperparameters):
@@ -216,10 +230,11 @@ class IMPALA(_Hyperparameters):
 
     The defaults are those of ``rlstruct.algos.impala.Config``. Use it with
     ``WholeBatchBuffer`` (one gradient step per collected batch) and
-    asynchronous collection.
+    asynchronous collection. An agent with a memory or a history is
+    replayed from the state stored with each row.
 
     Args:
-        model: the actor-critic to train.
+        model: the agent to train, an ``OnPolicyAgent`` such as ``ActorCritic``.
         lr: RMSprop's learning rate.
         gamma: the discount factor.
         reward_scale: rewards are multiplied by this in the loss.
@@ -231,7 +246,8 @@ class IMPALA(_Hyperparameters):
         normalize_advantages: normalise the policy-gradient advantages of each batch.
 
     Raises:
-        TypeError: if ``model`` is not an ``ActorCritic``.
+        TypeError: if ``model`` is not an ``Agent`` or lacks what
+            ``OnPolicyAgent`` requires (the message names it).
         ValueError: if a hyperparameter is negative, nan or infinite, or
             ``gamma`` is above 1 (``set_parameter`` too).
     """
@@ -251,20 +267,19 @@ class IMPALA(_Hyperparameters):
 
     def __init__(
         self,
-        model: ActorCritic,
+        model: Agent,
         *,
-        lr: float = _impala.Config.lr,
-        gamma: float = _impala.Config.gamma,
-        reward_scale: float = _impala.Config.reward_scale,
-        rho_bar: float = _impala.Config.rho_bar,
-        c_bar: float = _impala.Config.c_bar,
-        vf_coef: float = _impala.Config.vf_coef,
-        ent_coef: float = _impala.Config.ent_coef,
-        max_grad_norm: float = _impala.Config.max_grad_norm,
-        normalize_advantages: bool = _impala.Config.normalize_advantages,
+        lr: float = 1e-3,
+        gamma: float = 0.99,
+        reward_scale: float = 0.1,
+        rho_bar: float = 1.0,
+        c_bar: float = 1.0,
+        vf_coef: float = 0.5,
+        ent_coef: float = 0.0,
+        max_grad_norm: float = 0.5,
+        normalize_advantages: bool = True,
     ) -> None:
-        if not isinstance(model, ActorCritic):
-            raise TypeError(f"IMPALA: model must be an ActorCritic, got {describe(model)}")
+        check_on_policy_agent(model, "IMPALA")
         self.model = model
         self.lr, self.gamma, self.reward_scale = float(lr), float(gamma), float(reward_scale)
         self.rho_bar, self.c_bar = float(rho_bar), float(c_bar)
@@ -277,33 +292,36 @@ class IMPALA(_Hyperparameters):
         self._check_all()
         self.optimizer = torch.optim.RMSprop(model.parameters(), lr=self.lr, alpha=0.99, eps=1e-5)
 
-    def prepare(self, batch: Trajectories) -> TemporalDictTensor:
-        """The trajectories ``[B, T]`` as they are: V-trace is computed in the loss, with the current model."""
-        return batch.trajectories
+    def prepare(self, batch: Trajectories) -> Trajectories:
+        """The trajectories as they are: V-trace is computed in the loss, with the current model."""
+        return batch
 
-    def loss(self, minibatch: TemporalDictTensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """``rlstruct.algos.impala.vtrace_loss`` on trajectories ``[B, T]``."""
-        config = _impala.Config(
+    def loss(self, minibatch: Trajectories) -> tuple[torch.Tensor, dict[str, float]]:
+        """``rlstruct.learning.on_policy.vtrace_agent_loss`` on trajectories ``[B, T]``."""
+        return vtrace_agent_loss(
+            self.model,
+            minibatch,
             gamma=self.gamma,
             reward_scale=self.reward_scale,
             rho_bar=self.rho_bar,
             c_bar=self.c_bar,
             vf_coef=self.vf_coef,
             ent_coef=self.ent_coef,
-            normalize_advantages=self.normalize_advantages,
+            normalize=self.normalize_advantages,
         )
-        return _impala.vtrace_loss(self.model, minibatch, config)
 
 
 class MinibatchBuffer:
-    """Flat steps ``[N]`` served as ``n_epochs`` shuffled passes of minibatches (PPO).
+    """Steps ``[N]``, or whole rows, served as ``n_epochs`` shuffled passes of minibatches (PPO).
 
     Args:
         n_epochs: passes over each inserted batch.
-        minibatch_size: steps per minibatch (the last of a pass may be smaller).
+        minibatch_size: steps per minibatch (the last of a pass may be
+            smaller); for rows (``Trajectories`` of T steps),
+            ``max(1, minibatch_size // T)`` rows per minibatch.
         seed: seeds the shuffling; by default drawn from torch's global
-            generator (which a gradient worker seeds with the scheme's seed
-            plus its index, so every worker shuffles differently).
+            generator (which a gradient worker seeds from the scheme's seed
+            and its index, so every worker shuffles differently).
 
     Raises:
         ValueError: if ``n_epochs`` or ``minibatch_size`` is not a positive int.
@@ -317,29 +335,37 @@ class MinibatchBuffer:
         if seed is None:
             seed = int(torch.randint(0, 2**62, ()).item())
         self._generator = torch.Generator().manual_seed(seed)
-        self._data: DictTensor | None = None
+        self._data: DictTensor | Trajectories | None = None
 
-    def insert(self, data: DictTensor) -> None:
-        """Hold ``data``, a ``DictTensor`` of N steps (any device)."""
-        if not isinstance(data, DictTensor):
-            raise TypeError(f"MinibatchBuffer.insert: data must be a DictTensor, got {describe(data)}")
+    def insert(self, data: DictTensor | Trajectories) -> None:
+        """Hold ``data``: a ``DictTensor`` of N steps, or ``Trajectories`` whose rows are served whole (any device)."""
+        if not isinstance(data, (DictTensor, Trajectories)):
+            raise TypeError(
+                f"MinibatchBuffer.insert: data must be a DictTensor or Trajectories, got {describe(data)}"
+            )
         self._data = data
 
-    def minibatches(self) -> Iterator[DictTensor]:
-        """``n_epochs x ceil(N / minibatch_size)`` minibatches; each pass in a new random order."""
+    def _size(self, data: DictTensor | Trajectories) -> int:
+        if isinstance(data, Trajectories):
+            return rows_per_minibatch(self.minibatch_size, data.trajectories.n_timesteps())
+        return self.minibatch_size
+
+    def minibatches(self) -> Iterator[DictTensor | Trajectories]:
+        """``n_epochs x ceil(N / size)`` minibatches of ``size`` steps or rows; each pass in a new random order."""
         data = self._data
         if data is None:
             return
-        n = data.n_elems()
+        n, size = data.n_elems(), self._size(data)
         for _ in range(self.n_epochs):
             order = torch.randperm(n, generator=self._generator).to(data.device or "cpu")
-            for start in range(0, n, self.minibatch_size):
-                yield data[order[start : start + self.minibatch_size]]
+            for start in range(0, n, size):
+                yield data[order[start : start + size]]
 
     def __len__(self) -> int:
         """The number of minibatches of the data held."""
-        n = 0 if self._data is None else self._data.n_elems()
-        return self.n_epochs * math.ceil(n / self.minibatch_size)
+        if self._data is None:
+            return 0
+        return self.n_epochs * math.ceil(self._data.n_elems() / self._size(self._data))
 
 
 class WholeBatchBuffer:

@@ -33,11 +33,12 @@ from typing import Any
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.algos.metrics import EpisodeReturns
 from rlstruct.batchers import Batcher, LocalBatcher, MultiprocessBatcher
 from rlstruct.distributed.codec import Packed, pack, unpack
 from rlstruct.distributed.options import Collection
 from rlstruct.env import Environment
+from rlstruct.learning.metrics import EpisodeReturns
+from rlstruct.seeding import derive_seed
 from rlstruct.trajectories import Trajectories
 
 __all__ = ["CollectionWorker", "Collectors", "Rollout"]
@@ -73,9 +74,10 @@ class CollectionWorker:
     """A batcher that collects fixed-length rollouts under the weights it was last sent.
 
     Args:
-        index: the worker's index; its environments are seeded from
-            ``seed + index * n_envs * max(1, processes)``, so no two workers
-            share one.
+        index: the worker's index in the scheme; its batcher's base seed
+            is ``derive_seed(seed, f"collection {index}")`` (see
+            ``rlstruct.seeding``), so that no two workers of a scheme, nor
+            of schemes with other seeds, replay each other's episodes.
         agent_factory: makes the agent (picklable), as for the batchers.
         agent_args: keyword arguments for ``agent_factory``.
         env_factory: makes the environments (picklable), as for the batchers.
@@ -110,7 +112,7 @@ class CollectionWorker:
         self.index = index
         self.compression = compression
         n_envs, processes = collection.n_envs, collection.processes
-        base = seed + index * n_envs * max(1, processes)
+        base = derive_seed(seed, f"collection {index}")
         factories = (agent_factory, agent_args, env_factory, env_args)
         layout: dict[str, Any] = {"n_envs": n_envs, "n_timesteps": collection.n_steps, "seed": base}
         self.batcher: Batcher

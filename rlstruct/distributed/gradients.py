@@ -32,6 +32,7 @@ from rlstruct.distributed.algorithms import Algorithm, Buffer
 from rlstruct.distributed.codec import Packed, pack, unpack
 from rlstruct.distributed.collection import CollectionWorker, Collectors, node_and_pid, resolve_weights
 from rlstruct.distributed.options import Updates
+from rlstruct.seeding import derive_seed
 from rlstruct.trajectories import Trajectories
 
 __all__ = ["GradientResult", "GradientWorker", "flat_gradients", "seeded", "set_flat_gradients"]
@@ -161,8 +162,10 @@ class GradientWorker:
     Args:
         index: the worker's index: the model, algorithm, buffer and
             in-process collection worker are made with torch's CPU generator
-            seeded with ``seed + index`` (see ``seeded``; the process's own
-            random state is given back after).
+            seeded with ``derive_seed(seed, f"gradient {index}")`` (see
+            ``seeded`` and ``rlstruct.seeding``; the process's own random
+            state is given back after), so that no two gradient workers
+            shuffle alike.
         agent_factory: makes the model (an agent that is a ``torch.nn.Module``).
         agent_args: keyword arguments for ``agent_factory``.
         algo_factory: makes the algorithm: ``algo_factory(model)``.
@@ -195,7 +198,7 @@ class GradientWorker:
     ) -> None:
         self.index = index
         self.device = torch.device(device)
-        with seeded(seed + index):
+        with seeded(derive_seed(seed, f"gradient {index}")):
             self.model = agent_factory(**agent_args)
             if not isinstance(self.model, torch.nn.Module):
                 raise TypeError(

@@ -3,7 +3,7 @@
 Examples:
     >>> from functools import partial
     >>> from rlstruct import GymEnv
-    >>> from rlstruct.algos.policies import ActorCritic
+    >>> from rlstruct.learning.actor_critic import ActorCritic
     >>> from rlstruct.distributed import PPO, Collection, Learner, MinibatchBuffer, Scheme
     >>> scheme = Scheme(ActorCritic, {"obs_dim": 4, "n_actions": 2}, GymEnv, {"env": "CartPole-v1"},
     ...                 PPO, partial(MinibatchBuffer, n_epochs=2, minibatch_size=64),

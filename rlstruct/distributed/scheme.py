@@ -40,7 +40,7 @@ back-pressure); see ``rlstruct.distributed.collection``.
 Examples:
     >>> from functools import partial
     >>> from rlstruct import GymEnv
-    >>> from rlstruct.algos.policies import ActorCritic
+    >>> from rlstruct.learning.actor_critic import ActorCritic
     >>> from rlstruct.distributed import PPO, Collection, MinibatchBuffer, Scheme
     >>> scheme = Scheme(ActorCritic, {"obs_dim": 4, "n_actions": 2}, GymEnv, {"env": "CartPole-v1"},
     ...                 PPO, partial(MinibatchBuffer, n_epochs=1, minibatch_size=64),

@@ -8,7 +8,7 @@ draws its randomness from ``self.generator``, so batchers reproduce it.
 Examples:
     >>> import torch
     >>> from rlstruct import DictTensor
-    >>> from rlstruct.algos.policies import ActorCritic
+    >>> from rlstruct.learning.actor_critic import ActorCritic
     >>> agent = ActorCritic(obs_dim=4, n_actions=2)
     >>> z = DictTensor({"greedy": torch.tensor([False, True])})
     >>> obs = DictTensor({"observation": torch.zeros(2, 4)})
@@ -20,20 +20,21 @@ Examples:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import cast
 
 import torch
 
 from rlstruct.agent import Agent
 from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import describe
+from rlstruct.learning.encoders import ObservationEncoder
 from rlstruct.normalize import ObservationNormalizer
+from rlstruct.specs import ObservationSpace
 from rlstruct.temporal import TemporalDictTensor
+from rlstruct.trajectories import Trajectories
 
-if TYPE_CHECKING:
-    from rlstruct.algos.evaluation import EnvSpaces
-
-__all__ = ["ActorCritic", "actor_critic_agent", "mlp", "run_memory"]
+__all__ = ["MEMORIES", "ActorCritic", "mlp", "run_memory"]
 
 
 def mlp(sizes: Sequence[int], activation: type[torch.nn.Module] = torch.nn.Tanh) -> torch.nn.Sequential:
@@ -53,8 +54,14 @@ def _greedy(agent_info: DictTensor, n: int) -> torch.Tensor | None:
 class ActorCritic(Agent):
     """A policy head and a value head on float32 observations; discrete or Gaussian actions.
 
+    Observations: a flat ``observation`` of ``obs_dim`` numbers (any dtype,
+    read as float32), or the keys of ``observation_spaces`` (every gymnasium
+    space: ``rlstruct.gym_env.observation_spaces``) encoded by an
+    ``ObservationEncoder`` (one-hot for discrete keys, a CNN for uint8
+    images, all keys joined), or by ``encoder``, your own. Give one of the three.
+
     Args:
-        obs_dim: the size of the (flat) observation.
+        obs_dim: the size of the flat observation under the key ``observation``.
         n_actions: the number of discrete actions; or None for continuous actions.
         action_low: the lower bounds of continuous actions (one per dimension).
         action_high: the upper bounds of continuous actions.
@@ -73,6 +80,13 @@ class ActorCritic(Agent):
         orthogonal: orthogonal initial weights and zero biases (gains sqrt(2)
             in hidden layers, 0.01 for the policy output, 1 for the value);
             otherwise torch's default, with the policy output scaled by 0.01.
+        observation_spaces: the observation's keys and their spaces; a
+            single non-image box under ``observation`` is the same as its
+            ``obs_dim``.
+        encoder: a module that turns the observation (a ``DictTensor`` of N
+            rows) into float32 features ``[N, out_dim]``, with the attributes
+            ``out_dim`` and ``keys`` (the keys it reads), as
+            ``ObservationEncoder`` has; it is trained with the heads.
 
     Output keys (per row): ``action`` (int64 for discrete; float32 clamped to
     the bounds for continuous: what the environment gets), ``log_prob`` (float32,
@@ -90,8 +104,9 @@ class ActorCritic(Agent):
 
     Raises:
         ValueError: for a non-positive ``obs_dim``/``n_actions``, missing or
-            mismatched continuous bounds, or an unknown ``memory``.
-        TypeError: for an int ``hidden``.
+            mismatched continuous bounds, an unknown ``memory``, or not
+            exactly one of ``obs_dim``, ``observation_spaces`` and ``encoder``.
+        TypeError: for an int ``hidden``, or an ``encoder`` without ``out_dim`` and ``keys``.
     """
 
     low: torch.Tensor
@@ -99,7 +114,7 @@ class ActorCritic(Agent):
 
     def __init__(
         self,
-        obs_dim: int,
+        obs_dim: int | None = None,
         n_actions: int | None = None,
         action_low: Sequence[float] | None = None,
         action_high: Sequence[float] | None = None,
@@ -108,10 +123,11 @@ class ActorCritic(Agent):
         memory: str = "gru",
         normalize: bool = False,
         orthogonal: bool = False,
+        observation_spaces: Mapping[str, ObservationSpace] | None = None,
+        encoder: torch.nn.Module | None = None,
     ) -> None:
         super().__init__()
-        if obs_dim < 1:
-            raise ValueError(f"ActorCritic: obs_dim must be positive, got {obs_dim}")
+        self.encoder, obs_dim = _encoder(obs_dim, observation_spaces, encoder)
         if memory not in MEMORIES:
             raise ValueError(f"ActorCritic: memory must be one of {sorted(MEMORIES)}, got {memory!r}")
         if isinstance(hidden, int):  # config.json's "hidden": 64 is both layers' size
@@ -232,10 +248,28 @@ class ActorCritic(Agent):
         new = new if isinstance(new, tuple) else (new,)
         return out.squeeze(1), {k: v.squeeze(0) for k, v in zip(keys, new, strict=True)}
 
-    def normalized(self, observation: torch.Tensor) -> torch.Tensor:
-        """Observations [N, ...] as the networks read them: flat float32, normalised if ``normalize``."""
-        x = observation.to(torch.float32).flatten(1)
+    def normalized(self, observation: torch.Tensor | DictTensor | Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Observations of N rows as the networks read them: float32 ``[N, d]``, normalised if ``normalize``.
+
+        ``observation``: the ``observation`` tensor ``[N, ...]`` (flat, read
+        as float32), or the observation's keys (a mapping of ``[N, ...]``
+        tensors: the ``encoder``'s keys, or ``observation``).
+        """
+        if self.encoder is not None:
+            x: torch.Tensor = self.encoder(observation)
+        else:
+            flat = observation if isinstance(observation, torch.Tensor) else observation["observation"]
+            x = flat.to(torch.float32).flatten(1)
         return x if self.obs_norm is None else self.obs_norm(x)
+
+    @property
+    def observation_keys(self) -> tuple[str, ...]:
+        """The keys of the observation the agent reads (``("observation",)`` without an encoder)."""
+        return ("observation",) if self.encoder is None else tuple(cast(Iterable[str], self.encoder.keys))
+
+    def _flat(self, steps: TemporalDictTensor, prefix: str = "") -> dict[str, torch.Tensor]:
+        """The observation keys (under ``prefix``: "next/" for the reached ones) of ``[B, T]`` steps, ``[B * T, ...]``."""
+        return {k: steps[prefix + k].flatten(0, 1) for k in self.observation_keys}
 
     def features(
         self, observation: torch.Tensor, state: DictTensor | None = None
@@ -271,6 +305,26 @@ class ActorCritic(Agent):
             return -(log_p.exp() * log_p).sum(-1)
         return (self.log_std + 1.4189385332046727).sum().expand(params.shape[0])  # 0.5 + log(sqrt(2 pi))
 
+    @property
+    def action_key(self) -> str:
+        """The output key of the actions ``log_prob`` is of: "action", or "raw_action" (before clamping)."""
+        return "action" if self.discrete else "raw_action"
+
+    @property
+    def params_key(self) -> str:
+        """The output key of the distribution's parameters: "logits" (discrete) or "mean" (continuous)."""
+        return "logits" if self.discrete else "mean"
+
+    def action_log_prob(
+        self, output: DictTensor | Mapping[str, torch.Tensor], action: torch.Tensor
+    ) -> torch.Tensor:
+        """log pi(action) [N] under the policy of N outputs (``logits`` or ``mean``); see ``OnPolicyAgent``."""
+        return self.log_prob(output[self.params_key], action)
+
+    def action_entropy(self, output: DictTensor | Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """The entropy [N] of the policy of N outputs (``logits`` or ``mean``); see ``OnPolicyAgent``."""
+        return self.entropy(output[self.params_key])
+
     def _generator_on(self, device: torch.device) -> torch.Generator:
         """``self.generator``, or for a model moved to another device a generator there, seeded from it."""
         if device == self.generator.device:
@@ -280,8 +334,12 @@ class ActorCritic(Agent):
             self._device_generator.manual_seed(self.generator.initial_seed())
         return self._device_generator
 
-    def value_of(self, observation: torch.Tensor, output: DictTensor | None = None) -> torch.Tensor:
-        """V [N] of observations [N, ...] reached after the steps whose outputs are ``output``.
+    def value_of(
+        self,
+        observation: torch.Tensor | DictTensor | Mapping[str, torch.Tensor],
+        output: DictTensor | None = None,
+    ) -> torch.Tensor:
+        """V [N] of observations of N rows (as ``normalized`` reads them) reached after the steps whose outputs are ``output``.
 
         For a recurrent agent, ``output`` must hold the value memory after
         those steps (``h_v``, and ``c_v`` for an LSTM): the reached
@@ -311,8 +369,12 @@ class ActorCritic(Agent):
         """
         memory = {k: steps[k].flatten(0, 1) for k in self.value_memory}
         after = DictTensor(memory) if memory else None
-        value = self.value_of(steps["next/observation"].flatten(0, 1), after)
+        value = self.value_of(self._flat(steps, "next/"), after)
         return value.view(steps.n_elems(), steps.n_timesteps())
+
+    def bootstrap_values(self, batch: Trajectories) -> torch.Tensor:
+        """``values_reached`` of the batch's steps: V ``[B, T]`` of ``next/observation``; see ``OnPolicyAgent``."""
+        return self.values_reached(batch.trajectories)
 
     @torch.no_grad()
     def update_obs_norm(self, steps: TemporalDictTensor) -> None:
@@ -322,7 +384,11 @@ class ActorCritic(Agent):
         trains on the statistics its batch was collected with.
         """
         if self.obs_norm is not None:
-            self.obs_norm.update(steps["observation"][steps.mask()].flatten(1))
+            mask = steps.mask()
+            if self.encoder is None:
+                self.obs_norm.update(steps["observation"][mask].flatten(1))
+            else:
+                self.obs_norm.update(self.encoder({k: steps[k][mask] for k in self.observation_keys}))
 
     def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(``logits`` or ``mean`` [N, k], ``value`` [N]) from features [N, d] (a stateless agent's)."""
@@ -355,7 +421,7 @@ class ActorCritic(Agent):
             ``new_state`` the memory after the step (``state`` itself for a
             feed-forward agent).
         """
-        x = self.normalized(observation["observation"])
+        x = self.normalized(observation if self.encoder is not None else observation["observation"])
         out: dict[str, torch.Tensor] = {}
         if self.actor_memory is None:
             params, value = self.heads(x)
@@ -402,7 +468,7 @@ class ActorCritic(Agent):
         one cell call per episode piece (see ``run_memory``).
         """
         b, t = observation.n_elems(), observation.n_timesteps()
-        x = self.normalized(observation["observation"].flatten(0, 1)).view(b, t, -1)
+        x = self.normalized(self._flat(observation)).view(b, t, -1)
         out: dict[str, torch.Tensor] = {}
         if self.actor_memory is None or self.critic_memory is None:
             params, value = self.heads(x)
@@ -487,29 +553,38 @@ def _hidden(
     return state[0].unsqueeze(0)
 
 
-def actor_critic_agent(config: Any, spaces: EnvSpaces, **extra: Any) -> tuple[ActorCritic, dict[str, Any]]:
-    """The ``ActorCritic`` an algorithm's config asks for on an environment of ``spaces``, and its arguments.
-
-    Args:
-        config: a config with ``hidden`` (units of both hidden layers),
-            ``recurrent``, ``memory`` and ``normalize``.
-        spaces: the environment's spaces (``env_spaces``).
-        **extra: more ``ActorCritic`` arguments (PPO's ``orthogonal``).
-
-    Returns:
-        ``(ActorCritic(**agent_args), agent_args)``: a new agent on the CPU,
-        initialised from torch's global generator, and the arguments that
-        make its copies (the batchers') and rebuild it (``load_run``).
-    """
-    agent_args: dict[str, Any] = {
-        "obs_dim": spaces.obs_dim,
-        "n_actions": spaces.n_actions,
-        "action_low": spaces.action_low,
-        "action_high": spaces.action_high,
-        "hidden": (config.hidden, config.hidden),
-        "recurrent": config.recurrent,
-        "memory": config.memory,
-        "normalize": config.normalize,
-        **extra,
-    }
-    return ActorCritic(**agent_args), agent_args
+def _encoder(
+    obs_dim: int | None,
+    observation_spaces: Mapping[str, ObservationSpace] | None,
+    encoder: torch.nn.Module | None,
+) -> tuple[torch.nn.Module | None, int]:
+    """The encoder ``ActorCritic`` reads observations with (None: the flat ``observation``) and its features' size."""
+    given = [
+        name
+        for name, v in (
+            ("obs_dim", obs_dim),
+            ("observation_spaces", observation_spaces),
+            ("encoder", encoder),
+        )
+        if v is not None
+    ]
+    if len(given) != 1:
+        raise ValueError(
+            f"ActorCritic: give exactly one of obs_dim, observation_spaces and encoder, got {given or 'none'}"
+        )
+    if encoder is not None:
+        if not isinstance(getattr(encoder, "out_dim", None), int) or not hasattr(encoder, "keys"):
+            raise TypeError(
+                f"ActorCritic: encoder must be a torch.nn.Module with an int out_dim and the keys it reads, "
+                f"got {describe(encoder)}"
+            )
+        return encoder, cast(int, encoder.out_dim)
+    if observation_spaces is not None:
+        made = ObservationEncoder(observation_spaces)
+        if made.is_flat and made.keys == ("observation",):
+            return None, made.out_dim  # a flat box: read as it is, the same as obs_dim
+        return made, made.out_dim
+    assert obs_dim is not None
+    if isinstance(obs_dim, bool) or not isinstance(obs_dim, int) or obs_dim < 1:
+        raise ValueError(f"ActorCritic: obs_dim must be a positive int, got {obs_dim!r}")
+    return None, obs_dim

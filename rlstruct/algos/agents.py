@@ -1,0 +1,196 @@
+"""The agent a training script trains: its own ``ActorCritic``, or the user's class named by ``config.agent``.
+
+``config.agent`` names an ``Agent`` subclass as ``"module:Class"`` (the
+module imported as Python imports it, from the working directory too) or
+``"path/to/file.py:Class"`` (the file's folder joins ``sys.path``, so that
+worker processes import it the same way); from Python it may also be the
+class itself. The class is made with ``config.agent_args``, to which the
+script adds, for each of ``ENV_ARGUMENTS`` that the constructor takes and
+``agent_args`` does not give, the environment's value: a class with
+``__init__(self, obs_dim, n_actions, hidden=64)`` gets ``obs_dim`` and
+``n_actions`` from the environment and ``hidden`` from ``agent_args``.
+Those final arguments go to ``config.json`` through the checkpoint's run,
+the batchers' workers and ``load_run``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import sys
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rlstruct.agent import Agent
+from rlstruct.algos.evaluation import EnvSpaces
+from rlstruct.errors import AgentError, describe
+from rlstruct.learning.actor_critic import ActorCritic
+from rlstruct.learning.protocols import check_on_policy_agent
+
+__all__ = [
+    "ENV_ARGUMENTS",
+    "actor_critic_agent",
+    "agent_class",
+    "agent_name",
+    "on_policy_agent",
+    "refuse_agent",
+    "user_agent",
+    "with_agent_name",
+]
+
+C = TypeVar("C")
+
+ENV_ARGUMENTS = ("obs_dim", "n_actions", "action_low", "action_high", "observation_spaces")
+"""The constructor arguments a script fills in from the environment (``EnvSpaces``) when the class takes them.
+
+``observation_spaces`` is ``EnvSpaces.observation`` (every key and its
+``ObservationSpace``: what ``ObservationEncoder`` takes); the others are the
+fields of ``EnvSpaces`` of the same name.
+"""
+
+
+def actor_critic_agent(config: Any, spaces: EnvSpaces, **extra: Any) -> tuple[ActorCritic, dict[str, Any]]:
+    """The ``ActorCritic`` an algorithm's config asks for on an environment of ``spaces``, and its arguments.
+
+    Args:
+        config: a config with ``hidden`` (units of both hidden layers),
+            ``recurrent``, ``memory`` and ``normalize``.
+        spaces: the environment's spaces (``env_spaces``).
+        **extra: more ``ActorCritic`` arguments (PPO's ``orthogonal``).
+
+    Returns:
+        ``(ActorCritic(**agent_args), agent_args)``: a new agent on the CPU,
+        initialised from torch's global generator, and the arguments that
+        make its copies (the batchers') and rebuild it (``load_run``). A
+        flat observation is given as ``obs_dim``; any other (discrete keys,
+        several keys, images) as ``observation_spaces``, which the agent
+        encodes (``ObservationEncoder``).
+    """
+    observation = {"obs_dim": spaces.obs_dim} if spaces.flat else {"observation_spaces": spaces.observation}
+    agent_args: dict[str, Any] = {
+        **observation,
+        "n_actions": spaces.n_actions,
+        "action_low": spaces.action_low,
+        "action_high": spaces.action_high,
+        "hidden": (config.hidden, config.hidden),
+        "recurrent": config.recurrent,
+        "memory": config.memory,
+        "normalize": config.normalize,
+        **extra,
+    }
+    return ActorCritic(**agent_args), agent_args
+
+
+def agent_name(agent: str | type[Agent]) -> str:
+    """``"module:Class"`` for an Agent class (what config.json keeps), or the name as given."""
+    if isinstance(agent, str):
+        return agent
+    return f"{agent.__module__}:{agent.__qualname__}"
+
+
+def agent_class(name: str | type[Agent]) -> type[Agent]:
+    """The ``Agent`` subclass ``name`` names (``"module:Class"`` or ``"path/file.py:Class"``), or ``name`` itself.
+
+    Raises:
+        AgentError: (a ValueError and a TypeError) for a name without ``:``,
+            a module or file that cannot be imported, no attribute of that
+            name in it, or something that is not an ``Agent`` subclass; the
+            message names ``config.agent`` (``--agent``) and what was given.
+    """
+    if not isinstance(name, str):
+        cls: object = name
+    else:
+        module_name, colon, attribute = name.partition(":")
+        if not colon or not module_name or not attribute:
+            raise AgentError(
+                f"config.agent (--agent) must be 'module:Class' or 'path/to/file.py:Class', got {name!r}"
+            )
+        if module_name.endswith(".py"):
+            path = Path(module_name).resolve()
+            if not path.is_file():
+                raise AgentError(f"config.agent (--agent): no file {module_name!r} (from {name!r})")
+            folder, module_name = str(path.parent), path.stem
+        else:
+            folder = str(Path.cwd())
+        if folder not in sys.path:
+            sys.path.insert(0, folder)  # spawned workers get the parent's sys.path
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise AgentError(f"config.agent (--agent): cannot import {module_name!r} ({error})") from error
+        cls = module
+        for part in attribute.split("."):
+            if not hasattr(cls, part):
+                raise AgentError(f"config.agent (--agent): module {module_name!r} has no {attribute!r}")
+            cls = getattr(cls, part)
+    if not (isinstance(cls, type) and issubclass(cls, Agent)):
+        raise AgentError(f"config.agent (--agent) must name an rlstruct.Agent subclass, got {describe(cls)}")
+    return cls
+
+
+def user_agent(
+    cls: type[Agent], agent_args: dict[str, Any] | None, spaces: EnvSpaces
+) -> tuple[Agent, dict[str, Any]]:
+    """``cls(**args)`` and ``args``: ``agent_args`` plus the ``ENV_ARGUMENTS`` the constructor takes.
+
+    Raises:
+        AgentError: if ``agent_args`` is not a dict, or the constructor
+            refuses the arguments (its message, with the class's name).
+    """
+    if agent_args is not None and not isinstance(agent_args, dict):
+        raise AgentError(
+            f"config.agent_args must be a dict (a JSON object on the command line), got {agent_args!r}"
+        )
+    args = dict(agent_args or {})
+    takes = inspect.signature(cls).parameters
+    given = {
+        **{name: getattr(spaces, name) for name in ENV_ARGUMENTS[:-1]},
+        "observation_spaces": spaces.observation,
+    }
+    for name in ENV_ARGUMENTS:
+        if name in takes and name not in args:
+            args[name] = given[name]
+    try:
+        agent = cls(**args)
+    except TypeError as error:
+        raise AgentError(f"config.agent: {cls.__name__}(**{args!r}) failed: {error}") from error
+    return agent, args
+
+
+def with_agent_name(config: C) -> C:
+    """``config`` with an Agent class in ``agent`` replaced by its ``"module:Class"`` (what config.json keeps)."""
+    agent = getattr(config, "agent", None)
+    if agent is None or isinstance(agent, str):
+        return config
+    agent_class(agent)  # an Agent subclass, or a TypeError naming config.agent
+    return dataclasses.replace(config, agent=agent_name(agent))  # type: ignore[type-var]
+
+
+def on_policy_agent(
+    config: Any, spaces: EnvSpaces, learner: str, **extra: Any
+) -> tuple[Agent, dict[str, Any]]:
+    """The agent an on-policy script (A2C, PPO, IMPALA) trains, and its arguments.
+
+    ``config.agent``'s class made with ``config.agent_args`` (``user_agent``)
+    and checked to speak ``OnPolicyAgent`` when set, else
+    ``actor_critic_agent(config, spaces, **extra)``.
+
+    Raises:
+        AgentError: for an agent ``learner`` cannot train (see ``agent_class``,
+            ``user_agent`` and ``check_on_policy_agent``).
+    """
+    if config.agent is None:
+        return actor_critic_agent(config, spaces, **extra)
+    agent, args = user_agent(agent_class(config.agent), config.agent_args, spaces)
+    check_on_policy_agent(agent, learner)
+    return agent, args
+
+
+def refuse_agent(config: Any, learner: str) -> None:
+    """Raise ``AgentError`` if ``config.agent`` is set: ``learner`` (DQN, SAC) trains only its own networks."""
+    if config.agent is not None or config.agent_args is not None:
+        raise AgentError(
+            f"{learner}: config.agent and config.agent_args (--agent, --agent-args) are for a2c, ppo and "
+            f"impala; {learner} trains its own networks, got agent={agent_name(config.agent) if config.agent else None!r}"
+        )

@@ -1,0 +1,33 @@
+"""The learning layer: what every learner shares, below the training scripts and the schemes.
+
+- ``actor_critic``: ``ActorCritic``, the agent A2C, PPO and IMPALA build, and
+  its memory helper ``run_memory``;
+- ``encoders``: ``ObservationEncoder``, the features of observations of
+  every gymnasium space (one-hot, joined keys, a CNN for images);
+- ``metrics``: the returns of finished episodes and how well a value fits;
+- ``protocols``: ``OnPolicyAgent``, what A2C, PPO and IMPALA need of an
+  agent, and its checks;
+- ``losses``: the losses as functions of tensors; ``on_policy``: the same
+  on an agent (GAE targets, PPO's minibatch loss, V-trace).
+
+``rlstruct.algos`` (the readable training scripts) and
+``rlstruct.distributed`` (the Ray schemes) both build on this layer, never on
+each other.
+"""
+
+from rlstruct.learning.actor_critic import MEMORIES, ActorCritic, mlp, run_memory
+from rlstruct.learning.encoders import ObservationEncoder
+from rlstruct.learning.metrics import EpisodeReturns, explained_variance
+from rlstruct.learning.protocols import OnPolicyAgent, check_on_policy_agent
+
+__all__ = [
+    "MEMORIES",
+    "ActorCritic",
+    "EpisodeReturns",
+    "ObservationEncoder",
+    "OnPolicyAgent",
+    "check_on_policy_agent",
+    "explained_variance",
+    "mlp",
+    "run_memory",
+]

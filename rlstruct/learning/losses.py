@@ -1,0 +1,134 @@
+"""The on-policy losses as functions of tensors, with every hyperparameter explicit.
+
+- ``ppo_loss``: PPO's clipped surrogate, value loss and entropy bonus on a
+  minibatch of N steps (Schulman et al. 2017);
+- ``actor_critic_loss``: the policy gradient with a value baseline, masked
+  over ``[B, T]`` trajectories, which A2C (advantages from GAE) and IMPALA
+  (V-trace's advantages and targets, Espeholt et al. 2018) share;
+- ``normalize_advantages``: zero mean and unit deviation over the valid steps.
+
+They take the log-probabilities, values and entropies an agent computed
+(see ``rlstruct.learning.protocols``), so they know nothing of the agent.
+
+Examples:
+    >>> import torch
+    >>> log_prob = torch.log(torch.tensor([0.5, 0.5]))
+    >>> loss, terms = ppo_loss(
+    ...     log_prob, log_prob, advantage=torch.tensor([1.0, -1.0]), value=torch.zeros(2),
+    ...     target=torch.ones(2), entropy=torch.zeros(2), clip=0.2, vf_coef=0.5, ent_coef=0.0,
+    ... )
+    >>> terms["value_loss"], terms["clip_fraction"]  # 0.5 * mean((0 - 1)^2); ratios of 1
+    (0.5, 0.0)
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["actor_critic_loss", "normalize_advantages", "ppo_loss"]
+
+
+def normalize_advantages(advantage: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``(advantage - mean) / (std + 1e-8)``, the statistics taken over the valid steps (``mask``), or all.
+
+    Args:
+        advantage: float ``[N]`` or ``[B, T]``.
+        mask: bool of the same shape, True at valid steps; None for all.
+
+    Returns:
+        A new tensor of the same shape, dtype and device.
+    """
+    valid = advantage if mask is None else advantage[mask]
+    return (advantage - valid.mean()) / (valid.std() + 1e-8)
+
+
+def ppo_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantage: torch.Tensor,
+    value: torch.Tensor,
+    target: torch.Tensor,
+    entropy: torch.Tensor,
+    *,
+    clip: float,
+    vf_coef: float,
+    ent_coef: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's loss on N steps: clipped surrogate + ``vf_coef`` x value loss - ``ent_coef`` x entropy.
+
+    Advantages are normalised within the minibatch when it has more than one step.
+
+    Args:
+        log_prob: log pi(a) ``[N]`` under the policy being trained (with gradients).
+        old_log_prob: log mu(a) ``[N]`` under the policy that collected the steps.
+        advantage: ``[N]``.
+        value: the values being trained ``[N]`` (with gradients).
+        target: their targets ``[N]``.
+        entropy: the policy's entropy ``[N]`` (with gradients).
+        clip: the clip range of the probability ratio.
+        vf_coef: the weight of the value loss ``0.5 * (value - target)^2``.
+        ent_coef: the weight of the entropy bonus.
+
+    Returns:
+        The scalar loss (with gradients) and its terms as floats:
+        ``policy_loss``, ``value_loss``, ``entropy``, ``clip_fraction`` (the
+        share of ratios outside ``[1 - clip, 1 + clip]``).
+    """
+    ratio = (log_prob - old_log_prob).exp()
+    if advantage.numel() > 1:
+        advantage = normalize_advantages(advantage)
+    policy_loss = -torch.min(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage).mean()
+    value_loss = 0.5 * (value - target).pow(2).mean()
+    entropy_mean = entropy.mean()
+    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
+    terms = {
+        "policy_loss": policy_loss.detach().item(),
+        "value_loss": value_loss.detach().item(),
+        "entropy": entropy_mean.detach().item(),
+        "clip_fraction": ((ratio.detach() - 1).abs() > clip).float().mean().item(),
+    }
+    return loss, terms
+
+
+def actor_critic_loss(
+    log_prob: torch.Tensor,
+    advantage: torch.Tensor,
+    value: torch.Tensor,
+    target: torch.Tensor,
+    entropy: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    vf_coef: float,
+    ent_coef: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The policy gradient with a value baseline over trajectories ``[B, T]``, averaged over the valid steps.
+
+    ``-log_prob * advantage + vf_coef * 0.5 * (value - target)^2 - ent_coef * entropy``,
+    each term summed over the steps where ``mask`` is True and divided by
+    their number.
+
+    Args:
+        log_prob: log pi(a) ``[B, T]`` (with gradients).
+        advantage: ``[B, T]``, without gradients.
+        value: the values being trained ``[B, T]`` (with gradients).
+        target: their targets ``[B, T]``.
+        entropy: the policy's entropy ``[B, T]`` (with gradients).
+        mask: bool ``[B, T]``, True at valid steps.
+        vf_coef: the weight of the value loss.
+        ent_coef: the weight of the entropy bonus.
+
+    Returns:
+        The scalar loss (with gradients) and ``policy_loss``, ``value_loss``
+        and ``entropy`` as floats.
+    """
+    n_valid = mask.sum()
+    policy_loss = -(log_prob * advantage * mask).sum() / n_valid
+    value_loss = 0.5 * ((value - target).pow(2) * mask).sum() / n_valid
+    entropy_mean = (entropy * mask).sum() / n_valid
+    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
+    terms = {
+        "policy_loss": policy_loss.detach().item(),
+        "value_loss": value_loss.detach().item(),
+        "entropy": entropy_mean.detach().item(),
+    }
+    return loss, terms

@@ -1,0 +1,203 @@
+"""What a learner needs of an agent: the on-policy protocol, its check, and the agent's outputs again.
+
+A2C, PPO and IMPALA (``rlstruct.algos``) and the schemes' ``PPO`` and
+``IMPALA`` (``rlstruct.distributed``) train any ``Agent`` that speaks
+``OnPolicyAgent``; ``ActorCritic`` is one. ``check_on_policy_agent`` refuses
+an agent that does not, naming what it lacks and the learner that needs it,
+before any process starts; ``check_outputs`` does the same for the keys of
+the first batch its agents collected. ``policy_outputs`` replays the agent
+over stored steps, with gradients, the way every on-policy learner does.
+
+Examples:
+    >>> from rlstruct.learning import ActorCritic, check_on_policy_agent
+    >>> check_on_policy_agent(ActorCritic(obs_dim=4, n_actions=2), "PPO")
+    >>> check_on_policy_agent(torch.nn.Linear(4, 2), "PPO")
+    Traceback (most recent call last):
+    ...
+    rlstruct.errors.AgentError: PPO trains an Agent (rlstruct.Agent), got a Linear
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, cast, runtime_checkable
+
+import torch
+
+from rlstruct.agent import Agent, history_length, observation_keys, replay_agent
+from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import AgentError, describe
+from rlstruct.temporal import TemporalDictTensor
+from rlstruct.trajectories import Trajectories
+
+__all__ = [
+    "ON_POLICY_METHODS",
+    "ON_POLICY_OUTPUTS",
+    "OnPolicyAgent",
+    "check_on_policy_agent",
+    "check_outputs",
+    "clip_gradients",
+    "is_sequential",
+    "policy_outputs",
+    "update_obs_norm",
+    "with_agent_info",
+]
+
+
+@runtime_checkable
+class OnPolicyAgent(Protocol):
+    """What A2C, PPO and IMPALA need of an agent, beside being an ``rlstruct.Agent``.
+
+    Collection: every step's output holds ``log_prob`` (float32 ``[B]``, the
+    log-probability of the action under ``action_key`` given the policy that
+    chose it) and ``value`` (float32 ``[B]``, the value of the observation),
+    beside what the environment reads (``action``).
+
+    Learning: the learner replays the agent over stored steps with gradients
+    (``policy_outputs``: one ``forward`` call on flat steps for an agent
+    without state or history; ``replay_agent`` over whole rows otherwise,
+    through ``forward_sequence`` where the agent has it) and asks the agent
+    for the log-probability and entropy of the stored actions under those
+    outputs, and for the values that bootstrap the returns.
+
+    Optional, used when present: ``clip_grad_norm_(max_norm)`` (otherwise
+    the gradients of all parameters are rescaled together),
+    ``update_obs_norm(steps)`` (running observation statistics, called after
+    each update with the batch it used) and ``forward_sequence`` (one call
+    over a ``[B, T]`` batch; see ``replay_agent``).
+
+    ``ActorCritic`` implements this protocol; docs/agents.md writes another.
+    """
+
+    @property
+    def action_key(self) -> str:
+        """The output key of the action whose log-probability is stored ("action", or "raw_action" before a clamp)."""
+        ...
+
+    def action_log_prob(self, output: DictTensor, action: torch.Tensor) -> torch.Tensor:
+        """log pi(action | output) ``[N]`` for N outputs of ``forward`` or ``forward_sequence``, flattened."""
+        ...
+
+    def action_entropy(self, output: DictTensor) -> torch.Tensor:
+        """The entropy ``[N]`` of the policy of N outputs, flattened."""
+        ...
+
+    def bootstrap_values(self, batch: Trajectories) -> torch.Tensor:
+        """V ``[B, T]`` of the observation reached after every step (``next/observation``), without gradients.
+
+        A learner cuts it where an episode terminated; it counts where the
+        episode was truncated or the row ends. An agent with state or history
+        computes it from what it remembered after the step (stored outputs,
+        ``batch.info``).
+        """
+        ...
+
+
+ON_POLICY_METHODS = ("action_log_prob", "action_entropy", "bootstrap_values")
+"""The methods ``OnPolicyAgent`` requires."""
+
+ON_POLICY_OUTPUTS = ("log_prob", "value")
+"""The output keys ``OnPolicyAgent`` requires at every step, beside its ``action_key``."""
+
+
+def check_on_policy_agent(agent: object, learner: str) -> None:
+    """Raise unless ``agent`` is an ``Agent`` with everything ``OnPolicyAgent`` requires.
+
+    Args:
+        agent: the agent (an instance) the learner is given.
+        learner: the learner's name, for the message ("PPO", "the scheme's IMPALA").
+
+    Raises:
+        AgentError: (a TypeError) if ``agent`` is not an ``rlstruct.Agent``,
+            or lacks one of ``ON_POLICY_METHODS`` or a str ``action_key``; the
+            message names what is missing and the learner that needs it.
+    """
+    if not isinstance(agent, Agent):
+        raise AgentError(f"{learner} trains an Agent (rlstruct.Agent), got {describe(agent)}")
+    missing = [name for name in ON_POLICY_METHODS if not callable(getattr(agent, name, None))]
+    if not isinstance(getattr(agent, "action_key", None), str):
+        missing.insert(0, "action_key (a str attribute)")
+    if missing:
+        raise AgentError(
+            f"{learner} cannot train {type(agent).__name__}: it lacks {', '.join(missing)} "
+            "(see rlstruct.learning.OnPolicyAgent)"
+        )
+
+
+def check_outputs(agent: OnPolicyAgent, keys: object, learner: str) -> None:
+    """Raise unless the outputs the agent stored (``keys``: the batch's keys) hold what ``learner`` reads.
+
+    Raises:
+        AgentError: (a ValueError) naming the missing output keys, the agent and the learner.
+    """
+    stored = set(keys)  # type: ignore[call-overload]
+    needed = [agent.action_key, *ON_POLICY_OUTPUTS]
+    missing = [key for key in needed if key not in stored]
+    if missing:
+        raise AgentError(
+            f"{learner} cannot train {type(agent).__name__}: its outputs lack {missing} "
+            f"(every step must output {needed}; see rlstruct.learning.OnPolicyAgent), got {sorted(stored)}"
+        )
+
+
+def is_sequential(agent: OnPolicyAgent | Agent, batch: Trajectories) -> bool:
+    """Whether ``agent`` must be replayed over whole rows: it has a state (stored in ``batch.info``) or a history."""
+    return (
+        not batch.info.truncate_key("agent_state/").empty() or history_length(cast(Agent, agent)) is not None
+    )
+
+
+def with_agent_info(batch: Trajectories) -> TemporalDictTensor:
+    """The steps of ``batch`` ``[B, T]`` with z of every row repeated at each of its steps (``agent_info/...``).
+
+    What ``policy_outputs`` needs of flat steps, once flattened; the steps
+    themselves are returned when z is empty.
+    """
+    steps = batch.trajectories
+    z = batch.info.truncate_key("agent_info/")
+    if z.empty():
+        return steps
+    t = steps.n_timesteps()
+    data = dict(steps.items())
+    for key, value in z.items():
+        data[f"agent_info/{key}"] = value.unsqueeze(1).expand(-1, t, *value.shape[1:])
+    return TemporalDictTensor(data, steps.lengths)
+
+
+def policy_outputs(agent: OnPolicyAgent | Agent, data: Trajectories | DictTensor) -> DictTensor:
+    """The agent's outputs again, with gradients, for N stored steps, flattened to ``[N, ...]``.
+
+    Args:
+        agent: the learner's agent.
+        data: whole rows (``Trajectories``, replayed by ``replay_agent`` from
+            their stored state and history; the valid steps are returned, row
+            by row), or flat steps (a ``DictTensor`` of N steps, for an agent
+            without state or history: one ``forward`` call with z from the
+            steps' ``agent_info/`` keys, see ``with_agent_info``).
+
+    Returns:
+        The outputs, one row per step; for rows, the valid steps in the
+        order of ``masked_flatten``.
+    """
+    module = cast(Agent, agent)
+    if isinstance(data, Trajectories):
+        return replay_agent(module, data).masked_flatten()
+    keys = observation_keys(data)
+    z = data.truncate_key("agent_info/")
+    output: DictTensor = module(DictTensor(batch_size=data.n_elems()), data.get(keys), z)[0]
+    return output
+
+
+def clip_gradients(agent: OnPolicyAgent | torch.nn.Module, max_norm: float) -> None:
+    """Rescale the agent's gradients to ``max_norm``: its own ``clip_grad_norm_`` if it has one, else all together."""
+    own = getattr(agent, "clip_grad_norm_", None)
+    if callable(own):
+        own(max_norm)
+    else:
+        torch.nn.utils.clip_grad_norm_(cast(torch.nn.Module, agent).parameters(), max_norm)
+
+
+def update_obs_norm(agent: object, steps: TemporalDictTensor) -> None:
+    """Call the agent's ``update_obs_norm(steps)`` if it has one (running observation statistics); else nothing."""
+    own = getattr(agent, "update_obs_norm", None)
+    if callable(own):
+        own(steps)

@@ -1,0 +1,175 @@
+"""Agents a user writes for the built-in learners, as docs/agents.md says: none of them comes from the package.
+
+Each speaks ``rlstruct.learning.OnPolicyAgent``: its step outputs ``action``,
+``log_prob`` and ``value`` (and what the policy needs again: ``logits``), and
+it gives the log-probability and entropy of stored actions and the values
+that bootstrap the returns. Worker processes import this module by name
+(the tests put its folder on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlstruct import Agent, DictTensor, TemporalDictTensor, Trajectories
+from rlstruct.history import history_windows, window_after
+
+
+def categorical(logits: torch.Tensor, agent_info: DictTensor, generator: torch.Generator) -> torch.Tensor:
+    """A sampled action per row, the most likely one where ``agent_info["greedy"]`` is True."""
+    action = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+    if "greedy" in agent_info:
+        action = torch.where(agent_info["greedy"], logits.argmax(-1), action)
+    return action
+
+
+class CategoricalPolicy:
+    """The methods of ``OnPolicyAgent`` for a policy whose outputs hold ``logits``."""
+
+    action_key = "action"
+
+    def action_log_prob(self, output: DictTensor, action: torch.Tensor) -> torch.Tensor:
+        return output["logits"].log_softmax(-1).gather(-1, action.unsqueeze(-1)).squeeze(-1)
+
+    def action_entropy(self, output: DictTensor) -> torch.Tensor:
+        log_p = output["logits"].log_softmax(-1)
+        return -(log_p.exp() * log_p).sum(-1)
+
+
+class MlpAgent(CategoricalPolicy, Agent):
+    """No state: two small networks on the flat observation; z ``task`` (an int per row) is added to it."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: int = 32) -> None:
+        super().__init__()
+        self.policy = torch.nn.Sequential(
+            torch.nn.Linear(obs_dim, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, n_actions)
+        )
+        self.critic = torch.nn.Sequential(
+            torch.nn.Linear(obs_dim, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1)
+        )
+
+    def inputs(self, observation: torch.Tensor, agent_info: DictTensor) -> torch.Tensor:
+        x = observation.to(torch.float32)
+        return x + agent_info["task"].unsqueeze(-1) if "task" in agent_info else x
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        x = self.inputs(observation["observation"], agent_info)
+        logits, value = self.policy(x), self.critic(x).squeeze(-1)
+        action = categorical(logits, agent_info, self.generator)
+        out = {"action": action, "logits": logits, "value": value}
+        out["log_prob"] = self.action_log_prob(DictTensor(out), action)
+        return DictTensor(out), state
+
+    def bootstrap_values(self, batch: Trajectories) -> torch.Tensor:
+        steps = batch.trajectories
+        z = batch.info.truncate_key("agent_info/")
+        task = z["task"].unsqueeze(1).expand(-1, steps.n_timesteps()) if "task" in z else None
+        x = steps["next/observation"].to(torch.float32)
+        if task is not None:
+            x = x + task.unsqueeze(-1)
+        return self.critic(x).squeeze(-1)  # type: ignore[no-any-return]
+
+
+class GruAgent(CategoricalPolicy, Agent):
+    """A memory (one GRU cell shared by the policy and the value) replayed step by step: no ``forward_sequence``."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: int = 16) -> None:
+        super().__init__()
+        self.cell = torch.nn.GRUCell(obs_dim, hidden)
+        self.policy, self.critic = torch.nn.Linear(hidden, n_actions), torch.nn.Linear(hidden, 1)
+
+    def initial_state(self, agent_info: DictTensor, n: int) -> DictTensor:
+        return DictTensor({"h": torch.zeros(n, self.cell.hidden_size)})
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        h = self.cell(observation["observation"].to(torch.float32), state["h"])
+        logits, value = self.policy(h), self.critic(h).squeeze(-1)
+        action = categorical(logits, agent_info, self.generator)
+        out = {"action": action, "logits": logits, "value": value, "h_after": h}
+        out["log_prob"] = self.action_log_prob(DictTensor(out), action)
+        return DictTensor(out), DictTensor({"h": h})
+
+    def bootstrap_values(self, batch: Trajectories) -> torch.Tensor:
+        """One more step of the memory stored after each step (``h_after``), on the reached observation."""
+        steps = batch.trajectories
+        h = self.cell(
+            steps["next/observation"].flatten(0, 1).to(torch.float32), steps["h_after"].flatten(0, 1)
+        )
+        return self.critic(h).view(steps.n_elems(), steps.n_timesteps())  # type: ignore[no-any-return]
+
+
+class WindowAgent(CategoricalPolicy, Agent):
+    """No state, a history: the mean of the last ``n`` observations beside the current one."""
+
+    def __init__(self, obs_dim: int, n_actions: int, n: int = 4, hidden: int = 16) -> None:
+        super().__init__()
+        self.n = n
+        self.body = torch.nn.Sequential(torch.nn.Linear(2 * obs_dim, hidden), torch.nn.Tanh())
+        self.policy, self.critic = torch.nn.Linear(hidden, n_actions), torch.nn.Linear(hidden, 1)
+
+    def require_history(self) -> int:
+        return self.n
+
+    def heads(self, window: TemporalDictTensor, now: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        past = window["observation"].to(torch.float32) * window.mask().unsqueeze(-1)
+        mean = past.sum(1) / window.lengths.clamp(min=1).unsqueeze(-1)
+        x = self.body(torch.cat([now.to(torch.float32), mean], -1))
+        return self.policy(x), self.critic(x).squeeze(-1)
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        if history is None:
+            raise ValueError("WindowAgent needs its history")
+        logits, value = self.heads(history, observation["observation"])
+        action = categorical(logits, agent_info, self.generator)
+        out = {"action": action, "logits": logits, "value": value}
+        out["log_prob"] = self.action_log_prob(DictTensor(out), action)
+        return DictTensor(out), state
+
+    def bootstrap_values(self, batch: Trajectories) -> torch.Tensor:
+        """V of the reached observation, with the window after each step."""
+        steps = batch.trajectories
+        before = TemporalDictTensor(batch.info.truncate_key("history/"), batch.info["history_length"])
+        windows = history_windows(
+            before.get(["observation"]), steps.get(["observation"]), steps["initial_state"], self.n
+        )
+        after = window_after(windows, DictTensor({"observation": steps["observation"].flatten(0, 1)}))
+        _, value = self.heads(after, steps["next/observation"].flatten(0, 1))
+        return value.view(steps.n_elems(), steps.n_timesteps())
+
+
+class NoBootstrapAgent(MlpAgent):
+    """Everything but ``bootstrap_values``: no on-policy learner can train it."""
+
+    bootstrap_values = None  # type: ignore[assignment]
+
+
+class NoValueAgent(MlpAgent):
+    """Outputs no ``value``: refused at the first batch."""
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        out, new_state = super().forward(state, observation, agent_info, history)
+        return out.get(["action", "log_prob", "logits"]), new_state

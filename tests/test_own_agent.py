@@ -1,0 +1,232 @@
+"""Bring your own agent: A2C, PPO and IMPALA train agents written in tests/own_agents.py, not the package's.
+
+From Python (``Config(agent=Class, agent_args=...)``) and from the command
+line (``--agent own_agents:Class --agent-args JSON``), with checkpoints,
+``--resume``, ``load_run`` and ``rlstruct eval``; an agent that lacks what a
+learner needs is refused before any worker starts, naming what it lacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from own_agents import GruAgent, MlpAgent, NoValueAgent, WindowAgent
+
+from rlstruct import Agent, DictTensor, GymEnv, LocalBatcher, load_checkpoint
+from rlstruct.algos import a2c, dqn, impala, load_run, ppo, sac
+from rlstruct.algos.agents import ENV_ARGUMENTS, agent_class, user_agent
+from rlstruct.algos.evaluation import env_spaces
+from rlstruct.cli import main as cli
+from rlstruct.errors import AgentError
+from rlstruct.learning import check_on_policy_agent
+from rlstruct.learning.on_policy import ppo_minibatches
+from rlstruct.learning.protocols import policy_outputs
+
+TINY: dict[str, dict[str, Any]] = {
+    "ppo": {"n_envs": 4, "n_steps": 16, "n_epochs": 2, "minibatch_size": 32, "total_steps": 256},
+    "a2c": {"n_envs": 4, "n_steps": 16, "total_steps": 256},
+    "impala": {"n_envs": 4, "n_steps": 16, "n_slots": 4, "batch_slots": 1, "total_steps": 256},
+}
+MODULES = {"ppo": ppo, "a2c": a2c, "impala": impala}
+
+
+def config(algo: str, tmp_path: Path, agent: Any, **fields: Any) -> Any:
+    return MODULES[algo].Config(
+        env="CartPole-v1",
+        agent=agent,
+        eval_every=10**9,
+        eval_episodes=2,
+        run_dir=str(tmp_path),
+        progress=False,
+        **{**TINY[algo], **fields},
+    )
+
+
+def only_run(root: Path) -> Path:
+    (run_dir,) = root.iterdir()
+    return run_dir
+
+
+@pytest.mark.parametrize("agent", [MlpAgent, GruAgent, WindowAgent], ids=["stateless", "memory", "history"])
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "impala"])
+def test_every_on_policy_learner_trains_every_kind_of_users_agent(
+    algo: str, agent: type[Agent], tmp_path: Path
+) -> None:
+    torch.manual_seed(0)
+    before = agent(obs_dim=4, n_actions=2).state_dict()  # what train makes first, from the same seed
+    results = MODULES[algo].train(config(algo, tmp_path, agent))
+    run_dir = Path(results["run_dir"])
+    stored = json.loads((run_dir / "config.json").read_text())
+    assert stored["agent"] == f"own_agents:{agent.__name__}" and stored["agent_args"] is None
+    trained = load_checkpoint(run_dir / "checkpoint.pt")["model"]
+    assert trained.keys() == before.keys()
+    assert not all(torch.equal(trained[k], before[k]) for k in before)  # the learner moved its weights
+    assert all(bool(torch.isfinite(v).all()) for v in trained.values())
+    # the run rebuilds its agent from config.json and replays the final evaluation it reported
+    saved = load_run(run_dir)
+    assert type(saved.agent) is agent and saved.agent_args == {"obs_dim": 4, "n_actions": 2}
+    assert saved.evaluate().mean == results["eval_return_mean"]
+
+
+def test_ppo_learns_cartpole_with_a_users_agent(tmp_path: Path) -> None:
+    """Not only runs: the user's MLP balances the pole (a random policy lasts about 22 steps)."""
+    results = ppo.train(
+        ppo.Config(
+            env="CartPole-v1",
+            agent=MlpAgent,
+            agent_args={"hidden": 64},
+            total_steps=16_384,
+            eval_every=10**9,
+            run_dir=str(tmp_path),
+            progress=False,
+        )
+    )
+    assert results["eval_return_mean"] >= 150, results
+
+
+def test_z_reaches_a_users_agent_when_ppo_replays_flat_steps() -> None:
+    """PPO's flat minibatches carry each row's z (``task``, added to the observation by ``MlpAgent``)."""
+    agent = MlpAgent(obs_dim=4, n_actions=2)
+    args = {"obs_dim": 4, "n_actions": 2}
+    with LocalBatcher(MlpAgent, args, GymEnv, {"env": "CartPole-v1"}, n_envs=2, n_timesteps=4) as b:
+        b.update(agent.state_dict())
+        b.reset(agent_info=DictTensor({"task": torch.tensor([0.0, 1000.0])}))
+        b.execute()
+        batch = b.get()
+    data, size = ppo_minibatches(agent, batch, 64)
+    assert size == 64 and data["agent_info/task"].tolist() == [0.0] * 4 + [1000.0] * 4
+    with torch.no_grad():
+        replayed = policy_outputs(agent, data)
+    # the values replayed with z are those the agent output when it collected
+    assert torch.allclose(replayed["value"], batch.trajectories.masked_flatten()["value"])
+
+
+def test_the_command_line_trains_resumes_and_evaluates_a_users_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from test_resume import Interrupted, crash_after_first_checkpoint
+
+    args = ["train", "ppo", "--env", "CartPole-v1", "--agent", "own_agents:GruAgent"]
+    args += ["--agent-args", '{"hidden": 8}', "--total-steps", "512", "--n-envs", "4", "--n-steps", "16"]
+    args += ["--minibatch-size", "32", "--n-epochs", "1", "--checkpoint-every", "256", "--eval-episodes", "2"]
+    with monkeypatch.context() as patch:
+        crash_after_first_checkpoint(patch)
+        with pytest.raises(Interrupted):
+            cli([*args, "--run-dir", str(tmp_path), "--no-progress"])
+    run_dir = only_run(tmp_path)
+    assert json.loads((run_dir / "config.json").read_text())["agent_args"] == {"hidden": 8}
+    assert cli(["train", "ppo", "--resume", str(run_dir), "--no-progress"]) == 0
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert state["env_steps"] == 512 and state["model"]["cell.weight_hh"].shape == (24, 8)
+    capsys.readouterr()
+    assert cli(["eval", str(run_dir), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["algo"] == "ppo" and len(report["returns"]) == 2
+
+
+def test_an_agent_named_by_its_file_trains(tmp_path: Path) -> None:
+    source = Path(__file__).parent / "own_agents.py"
+    agent = agent_class(f"{source}:MlpAgent")
+    assert agent.__name__ == "MlpAgent" and issubclass(agent, Agent)
+    results = ppo.train(config("ppo", tmp_path, f"{source}:MlpAgent"))
+    assert results["env_steps"] == 256
+
+
+def test_env_arguments_fill_only_what_the_constructor_takes() -> None:
+    spaces = env_spaces("CartPole-v1")
+    agent, args = user_agent(WindowAgent, {"n": 2}, spaces)
+    assert args == {"n": 2, "obs_dim": 4, "n_actions": 2} and agent.n == 2  # type: ignore[attr-defined]
+    assert ENV_ARGUMENTS == ("obs_dim", "n_actions", "action_low", "action_high", "observation_spaces")
+    _, given = user_agent(MlpAgent, {"obs_dim": 4, "hidden": 3}, spaces)
+    assert given == {"obs_dim": 4, "hidden": 3, "n_actions": 2}  # what agent_args gives wins
+    with pytest.raises(
+        AgentError, match=r"config.agent: MlpAgent\(\*\*\{.*\}\) failed: .*unexpected keyword"
+    ):
+        user_agent(MlpAgent, {"depth": 3}, spaces)
+
+
+@pytest.mark.parametrize(
+    ("agent", "message"),
+    [
+        (
+            "own_agents",
+            "config.agent (--agent) must be 'module:Class' or 'path/to/file.py:Class', got 'own_agents'",
+        ),
+        ("no_such_module:Agent", "config.agent (--agent): cannot import 'no_such_module'"),
+        ("own_agents:Missing", "config.agent (--agent): module 'own_agents' has no 'Missing'"),
+        (
+            "own_agents:categorical",
+            "config.agent (--agent) must name an rlstruct.Agent subclass, got a function",
+        ),
+        ("missing.py:Agent", "config.agent (--agent): no file 'missing.py' (from 'missing.py:Agent')"),
+        (
+            "own_agents:NoBootstrapAgent",
+            "ppo cannot train NoBootstrapAgent: it lacks bootstrap_values (see rlstruct.learning.OnPolicyAgent)",
+        ),
+    ],
+)
+def test_an_agent_a_learner_cannot_train_is_refused_before_any_run_starts(
+    agent: str, message: str, tmp_path: Path
+) -> None:
+    with pytest.raises(AgentError) as caught:
+        ppo.train(config("ppo", tmp_path, agent))
+    assert str(caught.value).startswith(message)
+    assert list(tmp_path.iterdir()) == []  # no run directory left behind
+
+
+def test_the_command_line_reports_an_agent_it_cannot_train_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["train", "a2c", "--env", "CartPole-v1", "--agent", "own_agents:NoBootstrapAgent"]
+    assert cli([*argv, "--run-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "rlstruct: a2c cannot train NoBootstrapAgent: it lacks bootstrap_values "
+        "(see rlstruct.learning.OnPolicyAgent)\n"
+    )
+    with pytest.raises(SystemExit) as caught:
+        cli(["train", "ppo", "--env", "CartPole-v1", "--agent-args", "[1]"])
+    assert caught.value.code == 2
+    assert "argument --agent-args: must be a JSON object such as" in capsys.readouterr().err
+
+
+def test_an_agent_without_a_needed_output_is_refused_at_the_first_batch(tmp_path: Path) -> None:
+    with pytest.raises(AgentError, match=r"ppo cannot train NoValueAgent: its outputs lack \['value'\]"):
+        ppo.train(config("ppo", tmp_path, NoValueAgent))
+
+
+def test_the_protocol_check_names_every_missing_piece() -> None:
+    class Bare(Agent):
+        def forward(self, state: Any, observation: Any, agent_info: Any, history: Any = None) -> Any:
+            raise NotImplementedError
+
+    with pytest.raises(
+        AgentError,
+        match=r"IMPALA cannot train Bare: it lacks action_key \(a str attribute\), action_log_prob, "
+        r"action_entropy, bootstrap_values",
+    ):
+        check_on_policy_agent(Bare(), "IMPALA")
+    with pytest.raises(TypeError, match="PPO trains an Agent"):  # an AgentError is a TypeError too
+        check_on_policy_agent(torch.nn.Linear(2, 2), "PPO")
+
+
+@pytest.mark.parametrize("algo", [dqn, sac])
+def test_dqn_and_sac_refuse_an_agent_in_one_line(algo: Any, tmp_path: Path) -> None:
+    name = algo.__name__.rsplit(".", 1)[1]
+    env = "Pendulum-v1" if name == "sac" else "CartPole-v1"
+    with pytest.raises(AgentError, match=f"{name}: config.agent and config.agent_args .* are for a2c, ppo"):
+        algo.train(algo.Config(env=env, agent="own_agents:MlpAgent", run_dir=str(tmp_path)))
+
+
+def test_a_config_holding_the_class_is_stored_by_name(tmp_path: Path) -> None:
+    original = config("a2c", tmp_path, MlpAgent)
+    a2c.train(original)
+    assert original.agent is MlpAgent  # the caller's config is left alone
+    stored = json.loads((only_run(tmp_path) / "config.json").read_text())
+    assert stored["agent"] == "own_agents:MlpAgent"
+    assert dataclasses.replace(original, agent=stored["agent"]).agent == "own_agents:MlpAgent"
