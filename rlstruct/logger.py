@@ -198,9 +198,12 @@ class Logger:
                 self.run_dir / CONFIG_NAME, json.dumps(config_data, indent=2, default=str) + "\n"
             )
         self._columns = self._resume_csv(purge_step)
-        self._writer: SummaryWriter | None = (
-            _summary_writer(self.run_dir, purge_step) if tensorboard else None
-        )
+        # TensorBoard's writer runs a thread: made at the first row, so that worker processes
+        # started before it (a run's collectors and evaluator) can fork (see choose_start_method)
+        if tensorboard:
+            _summary_writer_class()  # a missing package is reported now, not at the first row
+        self._tensorboard, self._purge_step = tensorboard, purge_step
+        self._writer: SummaryWriter | None = None
         self._csv = self.csv_path.open("a", newline="")
         self._closed = False
 
@@ -252,6 +255,8 @@ class Logger:
         row = [str(step)] + [_format(values[c]) if c in values else "" for c in self._columns[1:]]
         csv.writer(self._csv).writerow(row)
         self._csv.flush()
+        if self._tensorboard and self._writer is None:
+            self._writer = _summary_writer(self.run_dir, self._purge_step)
         if self._writer is not None:
             for name, value in values.items():
                 self._writer.add_scalar(name, value, step)
@@ -314,7 +319,8 @@ def _is_dataclass_instance(value: object) -> TypeGuard[DataclassInstance]:
     return dataclasses.is_dataclass(value) and not isinstance(value, type)
 
 
-def _summary_writer(run_dir: Path, purge_step: int | None) -> SummaryWriter:
+def _summary_writer_class() -> type[SummaryWriter]:
+    """TensorBoard's writer class (importing it starts no thread), or an ImportError saying what to install."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as error:
@@ -322,7 +328,11 @@ def _summary_writer(run_dir: Path, purge_step: int | None) -> SummaryWriter:
             "Logger: tensorboard=True needs the tensorboard package (pip install tensorboard); "
             "or pass tensorboard=False"
         ) from error
-    return SummaryWriter(log_dir=str(run_dir), purge_step=purge_step)
+    return SummaryWriter
+
+
+def _summary_writer(run_dir: Path, purge_step: int | None) -> SummaryWriter:
+    return _summary_writer_class()(log_dir=str(run_dir), purge_step=purge_step)
 
 
 def plot_csv(
