@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -36,14 +36,34 @@ from rlstruct.checkpoint import rng_state
 from rlstruct.checks import check_int, check_number
 from rlstruct.dicttensor import DictTensor
 from rlstruct.learning.actor_critic import mlp
+from rlstruct.learning.encoders import encoded_keys, observation_encoder, observed
 from rlstruct.learning.metrics import EpisodeReturns
 from rlstruct.replay import PrioritizedReplayBuffer, ReplayBuffer
+from rlstruct.specs import ObservationSpace
 from rlstruct.temporal import TemporalDictTensor
 
 __all__ = ["Config", "QNetwork", "linear_schedule", "main", "make_agent", "q_targets", "train"]
 
 TRANSITION_KEYS = ("observation", "action", "next/observation", "next/reward", "next/terminated")
-"""What the replay buffer keeps of each step."""
+"""What the replay buffer keeps of each step, for a flat observation (see ``transition_keys``)."""
+
+
+def transition_keys(model: QNetwork) -> tuple[str, ...]:
+    """What the replay buffer keeps of each step: the network's observation keys, now and reached, and the rest."""
+    keys = model.observation_keys
+    if keys == ("observation",):
+        return TRANSITION_KEYS
+    return (*keys, "action", *(f"next/{k}" for k in keys), "next/reward", "next/terminated")
+
+
+def _both(
+    a: torch.Tensor | dict[str, torch.Tensor], b: torch.Tensor | dict[str, torch.Tensor]
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The observations ``a`` then ``b`` in one batch."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return torch.cat([a, b])
+    assert isinstance(a, dict) and isinstance(b, dict)
+    return {k: torch.cat([a[k], b[k]]) for k in a}
 
 
 class QNetwork(Agent):
@@ -57,16 +77,21 @@ class QNetwork(Agent):
     draws come from ``self.generator``.
 
     Args:
-        obs_dim: the size of the (flat) observation.
+        obs_dim: the size of the flat observation under ``observation``.
         n_actions: the number of discrete actions.
         hidden: the sizes of the hidden layers (ReLU).
         dueling: end with a value stream V(s) and an advantage stream A(s, a),
             combined as ``Q = V + A - mean_a A`` (Wang et al. 2016).
+        observation_spaces: instead of ``obs_dim``, the observation's keys and
+            their spaces, encoded by an ``ObservationEncoder`` (one-hot,
+            joined keys, a CNN for images; see ``rlstruct.learning.encoders``).
+        encoder: instead of either, your own encoder module (``out_dim``, ``keys``).
 
     Output keys (per row): ``action`` (int64).
 
     Raises:
-        ValueError: for a non-positive ``obs_dim`` or ``n_actions``, or no hidden layer.
+        ValueError: for a non-positive ``obs_dim`` or ``n_actions``, no hidden
+            layer, or not exactly one of ``obs_dim``, ``observation_spaces`` and ``encoder``.
 
     Examples:
         >>> import torch
@@ -85,11 +110,16 @@ class QNetwork(Agent):
     epsilon: torch.Tensor
 
     def __init__(
-        self, obs_dim: int, n_actions: int, hidden: Sequence[int] = (64, 64), dueling: bool = False
+        self,
+        obs_dim: int | None = None,
+        n_actions: int | None = None,
+        hidden: Sequence[int] = (64, 64),
+        dueling: bool = False,
+        observation_spaces: Mapping[str, ObservationSpace] | None = None,
+        encoder: torch.nn.Module | None = None,
     ) -> None:
         super().__init__()
-        if obs_dim < 1:
-            raise ValueError(f"QNetwork: obs_dim must be positive, got {obs_dim}")
+        self.encoder, obs_dim = observation_encoder("QNetwork", obs_dim, observation_spaces, encoder)
         if n_actions is None or n_actions < 1:
             raise ValueError(
                 f"QNetwork: n_actions must be a positive int (discrete actions), got {n_actions}"
@@ -103,9 +133,23 @@ class QNetwork(Agent):
         self.head = torch.nn.Linear(hidden[-1], n_actions)
         self.value = torch.nn.Linear(hidden[-1], 1) if dueling else None
 
-    def q_values(self, observation: torch.Tensor) -> torch.Tensor:
-        """Q [N, n_actions] (float32, on the model's device) of observations [N, ...] (any dtype)."""
-        x = self.body(observation.to(torch.float32).flatten(1))
+    @property
+    def observation_keys(self) -> tuple[str, ...]:
+        """The keys of the observation the network reads (``("observation",)`` without an encoder)."""
+        return encoded_keys(self.encoder)
+
+    def q_values(self, observation: torch.Tensor | Mapping[str, torch.Tensor] | DictTensor) -> torch.Tensor:
+        """Q [N, n_actions] (float32, on the model's device) of N observations.
+
+        ``observation``: the flat ``observation`` tensor ``[N, ...]`` (any
+        dtype), or the observation's keys (the encoder's), N rows each.
+        """
+        if self.encoder is not None:
+            features = self.encoder(observation)
+        else:
+            flat = observation if isinstance(observation, torch.Tensor) else observation["observation"]
+            features = flat.to(torch.float32).flatten(1)
+        x = self.body(features)
         q: torch.Tensor = self.head(x)
         if self.value is not None:
             q = self.value(x) + q - q.mean(1, keepdim=True)
@@ -135,7 +179,7 @@ class QNetwork(Agent):
             ``(output, state)``: ``output`` holds ``action``, int64 [B] on the
             model's device.
         """
-        q = self.q_values(observation["observation"])
+        q = self.q_values(observation)
         action = q.argmax(1)
         n = action.shape[0]
         explore = torch.rand(n, generator=self.generator).to(q.device) < self.epsilon
@@ -287,8 +331,9 @@ def make_agent(config: Config, spaces: EnvSpaces) -> tuple[QNetwork, dict[str, A
         initialised from torch's global generator, and the arguments that
         make its copies (the batchers') and rebuild it (``load_run``).
     """
+    observation = {"obs_dim": spaces.obs_dim} if spaces.flat else {"observation_spaces": spaces.observation}
     agent_args: dict[str, Any] = {
-        "obs_dim": spaces.obs_dim,
+        **observation,
         "n_actions": spaces.n_actions,
         "hidden": (config.hidden, config.hidden),
         "dueling": config.dueling,
@@ -344,7 +389,7 @@ def train(config: Config) -> dict[str, Any]:
             batch = batcher.get()
             steps = batch.trajectories
             env_steps += per_iteration
-            buffer.add_trajectories(steps, keys=TRANSITION_KEYS)
+            buffer.add_trajectories(steps, keys=transition_keys(model))
             episodes.add(steps)
             run.add_returns(episodes)
             progress = env_steps / config.total_steps
@@ -416,25 +461,28 @@ def learn(
     prioritized = buffer if isinstance(buffer, PrioritizedReplayBuffer) else None
     if prioritized is None:
         drawn = buffer.sample(n_updates * config.batch_size)
-        uniform = [
-            drawn.rows[key].view(n_updates, config.batch_size, *drawn.rows[key].shape[1:])
-            for key in TRANSITION_KEYS
-        ]
+        uniform = {
+            key: drawn.rows[key].view(n_updates, config.batch_size, *drawn.rows[key].shape[1:])
+            for key in transition_keys(model)
+        }
         uniform_weights = drawn.weights.view(n_updates, config.batch_size)  # ones
     total_loss = torch.zeros((), device=buffer.device)
     total_q, total_td = torch.zeros_like(total_loss), torch.zeros_like(total_loss)
     for i in range(n_updates):
+        rows: Mapping[str, torch.Tensor]
         if prioritized is not None:
-            rows, indices, weights = prioritized.sample(config.batch_size)
-            obs, action, next_obs, reward, terminated = (rows[key] for key in TRANSITION_KEYS)
+            sampled, indices, weights = prioritized.sample(config.batch_size)
+            rows = sampled.tensors
         else:
-            obs, action, next_obs, reward, terminated = (x[i] for x in uniform)
+            rows = {key: x[i] for key, x in uniform.items()}
             weights = uniform_weights[i]
-        n = obs.shape[0]
+        obs, next_obs = observed(rows, model.encoder), observed(rows, model.encoder, "next/")
+        action, reward, terminated = rows["action"], rows["next/reward"], rows["next/terminated"]
+        n = action.shape[0]
         with torch.no_grad():
             next_q_target = target.q_values(next_obs)
         if config.double:  # one forward pass of the online network over s and s'
-            q_both = model.q_values(torch.cat([obs, next_obs]))
+            q_both = model.q_values(_both(obs, next_obs))
             q_all, next_q_online = q_both[:n], q_both[n:].detach()
         else:
             q_all, next_q_online = model.q_values(obs), next_q_target

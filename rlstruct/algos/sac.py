@@ -36,7 +36,7 @@ import dataclasses
 import itertools
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -51,8 +51,10 @@ from rlstruct.checkpoint import rng_state
 from rlstruct.checks import check_int, check_number
 from rlstruct.dicttensor import DictTensor
 from rlstruct.learning.actor_critic import mlp
+from rlstruct.learning.encoders import encoded_keys, observation_encoder, observed
 from rlstruct.learning.metrics import EpisodeReturns
 from rlstruct.replay import ReplayBuffer
+from rlstruct.specs import ObservationSpace
 from rlstruct.temporal import TemporalDictTensor
 
 __all__ = [
@@ -71,6 +73,17 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 """The range of the actor's log standard deviation (as in the authors' implementation)."""
 
 REPLAY_KEYS = ["observation", "unit_action", "next/reward", "next/observation", "next/terminated"]
+"""What the replay buffer keeps of each step, for a flat observation (see ``replay_keys``)."""
+
+
+def replay_keys(actor: SquashedGaussianActor) -> list[str]:
+    """What the replay buffer keeps of each step: the actor's observation keys, now and reached, and the rest."""
+    keys = actor.observation_keys
+    if keys == ("observation",):
+        return REPLAY_KEYS
+    return [*keys, "unit_action", "next/reward", *(f"next/{k}" for k in keys), "next/terminated"]
+
+
 """What the replay buffer keeps of each step."""
 
 
@@ -178,12 +191,16 @@ class SquashedGaussianActor(Agent):
     """SAC's policy: a ReLU MLP giving the mean and log std of a Gaussian, squashed by tanh.
 
     Args:
-        obs_dim: the size of the (flat) observation.
+        obs_dim: the size of the flat observation under ``observation``.
         action_low: the lower bound of each action dimension.
         action_high: the upper bound of each action dimension.
         hidden: the hidden layer sizes.
+        observation_spaces: instead of ``obs_dim``, the observation's keys and
+            their spaces, encoded by an ``ObservationEncoder`` (see
+            ``rlstruct.learning.encoders``).
+        encoder: instead of either, your own encoder module (``out_dim``, ``keys``).
 
-    The agent reads ``observation`` (cast to float32) and, from z,
+    The agent reads ``observation`` (cast to float32; or its encoder's keys) and, from z,
     ``greedy`` (bool per row: act with ``tanh(mean)``; absent means sample).
     Its buffer ``uniform`` (a bool scalar, part of the state dict, so it
     travels with ``batcher.update(weights)``) makes the rows that are not
@@ -206,14 +223,17 @@ class SquashedGaussianActor(Agent):
 
     def __init__(
         self,
-        obs_dim: int,
-        action_low: Sequence[float],
-        action_high: Sequence[float],
+        obs_dim: int | None = None,
+        action_low: Sequence[float] = (),
+        action_high: Sequence[float] = (),
         hidden: Sequence[int] = (256, 256),
+        observation_spaces: Mapping[str, ObservationSpace] | None = None,
+        encoder: torch.nn.Module | None = None,
     ) -> None:
         super().__init__()
-        if obs_dim < 1:
-            raise ValueError(f"SquashedGaussianActor: obs_dim must be positive, got {obs_dim}")
+        self.encoder, obs_dim = observation_encoder(
+            "SquashedGaussianActor", obs_dim, observation_spaces, encoder
+        )
         low = torch.tensor(list(action_low), dtype=torch.float32)
         high = torch.tensor(list(action_high), dtype=torch.float32)
         if low.ndim != 1 or low.numel() == 0 or low.shape != high.shape or not bool((low < high).all()):
@@ -229,13 +249,29 @@ class SquashedGaussianActor(Agent):
         self.body.append(torch.nn.ReLU())
         self.head = torch.nn.Linear(hidden[-1], 2 * self.action_dim)
 
-    def distribution(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(mean, log_std) [N, k] of the Gaussian before squashing, from observations [N, ...]."""
-        mean, log_std = self.head(self.body(observation.to(torch.float32).flatten(1))).chunk(2, -1)
+    @property
+    def observation_keys(self) -> tuple[str, ...]:
+        """The keys of the observation the policy reads (``("observation",)`` without an encoder)."""
+        return encoded_keys(self.encoder)
+
+    def distribution(
+        self, observation: torch.Tensor | Mapping[str, torch.Tensor] | DictTensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, log_std) [N, k] of the Gaussian before squashing, from N observations.
+
+        ``observation``: the flat ``observation`` tensor ``[N, ...]``, or the
+        observation's keys (the encoder's), N rows each.
+        """
+        if self.encoder is not None:
+            features = self.encoder(observation)
+        else:
+            flat = observation if isinstance(observation, torch.Tensor) else observation["observation"]
+            features = flat.to(torch.float32).flatten(1)
+        mean, log_std = self.head(self.body(features)).chunk(2, -1)
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def sample(
-        self, observation: torch.Tensor, generator: torch.Generator
+        self, observation: torch.Tensor | Mapping[str, torch.Tensor], generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparametrised sample: (unit action [N, k] in [-1, 1], its log-probability [N]).
 
@@ -270,7 +306,7 @@ class SquashedGaussianActor(Agent):
             ``(output, state)``: ``output`` holds ``unit_action`` and
             ``action``, float32 [B, k] on the parameters' device.
         """
-        mean, log_std = self.distribution(observation["observation"])
+        mean, log_std = self.distribution(observation)
         noise = torch.randn(mean.shape, generator=self.generator, device=mean.device)
         if bool(self.uniform):
             unit = torch.rand(mean.shape, generator=self.generator, device=mean.device) * 2 - 1
@@ -287,16 +323,29 @@ class TwinQ(torch.nn.Module):
 
     Each network is a ReLU MLP of ``[obs_dim + action_dim, *hidden, 1]``
     units, initialised as ``torch.nn.Linear`` would be; stacking the two
-    halves the Python work of a gradient step's critic calls.
+    halves the Python work of a gradient step's critic calls. An
+    observation that is not one flat box is encoded first (one encoder, an
+    ``ObservationEncoder`` or yours, shared by the pair), and ``obs_dim`` is
+    the size of its features.
 
     Args:
-        obs_dim: the size of the (flat) observation.
+        obs_dim: the size of the flat observation under ``observation``.
         action_dim: the size of the action.
         hidden: the hidden layer sizes.
+        observation_spaces: instead of ``obs_dim``, the observation's keys and their spaces.
+        encoder: instead of either, your own encoder module (``out_dim``, ``keys``).
     """
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256)) -> None:
+    def __init__(
+        self,
+        obs_dim: int | None = None,
+        action_dim: int = 1,
+        hidden: Sequence[int] = (256, 256),
+        observation_spaces: Mapping[str, ObservationSpace] | None = None,
+        encoder: torch.nn.Module | None = None,
+    ) -> None:
         super().__init__()
+        self.encoder, obs_dim = observation_encoder("TwinQ", obs_dim, observation_spaces, encoder)
         sizes = [obs_dim + action_dim, *hidden, 1]
         self.weights = torch.nn.ParameterList()
         self.biases = torch.nn.ParameterList()
@@ -305,9 +354,16 @@ class TwinQ(torch.nn.Module):
             self.weights.append(torch.nn.Parameter(torch.empty(2, n_in, n_out).uniform_(-bound, bound)))
             self.biases.append(torch.nn.Parameter(torch.empty(2, 1, n_out).uniform_(-bound, bound)))
 
-    def forward(self, observation: torch.Tensor, unit_action: torch.Tensor) -> torch.Tensor:
-        """Q of both networks [2, N] from observations [N, ...] and unit actions [N, k] (float32)."""
-        x = torch.cat([observation.to(torch.float32).flatten(1), unit_action], -1).expand(2, -1, -1)
+    def forward(
+        self, observation: torch.Tensor | Mapping[str, torch.Tensor], unit_action: torch.Tensor
+    ) -> torch.Tensor:
+        """Q of both networks [2, N] from N observations (as the actor reads them) and unit actions [N, k]."""
+        if self.encoder is not None:
+            features = self.encoder(observation)
+        else:
+            assert isinstance(observation, torch.Tensor)
+            features = observation.to(torch.float32).flatten(1)
+        x = torch.cat([features, unit_action], -1).expand(2, -1, -1)
         last = len(self.weights) - 1
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
             x = torch.baddbmm(bias, x, weight)
@@ -324,8 +380,9 @@ def make_agent(config: Config, spaces: EnvSpaces) -> tuple[SquashedGaussianActor
         initialised from torch's global generator, and the arguments that
         make its copies (the batchers') and rebuild it (``load_run``).
     """
+    observation = {"obs_dim": spaces.obs_dim} if spaces.flat else {"observation_spaces": spaces.observation}
     agent_args: dict[str, Any] = {
-        "obs_dim": spaces.obs_dim,
+        **observation,
         "action_low": spaces.action_low,
         "action_high": spaces.action_high,
         "hidden": (config.hidden, config.hidden),
@@ -370,7 +427,8 @@ def train(config: Config) -> dict[str, Any]:
     hidden = (config.hidden, config.hidden)
     actor, agent_args = make_agent(config, spaces)
     actor = actor.to(device)
-    critic = TwinQ(spaces.obs_dim, actor.action_dim, hidden).to(device)
+    observation = {"obs_dim": spaces.obs_dim} if spaces.flat else {"observation_spaces": spaces.observation}
+    critic = TwinQ(action_dim=actor.action_dim, hidden=hidden, **observation).to(device)
     target = copy.deepcopy(critic).requires_grad_(False)
     log_alpha = torch.tensor(math.log(config.init_alpha), device=device, requires_grad=True)
     target_entropy = -float(actor.action_dim) if config.target_entropy is None else config.target_entropy
@@ -416,7 +474,7 @@ def train(config: Config) -> dict[str, Any]:
                 batcher.execute()
             episodes.add(steps)
             run.add_returns(episodes)
-            buffer.add_trajectories(steps, REPLAY_KEYS)
+            buffer.add_trajectories(steps, replay_keys(actor))
             stats: dict[str, torch.Tensor] = {}
             if env_steps >= config.learning_starts:
                 owed += per_iteration * config.gradient_steps
@@ -481,7 +539,7 @@ class Learner:
         """One update of the critics, then of the actor and the temperature; in place.
 
         Args:
-            data: transitions ``[N, ...]`` with the keys of ``REPLAY_KEYS``, on
+            data: transitions ``[N, ...]`` with the keys of ``replay_keys``, on
                 the networks' device.
             config: gives ``gamma`` and ``tau``.
             target_entropy: the entropy the temperature aims at.
@@ -491,7 +549,8 @@ class Learner:
             ``alpha``, ``entropy`` (minus the mean log-probability of the
             sampled actions), ``q`` (the critics' mean estimate).
         """
-        observation, next_observation = data["observation"], data["next/observation"]
+        encoder = self.actor.encoder
+        observation, next_observation = observed(data, encoder), observed(data, encoder, "next/")
         alpha = self.log_alpha.detach().exp()
 
         # Critics: the soft Bellman target, cut where the episode terminated (not where it was truncated).

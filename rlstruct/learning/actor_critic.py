@@ -20,15 +20,13 @@ Examples:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
-from typing import cast
+from collections.abc import Mapping, Sequence
 
 import torch
 
 from rlstruct.agent import Agent
 from rlstruct.dicttensor import DictTensor
-from rlstruct.errors import describe
-from rlstruct.learning.encoders import ObservationEncoder
+from rlstruct.learning.encoders import encoded_keys, observation_encoder
 from rlstruct.normalize import ObservationNormalizer
 from rlstruct.specs import ObservationSpace
 from rlstruct.temporal import TemporalDictTensor
@@ -127,7 +125,7 @@ class ActorCritic(Agent):
         encoder: torch.nn.Module | None = None,
     ) -> None:
         super().__init__()
-        self.encoder, obs_dim = _encoder(obs_dim, observation_spaces, encoder)
+        self.encoder, obs_dim = observation_encoder("ActorCritic", obs_dim, observation_spaces, encoder)
         if memory not in MEMORIES:
             raise ValueError(f"ActorCritic: memory must be one of {sorted(MEMORIES)}, got {memory!r}")
         if isinstance(hidden, int):  # config.json's "hidden": 64 is both layers' size
@@ -265,7 +263,7 @@ class ActorCritic(Agent):
     @property
     def observation_keys(self) -> tuple[str, ...]:
         """The keys of the observation the agent reads (``("observation",)`` without an encoder)."""
-        return ("observation",) if self.encoder is None else tuple(cast(Iterable[str], self.encoder.keys))
+        return encoded_keys(self.encoder)
 
     def _flat(self, steps: TemporalDictTensor, prefix: str = "") -> dict[str, torch.Tensor]:
         """The observation keys (under ``prefix``: "next/" for the reached ones) of ``[B, T]`` steps, ``[B * T, ...]``."""
@@ -551,40 +549,3 @@ def _hidden(
     if isinstance(rnn, torch.nn.LSTM):
         return state[0].unsqueeze(0), state[1].unsqueeze(0)
     return state[0].unsqueeze(0)
-
-
-def _encoder(
-    obs_dim: int | None,
-    observation_spaces: Mapping[str, ObservationSpace] | None,
-    encoder: torch.nn.Module | None,
-) -> tuple[torch.nn.Module | None, int]:
-    """The encoder ``ActorCritic`` reads observations with (None: the flat ``observation``) and its features' size."""
-    given = [
-        name
-        for name, v in (
-            ("obs_dim", obs_dim),
-            ("observation_spaces", observation_spaces),
-            ("encoder", encoder),
-        )
-        if v is not None
-    ]
-    if len(given) != 1:
-        raise ValueError(
-            f"ActorCritic: give exactly one of obs_dim, observation_spaces and encoder, got {given or 'none'}"
-        )
-    if encoder is not None:
-        if not isinstance(getattr(encoder, "out_dim", None), int) or not hasattr(encoder, "keys"):
-            raise TypeError(
-                f"ActorCritic: encoder must be a torch.nn.Module with an int out_dim and the keys it reads, "
-                f"got {describe(encoder)}"
-            )
-        return encoder, cast(int, encoder.out_dim)
-    if observation_spaces is not None:
-        made = ObservationEncoder(observation_spaces)
-        if made.is_flat and made.keys == ("observation",):
-            return None, made.out_dim  # a flat box: read as it is, the same as obs_dim
-        return made, made.out_dim
-    assert obs_dim is not None
-    if isinstance(obs_dim, bool) or not isinstance(obs_dim, int) or obs_dim < 1:
-        raise ValueError(f"ActorCritic: obs_dim must be a positive int, got {obs_dim!r}")
-    return None, obs_dim

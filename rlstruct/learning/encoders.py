@@ -49,7 +49,8 @@ Examples:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import cast
 
 import torch
 
@@ -58,7 +59,7 @@ from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 from rlstruct.specs import ObservationSpace
 
-__all__ = ["ObservationEncoder", "is_image"]
+__all__ = ["ObservationEncoder", "encoded_keys", "is_image", "observation_encoder", "observed"]
 
 _OWNER = "ObservationEncoder"
 
@@ -330,3 +331,95 @@ class ObservationEncoder(torch.nn.Module):
                 )
             features.append(part(x))
         return features[0] if len(features) == 1 else torch.cat(features, dim=1)
+
+
+def observation_encoder(
+    owner: str,
+    obs_dim: int | None,
+    observation_spaces: Mapping[str, ObservationSpace] | None,
+    encoder: torch.nn.Module | None,
+) -> tuple[torch.nn.Module | None, int]:
+    """How a network reads its observations, from exactly one of three ways of saying it.
+
+    ``obs_dim``: a flat ``observation`` of that many numbers; ``observation_spaces``:
+    the keys and their spaces, encoded by an ``ObservationEncoder`` (a single
+    non-image box under ``observation`` counts as its ``obs_dim``); ``encoder``:
+    your own module, with ``out_dim`` and ``keys``.
+
+    Args:
+        owner: the network's name, for the messages ("ActorCritic", "QNetwork").
+        obs_dim: see above, or None.
+        observation_spaces: see above, or None.
+        encoder: see above, or None.
+
+    Returns:
+        ``(encoder, features)``: the module that encodes the observation (None
+        for a flat ``observation``, read as float32 and flattened) and the
+        size of the features it gives.
+
+    Raises:
+        ValueError: for not exactly one of the three, or a non-positive ``obs_dim``.
+        TypeError: for an ``obs_dim`` that is not an int, or an ``encoder``
+            without an int ``out_dim`` and ``keys``.
+    """
+    given = [
+        name
+        for name, value in (
+            ("obs_dim", obs_dim),
+            ("observation_spaces", observation_spaces),
+            ("encoder", encoder),
+        )
+        if value is not None
+    ]
+    if len(given) != 1:
+        raise ValueError(
+            f"{owner}: give exactly one of obs_dim, observation_spaces and encoder, got {given or 'none'}"
+        )
+    if encoder is not None:
+        out_dim = getattr(encoder, "out_dim", None)
+        if (
+            not isinstance(encoder, torch.nn.Module)
+            or not isinstance(out_dim, int)
+            or not hasattr(encoder, "keys")
+        ):
+            raise TypeError(
+                f"{owner}: encoder must be a torch.nn.Module with an int out_dim and the keys it reads, "
+                f"got {describe(encoder)}"
+            )
+        return encoder, out_dim
+    if observation_spaces is not None:
+        made = ObservationEncoder(observation_spaces)
+        if made.is_flat and made.keys == ("observation",):
+            return None, made.out_dim  # a flat box: read as it is, the same as obs_dim
+        return made, made.out_dim
+    if isinstance(obs_dim, bool) or not isinstance(obs_dim, int):
+        raise TypeError(f"{owner}: obs_dim must be a positive int, got {describe(obs_dim)}")
+    if obs_dim < 1:
+        raise ValueError(f"{owner}: obs_dim must be positive, got {obs_dim}")
+    return None, obs_dim
+
+
+def encoded_keys(encoder: torch.nn.Module | None) -> tuple[str, ...]:
+    """The observation keys a network reads: its encoder's ``keys``, or ``("observation",)`` without one."""
+    if encoder is None:
+        return ("observation",)
+    return tuple(cast(Iterable[str], encoder.keys))
+
+
+def observed(
+    rows: Mapping[str, torch.Tensor] | DictTensor, encoder: torch.nn.Module | None, prefix: str = ""
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The observation of stored steps as a network with ``encoder`` reads it.
+
+    Args:
+        rows: stored steps (replayed transitions, say).
+        encoder: the network's encoder (None: it reads the flat ``observation``).
+        prefix: ``"next/"`` for the observations reached.
+
+    Returns:
+        ``rows[prefix + "observation"]`` without an encoder, else
+        ``{key: rows[prefix + key]}`` for every key the encoder reads.
+    """
+    if encoder is None:
+        return rows[f"{prefix}observation"]
+    return {k: rows[prefix + k] for k in encoded_keys(encoder)}
