@@ -25,17 +25,20 @@ import numpy as np
 import pytest
 import torch
 from mp_helpers import SlowGymEnv
+from own_agents import GruAgent, NoBootstrapAgent, WindowAgent
 from ray.exceptions import ActorUnavailableError
 
-from rlstruct import DictTensor, GymEnv, load_checkpoint
+from rlstruct import DictTensor, GymEnv, TemporalDictTensor, Trajectories, load_checkpoint
 from rlstruct.algos.config import field_docs
 from rlstruct.algos.evaluation import Evaluator
 from rlstruct.distributed import (
     IMPALA,
     PPO,
     Collection,
+    CollectionWorker,
     DistributedError,
     Gradients,
+    GradientWorker,
     Learner,
     MinibatchBuffer,
     RemoteWorkerError,
@@ -934,3 +937,144 @@ def test_an_unreachable_actor_is_lost_like_a_dead_one(monkeypatch: pytest.Monkey
     pool.submit(1, "compute_gradients")
     assert pool._get("ref", 1) == (False, None)
     assert pool.lost == [1] and list(pool.alive) == [0] and not pool.pending
+
+
+# Agents the schemes did not build: memory, history, your own (tests/own_agents.py).
+
+RECURRENT_ARGS = {"obs_dim": 4, "n_actions": 2, "hidden": (16, 16), "recurrent": True}
+HISTORY_ARGS = {"obs_dim": 4, "n_actions": 2, "n": 4}
+
+
+def memory_scheme(algo: str, agent: Any, agent_args: dict[str, Any], **collection: Any) -> Scheme:
+    """A scheme of 8 x 32-step rows training ``agent`` with PPO (minibatches of 4 rows) or IMPALA."""
+    factories = (
+        (IMPALA, WholeBatchBuffer)
+        if algo == "impala"
+        else (PPO, functools.partial(MinibatchBuffer, n_epochs=2, minibatch_size=128))
+    )
+    return Scheme(
+        agent,
+        agent_args,
+        GymEnv,
+        CARTPOLE,
+        *factories,
+        collection=Collection(**{"n_envs": 8, "n_steps": 32, "worker_cpus": 0.2, **collection}),
+        gradients=Gradients(worker_cpus=0.2),
+        timeout=60.0,
+    )
+
+
+@pytest.mark.parametrize("algo", ["ppo", "impala"])
+@pytest.mark.parametrize(
+    ("agent", "agent_args"),
+    [(ActorCritic, RECURRENT_ARGS), (WindowAgent, HISTORY_ARGS), (GruAgent, {"obs_dim": 4, "n_actions": 2})],
+    ids=["recurrent ActorCritic", "history agent", "own GRU agent"],
+)
+def test_a_scheme_trains_agents_with_memory_and_history_in_process(
+    algo: str, agent: Any, agent_args: dict[str, Any]
+) -> None:
+    scheme = memory_scheme(algo, agent, agent_args)
+    first = scheme.weights()
+    with Learner(scheme, target_steps=512, progress=False) as learner:
+        infos = [learner.step() for _ in range(2)]
+        last = scheme.weights()
+    assert all(info.updates >= 1 for info in infos)
+    assert not all(torch.equal(first[k], last[k]) for k in first)  # trained through whole rows
+    assert all(bool(torch.isfinite(v).all()) for v in last.values())
+    if algo == "ppo":  # a stateful or history agent's minibatches are rows: 8 rows of 32, 4 a minibatch
+        buffer = scheme.local.buffer if scheme.local is not None else None
+        assert buffer is not None and len(buffer) == 2 * 2
+
+
+def test_the_history_agent_trains_with_two_remote_collection_workers(local_ray: None) -> None:
+    scheme = memory_scheme("ppo", WindowAgent, HISTORY_ARGS, n_envs=4, remote_workers=2)
+    first = scheme.weights()
+    with Learner(scheme, target_steps=512, progress=False) as learner:
+        while not learner.done():
+            learner.step()
+        assert learner.env_steps == 512
+        last = scheme.weights()
+    assert not all(torch.equal(first[k], last[k]) for k in first)
+
+
+def test_a_recurrent_actor_critic_trains_with_two_remote_collection_workers(local_ray: None) -> None:
+    scheme = memory_scheme("ppo", ActorCritic, RECURRENT_ARGS, n_envs=4, remote_workers=2)
+    with Learner(scheme, target_steps=512, progress=False) as learner:
+        while not learner.done():
+            learner.step()
+        assert learner.env_steps == 512 and learner.metrics()["policy_lag"] == 0
+
+
+@pytest.mark.parametrize("algo", [PPO, IMPALA])
+def test_an_agent_the_algorithm_cannot_train_is_refused_when_the_scheme_is_made(algo: Any) -> None:
+    name = algo.__name__
+    with pytest.raises(TypeError, match=f"{name} cannot train NoBootstrapAgent: it lacks bootstrap_values"):
+        Scheme(NoBootstrapAgent, {"obs_dim": 4, "n_actions": 2}, GymEnv, CARTPOLE, algo, WholeBatchBuffer)
+    with pytest.raises(TypeError, match=f"{name} trains an Agent \\(rlstruct.Agent\\), got a Linear"):
+        algo(torch.nn.Linear(4, 2))
+
+
+def test_the_minibatch_buffer_serves_whole_rows_of_trajectories() -> None:
+    steps = TemporalDictTensor({"i": torch.arange(5).unsqueeze(1).expand(5, 8)})
+    rows = Trajectories(DictTensor(batch_size=5), steps)
+    buffer = MinibatchBuffer(n_epochs=2, minibatch_size=16, seed=0)  # 16 steps: 2 rows of 8
+    buffer.insert(rows)
+    batches = list(buffer.minibatches())
+    assert [b.n_elems() for b in batches] == [2, 2, 1] * 2 and len(buffer) == 6
+    for epoch in range(2):
+        seen = torch.cat([b.trajectories["i"][:, 0] for b in batches[3 * epoch : 3 * epoch + 3]])
+        assert sorted(seen.tolist()) == list(range(5))
+    with pytest.raises(TypeError, match="data must be a DictTensor or Trajectories, got a list"):
+        buffer.insert([1, 2])  # type: ignore[arg-type]
+
+
+def test_collection_workers_of_one_scheme_and_of_other_seeds_never_share_episodes() -> None:
+    small = Collection(n_envs=2, n_steps=8)
+
+    def first_observations(index: int, seed: int) -> torch.Tensor:
+        worker = CollectionWorker(index, ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, small, seed=seed)
+        try:
+            worker.set_weights(ActorCritic(**AGENT_ARGS).state_dict(), 0)
+            return worker.collect().trajectories().trajectories["observation"][:, 0]
+        finally:
+            worker.close()
+
+    one, two = first_observations(0, seed=0), first_observations(1, seed=0)
+    assert not torch.equal(one, two)
+    # seed + index * n_envs gave worker 1 of seed 0 the environments of worker 0 of seed 2
+    assert not torch.equal(two, first_observations(0, seed=2))
+    assert torch.equal(one, first_observations(0, seed=0))  # and a seed still fixes them
+
+
+def test_gradient_workers_of_one_scheme_shuffle_apart() -> None:
+    def buffer_order(index: int, seed: int) -> list[int]:
+        worker = GradientWorker(
+            index,
+            ActorCritic,
+            AGENT_ARGS,
+            PPO,
+            functools.partial(MinibatchBuffer, n_epochs=1, minibatch_size=4),
+            lambda: CollectionWorker(0, ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, Collection(n_envs=1)),
+            seed=seed,
+        )
+        try:
+            worker.buffer.insert(DictTensor({"i": torch.arange(16)}))
+            return torch.cat([b["i"] for b in worker.buffer.minibatches()]).tolist()
+        finally:
+            worker.close()
+
+    assert buffer_order(0, seed=0) != buffer_order(1, seed=0)
+    assert buffer_order(1, seed=0) != buffer_order(0, seed=1)  # seed + index overlapped here
+    assert buffer_order(1, seed=0) == buffer_order(1, seed=0)
+
+
+def test_the_schemes_defaults_are_the_training_scripts_defaults() -> None:
+    from rlstruct.algos import impala, ppo
+
+    for algo, config in ((PPO, ppo.Config()), (IMPALA, impala.Config())):
+        defaults = {
+            name: p.default
+            for name, p in inspect.signature(algo).parameters.items()
+            if p.default is not inspect.Parameter.empty
+        }
+        assert defaults and all(getattr(config, name) == value for name, value in defaults.items()), algo

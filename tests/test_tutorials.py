@@ -23,12 +23,13 @@ def test_tutorials_are_found() -> None:
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
-def test_tutorial_runs(path: Path) -> None:
+def test_tutorial_runs(path: Path, tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-W", "error", str(path), "--quick"],
         capture_output=True,
         text=True,
         timeout=600,
+        cwd=tmp_path,  # where a tutorial that trains with ppo.train leaves its run directory
     )
     assert result.returncode == 0, f"{path.name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     assert result.stdout.strip(), f"{path.name} printed nothing"

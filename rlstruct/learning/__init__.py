@@ -6,7 +6,8 @@
   every gymnasium space (one-hot, joined keys, a CNN for images);
 - ``metrics``: the returns of finished episodes and how well a value fits;
 - ``protocols``: ``OnPolicyAgent``, what A2C, PPO and IMPALA need of an
-  agent, and its checks;
+  agent, and its checks; ``categorical``: ``CategoricalPolicy``, its action
+  side for agents that output ``logits``;
 - ``losses``: the losses as functions of tensors; ``on_policy``: the same
   on an agent (GAE targets, PPO's minibatch loss, V-trace).
 
@@ -16,6 +17,7 @@ each other.
 """
 
 from rlstruct.learning.actor_critic import MEMORIES, ActorCritic, mlp, run_memory
+from rlstruct.learning.categorical import CategoricalPolicy
 from rlstruct.learning.encoders import ObservationEncoder
 from rlstruct.learning.metrics import EpisodeReturns, explained_variance
 from rlstruct.learning.protocols import OnPolicyAgent, check_on_policy_agent
@@ -23,6 +25,7 @@ from rlstruct.learning.protocols import OnPolicyAgent, check_on_policy_agent
 __all__ = [
     "MEMORIES",
     "ActorCritic",
+    "CategoricalPolicy",
     "EpisodeReturns",
     "ObservationEncoder",
     "OnPolicyAgent",
