@@ -22,7 +22,14 @@ import torch
 
 from rlstruct.agent import Agent, replay_agent
 from rlstruct.algos.agents import on_policy_agent, with_agent_name
-from rlstruct.algos.config import TrainConfig, check_config, check_layout, parse_config
+from rlstruct.algos.config import (
+    TrainConfig,
+    annealed,
+    check_config,
+    check_layout,
+    parse_config,
+    set_learning_rate,
+)
 from rlstruct.algos.evaluation import EnvSpaces, env_spaces
 from rlstruct.algos.run import Run
 from rlstruct.batchers import MultiprocessBatcher
@@ -175,13 +182,8 @@ def train(config: Config) -> dict[str, Any]:
                 ent_coef=config.ent_coef,
             )
 
-            lr = (
-                config.lr * (1.0 - (env_steps - per_iteration) / config.total_steps)
-                if config.anneal
-                else config.lr
-            )
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+            lr = annealed(config.lr, env_steps - per_iteration, config.total_steps, config.anneal)
+            set_learning_rate(optimizer, lr)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             clip_gradients(

@@ -26,16 +26,20 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import torch
+
 from rlstruct.checks import check_number
 
 __all__ = [
     "ALGORITHMS",
     "TrainConfig",
+    "annealed",
     "check_config",
     "check_layout",
     "env_key",
     "field_docs",
     "parse_config",
+    "set_learning_rate",
 ]
 
 ALGORITHMS = ("a2c", "dqn", "impala", "ppo", "sac")
@@ -81,6 +85,25 @@ class TrainConfig:
     """Train your own Agent instead of the built-in network: "module:Class" or "path/to/file.py:Class" (A2C, PPO, IMPALA; see docs/agents.md)."""
     agent_args: dict[str, Any] | None = None
     """Keyword arguments of ``agent``'s class, a JSON object on the command line ('{"hidden": 128}')."""
+
+
+def annealed(value: float, env_steps: int, total_steps: int, anneal: bool = True) -> float:
+    """``value`` decayed linearly to 0 over ``total_steps``, once ``env_steps`` are done; ``value`` without ``anneal``.
+
+    The algorithms anneal their learning rates (and PPO its clip range) this
+    way, with the env steps done before the batch they train on.
+
+    Examples:
+        >>> annealed(1e-3, 25_000, 100_000), annealed(1e-3, 25_000, 100_000, anneal=False)
+        (0.00075, 0.001)
+    """
+    return value * (1.0 - env_steps / total_steps) if anneal else value
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set the learning rate of every parameter group of ``optimizer`` to ``lr``."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
 
 
 def check_config(config: TrainConfig, **positive: int | float) -> None:

@@ -28,7 +28,14 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.algos.agents import refuse_agent
-from rlstruct.algos.config import TrainConfig, check_config, check_layout, parse_config
+from rlstruct.algos.config import (
+    TrainConfig,
+    annealed,
+    check_config,
+    check_layout,
+    parse_config,
+    set_learning_rate,
+)
 from rlstruct.algos.evaluation import EnvSpaces, env_spaces
 from rlstruct.algos.run import Run
 from rlstruct.batchers import MultiprocessBatcher
@@ -404,9 +411,10 @@ def train(config: Config) -> dict[str, Any]:
 
             stats: dict[str, float] = {"epsilon": float(model.epsilon)}
             if env_steps >= config.learning_starts:
-                lr = config.lr * (1.0 - (env_steps - per_iteration) / config.total_steps)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr if config.anneal else config.lr
+                set_learning_rate(
+                    optimizer,
+                    annealed(config.lr, env_steps - per_iteration, config.total_steps, config.anneal),
+                )
                 if isinstance(buffer, PrioritizedReplayBuffer):
                     buffer.beta = config.beta_start + (1.0 - config.beta_start) * progress
                     stats["beta"] = buffer.beta

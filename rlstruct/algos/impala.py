@@ -30,7 +30,14 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.algos.agents import on_policy_agent, with_agent_name
-from rlstruct.algos.config import TrainConfig, check_config, check_layout, parse_config
+from rlstruct.algos.config import (
+    TrainConfig,
+    annealed,
+    check_config,
+    check_layout,
+    parse_config,
+    set_learning_rate,
+)
 from rlstruct.algos.evaluation import EnvSpaces, env_spaces
 from rlstruct.algos.run import Run
 from rlstruct.batchers import MultiprocessBatcher
@@ -174,13 +181,8 @@ def train(config: Config) -> dict[str, Any]:
             run.add_returns(*episodes)
             lag = (batcher.policy_version() - batch.info["policy_version"]).float()
 
-            lr = (
-                config.lr * (1.0 - (env_steps - per_update) / config.total_steps)
-                if config.anneal
-                else config.lr
-            )
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+            lr = annealed(config.lr, env_steps - per_update, config.total_steps, config.anneal)
+            set_learning_rate(optimizer, lr)
             check_outputs(policy, batch.trajectories.keys(), "impala")  # what the loss reads
             stats = learner_step(model, optimizer, batch, config)
             update_obs_norm(model, batch.trajectories)  # after the step, which used the actors' statistics

@@ -33,7 +33,14 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.algos.agents import on_policy_agent, with_agent_name
-from rlstruct.algos.config import TrainConfig, check_config, check_layout, parse_config
+from rlstruct.algos.config import (
+    TrainConfig,
+    annealed,
+    check_config,
+    check_layout,
+    parse_config,
+    set_learning_rate,
+)
 from rlstruct.algos.evaluation import EnvSpaces, env_spaces
 from rlstruct.algos.run import Run
 from rlstruct.batchers import MultiprocessBatcher
@@ -161,11 +168,10 @@ def train(config: Config) -> dict[str, Any]:
             reward = None if scaler is None else scaler(steps["next/reward"], steps["next/done"], mask)
             add_advantages(model, batch, config.gamma, config.gae_lambda, reward)
 
-            progress = 1.0 - (env_steps - per_iteration) / config.total_steps
-            lr = config.lr * progress if config.anneal else config.lr
-            clip = config.clip * progress if config.anneal else config.clip
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+            done = env_steps - per_iteration  # before this batch
+            lr = annealed(config.lr, done, config.total_steps, config.anneal)
+            clip = annealed(config.clip, done, config.total_steps, config.anneal)
+            set_learning_rate(optimizer, lr)
             stats = update(model, optimizer, batch, config, clip, generator)
             update_obs_norm(model, steps)  # after the update, which used the statistics of collection
             batcher.update(run.weights(model))
