@@ -133,3 +133,16 @@ def test_every_cell_of_the_table_holds(algo: str, column: str, cell: str, tmp_pa
             assert not hasattr(rlstruct.distributed, name)
     else:
         pytest.fail(f"no check for the column {column!r}: add one")
+
+
+def test_the_command_line_trains_a_popgym_task_with_discrete_observations(tmp_path: Path) -> None:
+    pytest.importorskip("popgym")
+    from rlstruct.cli import main as cli
+
+    argv = ["train", "ppo", "--env", "popgym:popgym-RepeatPreviousEasy-v0", "--recurrent"]
+    argv += ["--total-steps", "512", "--n-envs", "4", "--n-steps", "16", "--eval-episodes", "2"]
+    assert cli([*argv, "--run-dir", str(tmp_path), "--no-progress"]) == 0
+    (run_dir,) = tmp_path.iterdir()
+    weights = load_checkpoint(run_dir / "checkpoint.pt")["model"]
+    # a Discrete(4) observation, one-hot: the memories read 4 numbers
+    assert weights["actor_memory.weight_ih_l0"].shape == (3 * 64, 4)

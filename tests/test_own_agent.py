@@ -230,3 +230,19 @@ def test_a_config_holding_the_class_is_stored_by_name(tmp_path: Path) -> None:
     stored = json.loads((only_run(tmp_path) / "config.json").read_text())
     assert stored["agent"] == "own_agents:MlpAgent"
     assert dataclasses.replace(original, agent=stored["agent"]).agent == "own_agents:MlpAgent"
+
+
+def test_eval_records_a_gif_of_a_users_agent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("PIL")
+    # CartPole drawn with numpy (tests/render_helpers.py): no pygame needed
+    results = ppo.train(
+        dataclasses.replace(
+            config("ppo", tmp_path / "runs", MlpAgent), env="render_helpers:make_drawn_cartpole"
+        )
+    )
+    gif = tmp_path / "episode.gif"
+    capsys.readouterr()
+    assert cli(["eval", results["run_dir"], "--gif", str(gif), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["gif"]["path"] == str(gif) and gif.stat().st_size > 0
+    assert report["gif"]["return"] == report["returns"][0]
