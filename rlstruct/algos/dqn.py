@@ -43,7 +43,7 @@ from rlstruct.checkpoint import rng_state
 from rlstruct.checks import check_int, check_number
 from rlstruct.dicttensor import DictTensor
 from rlstruct.learning.actor_critic import mlp
-from rlstruct.learning.encoders import encoded_keys, observation_encoder, observed
+from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder, observed
 from rlstruct.learning.metrics import EpisodeReturns
 from rlstruct.replay import PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.specs import ObservationSpace
@@ -151,12 +151,7 @@ class QNetwork(Agent):
         ``observation``: the flat ``observation`` tensor ``[N, ...]`` (any
         dtype), or the observation's keys (the encoder's), N rows each.
         """
-        if self.encoder is not None:
-            features = self.encoder(observation)
-        else:
-            flat = observation if isinstance(observation, torch.Tensor) else observation["observation"]
-            features = flat.to(torch.float32).flatten(1)
-        x = self.body(features)
+        x = self.body(encode(self.encoder, observation))
         q: torch.Tensor = self.head(x)
         if self.value is not None:
             q = self.value(x) + q - q.mean(1, keepdim=True)

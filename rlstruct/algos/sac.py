@@ -51,7 +51,7 @@ from rlstruct.checkpoint import rng_state
 from rlstruct.checks import check_int, check_number
 from rlstruct.dicttensor import DictTensor
 from rlstruct.learning.actor_critic import mlp
-from rlstruct.learning.encoders import encoded_keys, observation_encoder, observed
+from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder, observed
 from rlstruct.learning.metrics import EpisodeReturns
 from rlstruct.replay import ReplayBuffer
 from rlstruct.specs import ObservationSpace
@@ -262,12 +262,7 @@ class SquashedGaussianActor(Agent):
         ``observation``: the flat ``observation`` tensor ``[N, ...]``, or the
         observation's keys (the encoder's), N rows each.
         """
-        if self.encoder is not None:
-            features = self.encoder(observation)
-        else:
-            flat = observation if isinstance(observation, torch.Tensor) else observation["observation"]
-            features = flat.to(torch.float32).flatten(1)
-        mean, log_std = self.head(self.body(features)).chunk(2, -1)
+        mean, log_std = self.head(self.body(encode(self.encoder, observation))).chunk(2, -1)
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def sample(
@@ -358,12 +353,7 @@ class TwinQ(torch.nn.Module):
         self, observation: torch.Tensor | Mapping[str, torch.Tensor], unit_action: torch.Tensor
     ) -> torch.Tensor:
         """Q of both networks [2, N] from N observations (as the actor reads them) and unit actions [N, k]."""
-        if self.encoder is not None:
-            features = self.encoder(observation)
-        else:
-            assert isinstance(observation, torch.Tensor)
-            features = observation.to(torch.float32).flatten(1)
-        x = torch.cat([features, unit_action], -1).expand(2, -1, -1)
+        x = torch.cat([encode(self.encoder, observation), unit_action], -1).expand(2, -1, -1)
         last = len(self.weights) - 1
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
             x = torch.baddbmm(bias, x, weight)

@@ -26,7 +26,7 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.dicttensor import DictTensor
-from rlstruct.learning.encoders import encoded_keys, observation_encoder
+from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder
 from rlstruct.normalize import ObservationNormalizer
 from rlstruct.specs import ObservationSpace
 from rlstruct.temporal import TemporalDictTensor
@@ -253,11 +253,7 @@ class ActorCritic(Agent):
         as float32), or the observation's keys (a mapping of ``[N, ...]``
         tensors: the ``encoder``'s keys, or ``observation``).
         """
-        if self.encoder is not None:
-            x: torch.Tensor = self.encoder(observation)
-        else:
-            flat = observation if isinstance(observation, torch.Tensor) else observation["observation"]
-            x = flat.to(torch.float32).flatten(1)
+        x = encode(self.encoder, observation)
         return x if self.obs_norm is None else self.obs_norm(x)
 
     @property

@@ -59,7 +59,7 @@ from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 from rlstruct.specs import ObservationSpace
 
-__all__ = ["ObservationEncoder", "encoded_keys", "is_image", "observation_encoder", "observed"]
+__all__ = ["ObservationEncoder", "encode", "encoded_keys", "is_image", "observation_encoder", "observed"]
 
 _OWNER = "ObservationEncoder"
 
@@ -423,3 +423,25 @@ def observed(
     if encoder is None:
         return rows[f"{prefix}observation"]
     return {k: rows[prefix + k] for k in encoded_keys(encoder)}
+
+
+def encode(
+    encoder: torch.nn.Module | None, observation: torch.Tensor | Mapping[str, torch.Tensor] | DictTensor
+) -> torch.Tensor:
+    """The float32 features ``[N, d]`` a network with ``encoder`` reads from N observations.
+
+    Args:
+        encoder: the network's encoder, or None for a flat ``observation``.
+        observation: the observation's keys (a mapping or DictTensor of
+            ``[N, ...]`` tensors), or, without an encoder, the ``observation``
+            tensor itself.
+
+    Returns:
+        ``encoder(observation)``, or the flat observation cast to float32 and
+        flattened to ``[N, d]``.
+    """
+    if encoder is not None:
+        features: torch.Tensor = encoder(observation)
+        return features
+    flat = observation if isinstance(observation, torch.Tensor) else observation["observation"]
+    return flat.to(torch.float32).flatten(1)
