@@ -19,6 +19,7 @@ Examples:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol, cast, runtime_checkable
 
 import torch
@@ -123,13 +124,13 @@ def check_on_policy_agent(agent: object, learner: str) -> None:
         )
 
 
-def check_outputs(agent: OnPolicyAgent, keys: object, learner: str) -> None:
+def check_outputs(agent: OnPolicyAgent, keys: Iterable[str], learner: str) -> None:
     """Raise unless the outputs the agent stored (``keys``: the batch's keys) hold what ``learner`` reads.
 
     Raises:
         AgentError: (a ValueError) naming the missing output keys, the agent and the learner.
     """
-    stored = set(keys)  # type: ignore[call-overload]
+    stored = set(keys)
     needed = [agent.action_key, *ON_POLICY_OUTPUTS]
     missing = [key for key in needed if key not in stored]
     if missing:
