@@ -1,13 +1,17 @@
-"""DQN's pieces: the Q-network agent, the double-Q targets, the schedule, the gradient steps, the checks."""
+"""DQN's pieces: the Q-network agent, the double-Q targets, the schedule, the gradient steps, the checks,
+and smoke runs (plain, and dueling with prioritized replay) whose saved agents replay their final evaluation.
+"""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import re
+from pathlib import Path
 
 import pytest
 import torch
+from algo_helpers import assert_the_run_replays_its_final_evaluation
 
 from rlstruct import DictTensor, PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.algos import dqn
@@ -212,3 +216,38 @@ def test_train_rejects_bad_configs(changes: dict[str, object], text: str) -> Non
     config = dataclasses.replace(dqn.Config(env="CartPole-v1"), **changes)
     with pytest.raises(ValueError, match=message(text)):
         dqn.train(config)
+
+
+# ---------------------------------------------------------------------------- smoke runs
+
+
+@pytest.mark.parametrize(("dueling", "prioritized"), [(False, False), (True, True)])
+def test_dqn_smoke_run_writes_its_run_directory(tmp_path: Path, dueling: bool, prioritized: bool) -> None:
+    config = dqn.Config(
+        env="CartPole-v1",
+        total_steps=512,
+        n_envs=4,
+        n_steps=32,
+        learning_starts=128,
+        batch_size=32,
+        hidden=16,
+        dueling=dueling,
+        prioritized=prioritized,
+        eval_every=256,
+        eval_episodes=2,
+        run_dir=str(tmp_path / "runs"),
+        progress=False,
+    )
+    results = dqn.train(config)
+    assert results["env_steps"] == 512 and results["algo"] == "dqn"
+    assert_the_run_replays_its_final_evaluation(results)
+    run_dir = Path(results["run_dir"])
+    assert {"config.json", "progress.csv", "checkpoint.pt", "learning_curve.png"} <= {
+        p.name for p in run_dir.iterdir()
+    }
+    header = (run_dir / "progress.csv").read_text().splitlines()[0].split(",")
+    assert {"loss", "q_mean", "td_abs", "epsilon", "lr", "eval_return_mean"} <= set(header)
+    assert ("beta" in header) == prioritized
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    assert checkpoint["grad_steps"] == 4 * 32  # every batch of 128 steps (from 128 on): 0.25 x 128 steps
+    assert set(checkpoint["target"]) == set(checkpoint["model"])

@@ -1,13 +1,17 @@
-"""SAC's pieces: the squashed Gaussian's log-probability, the actor, the twin critics, the target, one update."""
+"""SAC's pieces: the squashed Gaussian's log-probability, the actor, the twin critics, the target, one update,
+and a smoke run that learns after its random steps and whose saved agent replays its final evaluation.
+"""
 
 from __future__ import annotations
 
 import copy
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
+from algo_helpers import assert_the_run_replays_its_final_evaluation
 
 from rlstruct import DictTensor
 from rlstruct.algos import sac
@@ -229,3 +233,34 @@ def test_sac_rejects_bad_configs() -> None:
         sac.train(sac.Config(env="Pendulum-v1", learning_starts=-1))
     with pytest.raises(ValueError, match=message("SAC needs continuous (Box) actions; env 'CartPole-v1'")):
         sac.train(sac.Config(env="CartPole-v1"))
+
+
+# ---------------------------------------------------------------------------- smoke runs
+
+
+def test_sac_smoke_run_learns_after_random_steps_and_reports(tmp_path: Path) -> None:
+    config = sac.Config(
+        env="Pendulum-v1",
+        total_steps=96,
+        n_envs=2,
+        n_processes=2,
+        n_steps=16,
+        learning_starts=64,
+        batch_size=16,
+        hidden=16,
+        eval_every=64,
+        eval_episodes=1,
+        run_dir=str(tmp_path / "runs"),
+        progress=False,
+    )
+    results = sac.train(config)
+    assert results["env_steps"] == 96 and results["algo"] == "sac"
+    assert -16.3 * 200 <= results["eval_return_mean"] <= 0  # Pendulum's reward is in [-16.3, 0]
+    assert_the_run_replays_its_final_evaluation(results)
+    run_dir = Path(results["run_dir"])
+    rows = (run_dir / "progress.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert {"critic_loss", "actor_loss", "alpha", "entropy", "q", "eval_return_mean"} <= set(header)
+    logged = [dict(zip(header, r.split(","), strict=False)) for r in rows[1:]]
+    losses = [r["critic_loss"] for r in logged if r.get("sps")]
+    assert losses[0] == "" and losses[-1] != ""  # no gradient step during the random steps
