@@ -5,7 +5,8 @@ seeds ``rlstruct train`` uses; each target is a threshold the row's ratio to
 it must reach):
 
 - **scheme, memory, in process**: a recurrent ``ActorCritic`` (a GRU per
-  head, hidden 64, orthogonal initialisation) on ``CartPoleNoVel-v1``
+  head, hidden 64, orthogonal initialisation, running observation
+  statistics: what ``rlstruct train ppo --env CartPoleNoVel-v1`` builds) on ``CartPoleNoVel-v1``
   trained by a synchronous, centralised ``Scheme`` in this process
   (``distributed.PPO`` with PPO's defaults, ``MinibatchBuffer(n_epochs=20,
   minibatch_size=256)``: one minibatch of 8 whole rows of 32 steps, 8
@@ -65,6 +66,7 @@ def scheme_return(total: int, remote_workers: int, seed: int = 0) -> float:
         "n_actions": spaces.n_actions,
         "hidden": (64, 64),
         "recurrent": True,
+        "normalize": True,
         "orthogonal": True,
     }
     defaults = ppo.Config()

@@ -74,13 +74,25 @@ class RunningMeanStd(torch.nn.Module):
         if n == 0:
             return
         x = x.to(torch.float64)
-        batch_mean = x.mean(0)
-        batch_var = x.var(0, unbiased=False)
+        self.merge(n, x.mean(0), x.var(0, unbiased=False))
+
+    @torch.no_grad()
+    def merge(self, n: int | torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> None:
+        """Merge the statistics of ``n`` other samples (their mean and biased variance, ``shape``), in place.
+
+        What ``update`` does with a batch's own statistics, for statistics
+        computed elsewhere (another process's batch: the schemes' gradient
+        workers send them): merging the moments of two batches equals
+        updating with both (Chan et al.'s parallel formula).
+        """
+        if float(n) == 0:
+            return
         total = self.count + n
-        delta = batch_mean - self.mean
+        delta = mean.to(torch.float64) - self.mean
         self.mean += delta * (n / total)
         self.var.copy_(
-            (self.var * self.count + batch_var * n + delta.pow(2) * self.count * n / total) / total
+            (self.var * self.count + var.to(torch.float64) * n + delta.pow(2) * self.count * n / total)
+            / total
         )
         self.count.copy_(total)
 

@@ -1078,3 +1078,15 @@ def test_the_schemes_defaults_are_the_training_scripts_defaults() -> None:
             if p.default is not inspect.Parameter.empty
         }
         assert defaults and all(getattr(config, name) == value for name, value in defaults.items()), algo
+
+
+def test_a_scheme_keeps_the_running_observation_statistics_of_its_model() -> None:
+    args = {**RECURRENT_ARGS, "normalize": True}
+    scheme = memory_scheme("ppo", ActorCritic, args)
+    with Learner(scheme, target_steps=512, progress=False) as learner:
+        while not learner.done():
+            learner.step()
+        weights = scheme.weights()
+    # every collected step merged once, after the update that used its batch, as ppo.train does
+    assert weights["obs_norm.count"].item() == 512
+    assert not torch.equal(weights["obs_norm.mean"], torch.zeros(4, dtype=torch.float64))

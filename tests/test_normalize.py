@@ -76,3 +76,22 @@ def test_reward_scaler_skips_padding_and_refuses_bad_shapes() -> None:
         scaler(torch.ones(3, 2), torch.zeros(3, 2, dtype=torch.bool))
     with pytest.raises(ValueError, match=message("RewardScaler: gamma must be in [0, 1], got 1.5")):
         RewardScaler(2, 1.5)
+
+
+def test_merging_the_moments_of_two_batches_equals_updating_with_both() -> None:
+    generator = torch.Generator().manual_seed(0)
+    first, second = torch.randn(7, 3, generator=generator), 5 + 2 * torch.randn(11, 3, generator=generator)
+    updated, merged = RunningMeanStd((3,)), RunningMeanStd((3,))
+    updated.update(first)
+    updated.update(second)
+    merged.update(first)
+    x = second.to(torch.float64)
+    merged.merge(torch.tensor(11.0, dtype=torch.float64), x.mean(0), x.var(0, unbiased=False))
+    assert merged.count.item() == updated.count.item() == 18
+    assert torch.allclose(merged.mean, updated.mean) and torch.allclose(merged.var, updated.var)
+    both = torch.cat([first, second]).to(torch.float64)
+    assert torch.allclose(merged.mean, both.mean(0)) and torch.allclose(
+        merged.var, both.var(0, unbiased=False)
+    )
+    merged.merge(0, x.mean(0), x.var(0, unbiased=False))  # no samples: nothing changes
+    assert merged.count.item() == 18

@@ -32,6 +32,7 @@ from rlstruct.distributed.algorithms import Algorithm, Buffer
 from rlstruct.distributed.codec import Packed, pack, unpack
 from rlstruct.distributed.collection import CollectionWorker, Collectors, node_and_pid, resolve_weights
 from rlstruct.distributed.options import Updates
+from rlstruct.learning.protocols import observation_moments
 from rlstruct.seeding import derive_seed
 from rlstruct.trajectories import Trajectories
 
@@ -88,6 +89,11 @@ class GradientResult:
             (``[n_params]``, CPU, packed as ``gradients`` are); else None.
         steps: optimiser steps this result stands for: 1 for gradients,
             the number taken for local steps.
+        observation_moments: with ``batch_end``, the count, mean and
+            variance of the batch's observations for the model's running
+            statistics (``observation_moments`` of an agent that has it, such
+            as ``ActorCritic(normalize=True)``), which the update worker merges
+            after the update; else None.
     """
 
     gradients: torch.Tensor | Packed[torch.Tensor] | None
@@ -105,6 +111,7 @@ class GradientResult:
     batch_end: bool = True
     parameters: torch.Tensor | Packed[torch.Tensor] | None = None
     steps: int = 1
+    observation_moments: dict[str, torch.Tensor] | None = None
 
     def flat(self) -> torch.Tensor:
         """The flat gradients, unpacked if they were packed."""
@@ -215,6 +222,7 @@ class GradientWorker:
         self.version = -1
         self._sent_version: int | None = None
         self._minibatches: Iterator[Any] = iter(())
+        self._moments: dict[str, torch.Tensor] | None = None
         self._next: Any = None
         self._own_group = False
 
@@ -249,8 +257,10 @@ class GradientWorker:
         if minibatch is None:
             rollouts = self.collectors.collect()
             batch = rollouts[0].trajectories() if len(rollouts) == 1 else self._cat(rollouts)
+            batch = batch.to(self.device)
             with torch.no_grad():
-                self.buffer.insert(self.algorithm.prepare(batch.to(self.device)))
+                self.buffer.insert(self.algorithm.prepare(batch))
+            self._moments = observation_moments(self.model, batch.trajectories)
             self._minibatches = self.buffer.minibatches()
             minibatch = next(self._minibatches, None)
             if minibatch is None:
@@ -264,6 +274,8 @@ class GradientWorker:
             result.rollout_raw_bytes = sum(p.raw_nbytes for p in packed)
         self._next = next(self._minibatches, None)  # looked up now, to tell whether this one ends the batch
         result.batch_end = self._next is None
+        if result.batch_end:  # merged by the update worker after the batch's last update
+            result.observation_moments, self._moments = self._moments, None
         self.model.zero_grad(set_to_none=True)
         loss, result.stats = self.algorithm.loss(minibatch)
         loss.backward()
@@ -309,6 +321,7 @@ class GradientWorker:
                 break
             step = self._backward()
             result.stats, result.batch_end = step.stats, step.batch_end
+            result.observation_moments = step.observation_moments
         flat = torch.nn.utils.parameters_to_vector(self.model.parameters()).detach().to("cpu")
         result.parameters = self._send(result, flat)
         return result

@@ -70,6 +70,7 @@ from rlstruct.distributed.gradients import GradientResult, GradientWorker, seede
 from rlstruct.distributed.options import Collection, Gradients, Updates, check_combination
 from rlstruct.env import Environment
 from rlstruct.errors import DistributedError, describe
+from rlstruct.learning.protocols import merge_observation_moments
 
 __all__ = ["Scheme", "StepInfo"]
 
@@ -464,10 +465,16 @@ class Scheme:
         if self.algorithm.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.algorithm.max_grad_norm)
         self.algorithm.optimizer.step()
+        self._merge_statistics(results)
         self.version += 1
         if self.local is not None:
             self.local.set_weights(cpu_weights(self.model), self.version)
         return asynchrony
+
+    def _merge_statistics(self, results: list[GradientResult]) -> None:
+        """Merge the observation statistics of the batches ``results`` end into the model's, after their update."""
+        for result in results:
+            merge_observation_moments(self.model, result.observation_moments)
 
     def _average(self, results: list[GradientResult]) -> list[int]:
         """Load the mean of the parameters ``results`` reached by local steps: a version per step.
@@ -478,6 +485,7 @@ class Scheme:
         asynchrony = [self.version - r.version for r in results]
         flat = torch.stack([r.flat_parameters() for r in results]).mean(0)  # one worker: its own, exactly
         torch.nn.utils.vector_to_parameters(flat.to(self.device), self.model.parameters())
+        self._merge_statistics(results)
         self.version += max(r.steps for r in results)
         if self.local is not None:
             self.local.set_weights(cpu_weights(self.model), self.version)

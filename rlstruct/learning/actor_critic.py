@@ -370,6 +370,14 @@ class ActorCritic(Agent):
         """``values_reached`` of the batch's steps: V ``[B, T]`` of ``next/observation``; see ``OnPolicyAgent``."""
         return self.values_reached(batch.trajectories)
 
+    def _normalizer_input(self, steps: TemporalDictTensor) -> torch.Tensor:
+        """What ``obs_norm`` normalises, for the real steps of a batch: ``[N, d]``."""
+        mask = steps.mask()
+        if self.encoder is None:
+            return steps["observation"][mask].flatten(1)
+        features: torch.Tensor = self.encoder({k: steps[k][mask] for k in self.observation_keys})
+        return features
+
     @torch.no_grad()
     def update_obs_norm(self, steps: TemporalDictTensor) -> None:
         """Merge the observations of a batch's real steps into the running statistics (if ``normalize``).
@@ -378,11 +386,29 @@ class ActorCritic(Agent):
         trains on the statistics its batch was collected with.
         """
         if self.obs_norm is not None:
-            mask = steps.mask()
-            if self.encoder is None:
-                self.obs_norm.update(steps["observation"][mask].flatten(1))
-            else:
-                self.obs_norm.update(self.encoder({k: steps[k][mask] for k in self.observation_keys}))
+            self.obs_norm.update(self._normalizer_input(steps))
+
+    @torch.no_grad()
+    def observation_moments(self, steps: TemporalDictTensor) -> dict[str, torch.Tensor] | None:
+        """The count, mean and variance of a batch's observations, as ``update_obs_norm`` would merge them.
+
+        None without ``normalize``. A scheme's gradient worker computes them
+        where the batch is, and the scheme merges them into its model
+        (``merge_observation_moments``) after the update that used the batch.
+        """
+        if self.obs_norm is None:
+            return None
+        x = self._normalizer_input(steps).to(torch.float64)
+        count = torch.tensor(float(x.shape[0]), dtype=torch.float64)
+        return {"count": count, "mean": x.mean(0), "var": x.var(0, unbiased=False)}
+
+    def merge_observation_moments(self, moments: Mapping[str, torch.Tensor]) -> None:
+        """Merge ``observation_moments`` of a batch (from anywhere) into the running statistics."""
+        if self.obs_norm is not None:
+            device = self.obs_norm.mean.device
+            self.obs_norm.merge(
+                moments["count"].to(device), moments["mean"].to(device), moments["var"].to(device)
+            )
 
     def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(``logits`` or ``mean`` [N, k], ``value`` [N]) from features [N, d] (a stateless agent's)."""

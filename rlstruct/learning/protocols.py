@@ -38,6 +38,8 @@ __all__ = [
     "check_outputs",
     "clip_gradients",
     "is_sequential",
+    "merge_observation_moments",
+    "observation_moments",
     "policy_outputs",
     "update_obs_norm",
     "with_agent_info",
@@ -202,3 +204,17 @@ def update_obs_norm(agent: object, steps: TemporalDictTensor) -> None:
     own = getattr(agent, "update_obs_norm", None)
     if callable(own):
         own(steps)
+
+
+def observation_moments(agent: object, steps: TemporalDictTensor) -> dict[str, torch.Tensor] | None:
+    """The agent's ``observation_moments(steps)`` if it has the method (running statistics), else None."""
+    own = getattr(agent, "observation_moments", None)
+    moments: dict[str, torch.Tensor] | None = own(steps) if callable(own) else None
+    return moments
+
+
+def merge_observation_moments(agent: object, moments: dict[str, torch.Tensor] | None) -> None:
+    """Call the agent's ``merge_observation_moments(moments)``, when it has the method and ``moments`` is not None."""
+    own = getattr(agent, "merge_observation_moments", None)
+    if moments is not None and callable(own):
+        own(moments)
