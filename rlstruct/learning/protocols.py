@@ -65,8 +65,11 @@ class OnPolicyAgent(Protocol):
     Optional, used when present: ``clip_grad_norm_(max_norm)`` (otherwise
     the gradients of all parameters are rescaled together),
     ``update_obs_norm(steps)`` (running observation statistics, called after
-    each update with the batch it used) and ``forward_sequence`` (one call
-    over a ``[B, T]`` batch; see ``replay_agent``).
+    each update with the batch it used; in a scheme,
+    ``observation_moments(steps)`` where the batch is and
+    ``merge_observation_moments(moments)`` where the update is) and
+    ``forward_sequence`` (one call over a ``[B, T]`` batch; see
+    ``replay_agent``).
 
     ``ActorCritic`` implements this protocol; docs/agents.md writes another.
     """
