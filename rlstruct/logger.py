@@ -138,7 +138,9 @@ class Logger:
         config: the run's configuration, a mapping or a dataclass instance,
             written to ``config.json`` (values JSON cannot hold, such as paths
             or dtypes, are written as their ``str``). None writes nothing.
-        tensorboard: also write TensorBoard event files into ``run_dir``.
+        tensorboard: also write TensorBoard event files into ``run_dir``,
+            from the first ``log`` on (TensorBoard's writer runs a thread,
+            made then, so that worker processes started before it can fork).
         progress: True for a ``Progress`` line on ``sys.stderr`` with
             ``total_steps`` as its total, False for none, or a ``Progress``
             of your own.
