@@ -9,8 +9,9 @@ script adds, for each of ``ENV_ARGUMENTS`` that the constructor takes and
 ``agent_args`` does not give, the environment's value: a class with
 ``__init__(self, obs_dim, n_actions, hidden=64)`` gets ``obs_dim`` and
 ``n_actions`` from the environment and ``hidden`` from ``agent_args``.
-Those final arguments go to ``config.json`` through the checkpoint's run,
-the batchers' workers and ``load_run``.
+The batchers' workers and the evaluator make their copies from those final
+arguments; ``config.json`` keeps ``agent`` (as ``"module:Class"``) and
+``agent_args`` as given, from which ``load_run`` makes the agent again.
 """
 
 from __future__ import annotations
