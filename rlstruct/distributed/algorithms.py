@@ -48,8 +48,8 @@ from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 from rlstruct.learning.on_policy import (
     add_advantages,
+    ppo_data,
     ppo_minibatch_loss,
-    ppo_minibatches,
     rows_per_minibatch,
     vtrace_agent_loss,
 )
@@ -216,7 +216,7 @@ class PPO(_Hyperparameters):
     def prepare(self, batch: Trajectories) -> DictTensor | Trajectories:
         """GAE advantages and value targets of ``batch`` ``[B, T]``; its valid steps ``[N]``, or its rows."""
         add_advantages(self.model, batch, self.gamma, self.gae_lambda)
-        return ppo_minibatches(self.model, batch, 1)[0]
+        return ppo_data(self.model, batch)
 
     def loss(self, minibatch: DictTensor | Trajectories) -> tuple[torch.Tensor, dict[str, float]]:
         """``rlstruct.learning.on_policy.ppo_minibatch_loss`` on a minibatch of steps or rows."""

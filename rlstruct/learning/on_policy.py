@@ -28,6 +28,7 @@ from rlstruct.trajectories import Trajectories
 
 __all__ = [
     "add_advantages",
+    "ppo_data",
     "ppo_minibatch_loss",
     "ppo_minibatches",
     "rows_per_minibatch",
@@ -76,20 +77,29 @@ def add_advantages(
     steps.set("target", adv + value)
 
 
+def ppo_data(agent: OnPolicyAgent | Agent, batch: Trajectories) -> Trajectories | DictTensor:
+    """What PPO draws its minibatches from: the batch's whole rows, or its valid steps flattened.
+
+    An agent with a state (a memory) or a history: the rows, so that its
+    memory is replayed, and trained, through every step of a row. Any other:
+    the valid steps ``[N]``, z of each step under ``agent_info/``.
+    """
+    if is_sequential(agent, batch):
+        return batch
+    return with_agent_info(batch).masked_flatten()
+
+
 def ppo_minibatches(
     agent: OnPolicyAgent | Agent, batch: Trajectories, minibatch_size: int
 ) -> tuple[Trajectories | DictTensor, int]:
-    """What PPO draws its minibatches from, and how many of its elements make one minibatch.
+    """``ppo_data`` and how many of its elements make a minibatch of about ``minibatch_size`` steps.
 
-    An agent without state or history: the valid steps of the batch,
-    flattened (``[N]``, z of each step under ``agent_info/``), and
-    ``minibatch_size`` steps. An agent with a state (a memory) or a history:
-    the batch's whole rows, ``max(1, minibatch_size // T)`` of them, so that
-    its memory is replayed, and trained, through every step of a row.
+    ``minibatch_size`` steps, or for rows ``rows_per_minibatch(minibatch_size, T)`` rows.
     """
-    if is_sequential(agent, batch):
-        return batch, rows_per_minibatch(minibatch_size, batch.trajectories.n_timesteps())
-    return with_agent_info(batch).masked_flatten(), minibatch_size
+    data = ppo_data(agent, batch)
+    if isinstance(data, Trajectories):
+        return data, rows_per_minibatch(minibatch_size, data.trajectories.n_timesteps())
+    return data, minibatch_size
 
 
 def rows_per_minibatch(minibatch_size: int, n_timesteps: int) -> int:
