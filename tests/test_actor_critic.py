@@ -190,3 +190,16 @@ def test_a_recurrent_actor_critic_clips_its_policy_and_value_gradients_apart() -
     assert torch.allclose(torch.nn.utils.get_total_norm([p.grad for p in agent.policy_parameters()]), small)
     value_norm = torch.nn.utils.get_total_norm([p.grad for p in agent.value_parameters()])
     assert torch.allclose(value_norm, torch.tensor(0.5), atol=1e-4)
+
+
+def test_an_image_encoder_is_trained_and_clipped_with_the_policy() -> None:
+    from rlstruct.specs import ObservationSpace
+
+    image = {"observation": ObservationSpace("box", (8, 8, 3), torch.uint8)}
+    agent = ActorCritic(observation_spaces=image, n_actions=2, hidden=(8,), recurrent=True)
+    assert agent.encoder is not None
+    encoder = {id(p) for p in agent.encoder.parameters()}
+    assert encoder and encoder <= {id(p) for p in agent.policy_parameters()}
+    assert {id(p) for p in agent.policy_parameters()} | {id(p) for p in agent.value_parameters()} == {
+        id(p) for p in agent.parameters()
+    }

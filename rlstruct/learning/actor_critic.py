@@ -186,8 +186,8 @@ class ActorCritic(Agent):
         return [f"h_{role}", f"c_{role}"] if self.memory == "lstm" else [f"h_{role}"]
 
     def policy_parameters(self) -> list[torch.nn.Parameter]:
-        """The parameters of the policy: its memory, its MLP and ``log_std``."""
-        parts = [self.actor_memory, self.actor]
+        """The parameters of the policy: its memory, its MLP and ``log_std``, and the encoder's (shared)."""
+        parts = [self.encoder, self.actor_memory, self.actor]
         own = [self.log_std] if not self.discrete else []
         return own + [p for part in parts if part is not None for p in part.parameters()]
 
