@@ -35,7 +35,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- learning-suite:start -->", "<!-- learning-suite:end -->"
 RUN_TIMEOUT_S = 1800
-TUTORIAL_RESULT = re.compile(r"final greedy return (-?[\d.]+) over \d+ episodes after (\d+) env steps")
+TUTORIAL_RESULT = re.compile(
+    r"final greedy return (-?[\d.]+)(?: \+- [\d.]+)? over \d+ episodes after (\d+) env steps"
+)
 
 
 @dataclass(frozen=True)

@@ -138,7 +138,7 @@ class AttentionAgent(CategoricalPolicy, Agent):
         )
 
     def bootstrap_values(self, batch: Trajectories) -> torch.Tensor:
-        """V of the observation reached after each step [B, T], from the window after it."""
+        """V [B, T] of the observation reached after each step, from its window."""
         steps = batch.trajectories
         # the window before step 0, which the batcher records for agents wanting the
         # last n steps
