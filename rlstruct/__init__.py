@@ -71,7 +71,7 @@ __all__ = [
     "vtrace",
 ]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 if TYPE_CHECKING:
     from rlstruct import envs as envs

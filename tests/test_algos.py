@@ -21,12 +21,15 @@ import pytest
 import torch
 from algo_helpers import message
 
-from rlstruct import TemporalDictTensor
+from rlstruct import DictTensor, TemporalDictTensor
 from rlstruct.algos import ALGORITHMS, a2c, dqn, impala, ppo, sac
 from rlstruct.algos import run as run_module
 from rlstruct.algos.config import TrainConfig, check_config, field_docs, parse_config
 from rlstruct.algos.evaluation import env_spaces
 from rlstruct.algos.run import Run
+from rlstruct.batchers import MultiprocessBatcher
+from rlstruct.batchers.process import State
+from rlstruct.checkpoint import load_checkpoint
 from rlstruct.cli import main as cli_main
 from rlstruct.learning.actor_critic import ActorCritic
 from rlstruct.learning.metrics import EpisodeReturns
@@ -203,6 +206,74 @@ def test_a_batcher_that_cannot_start_still_closes_the_run(
     with pytest.raises(OSError, match="no processes today"):
         algo.train(algo.Config(env=env, progress=False, run_dir=str(tmp_path)))
     assert len(closed) == 1
+
+
+def small_run(tmp_path: Path, **options: Any) -> Run:
+    config = ppo.Config(env="CartPole-v1", run_dir=str(tmp_path), progress=False, eval_episodes=1, **options)
+    return Run("ppo", config, *ACTOR_CRITIC)
+
+
+def assert_closed(batcher: MultiprocessBatcher) -> None:
+    assert batcher.state is State.CLOSED
+    assert all(process.exitcode is not None for process in batcher._processes)  # its workers ended
+
+
+def test_a_run_closes_the_batcher_its_collector_made(tmp_path: Path) -> None:
+    run = small_run(tmp_path)
+    with pytest.raises(RuntimeError, match=message("Run.batcher: call collector() first")):
+        run.batcher  # noqa: B018
+    with run:
+        batcher = run.collector(torch.device("cpu"), 2, 4)
+        assert run.batcher is batcher
+        assert all(process.is_alive() for process in batcher._processes)
+        run.start(ActorCritic(**ACTOR_CRITIC[1]), execute=True)
+        assert batcher.state is State.RUNNING  # collecting, not yet collected
+    assert_closed(batcher)
+    run.close()  # twice is fine
+    assert_closed(batcher)
+
+
+def test_a_failing_loop_still_closes_the_batcher(tmp_path: Path) -> None:
+    with pytest.raises(ZeroDivisionError), small_run(tmp_path) as run:
+        batcher = run.collector(torch.device("cpu"), 2, 4)
+        1 / 0  # noqa: B018
+    assert_closed(batcher)
+
+
+def test_checkpoint_replaces_the_batcher_with_a_new_started_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resets: list[tuple[MultiprocessBatcher, Any]] = []
+    reset = MultiprocessBatcher.reset
+
+    def recording(self: MultiprocessBatcher, agent_info: Any = None, env_info: Any = None) -> None:
+        resets.append((self, agent_info))
+        reset(self, agent_info, env_info)
+
+    monkeypatch.setattr(MultiprocessBatcher, "reset", recording)
+    model = ActorCritic(**ACTOR_CRITIC[1])
+    rows = DictTensor({"row": torch.arange(2)})
+    with small_run(tmp_path, checkpoint_every=8, total_steps=64) as run:
+        with pytest.raises(RuntimeError, match=message("Run.checkpoint: call collector() first")):
+            run.checkpoint(8, model)
+        old = run.collector(torch.device("cpu"), 2, 4)
+        assert run.restore() == 0
+        run.start(model, agent_info=rows)
+        run.batcher.execute()
+        assert run.batcher.get().trajectories.n_timesteps() == 4
+        assert run.checkpoint_due(8)
+        run.checkpoint(8, model, execute=True, counter=7)
+        new = run.batcher
+        assert new is not old and run.segment == 1
+        assert_closed(old)
+        assert new.state is State.RUNNING  # reset with the model's weights and collecting
+        assert new.policy_version() == 1
+        assert torch.equal(new.get().info["agent_info/row"], rows["row"])  # start's agent_info again
+        assert [(b, info) for b, info in resets if b in (old, new)] == [(old, rows), (new, rows)]
+        saved = load_checkpoint(run.dir / "checkpoint.pt")
+        assert (saved["env_steps"], saved["segment"], saved["counter"]) == (8, 1, 7)
+        assert not run.checkpoint_due(8)
+    assert_closed(new)
 
 
 # ---------------------------------------------------------------------------- runs

@@ -32,6 +32,8 @@ TINY: dict[str, dict[str, Any]] = {
     "DQN": {"n_envs": 2, "n_steps": 8, "learning_starts": 8, "batch_size": 8, "hidden": 8, "buffer_size": 64},
     "SAC": {"n_envs": 2, "n_steps": 8, "learning_starts": 8, "batch_size": 8, "hidden": 8, "buffer_size": 64},
 }
+# the agents of your own each learner trains (tests/own_agents.py)
+OWN_AGENTS = {"DQN": "own_agents:QAgent", "SAC": "own_agents:GaussianActor"}
 # the environments of each observation column (tests/spaces_envs.py)
 OBSERVATION_COLUMNS = {
     "Box observations": ["Box"],
@@ -112,11 +114,14 @@ def test_every_cell_of_the_table_holds(algo: str, column: str, cell: str, tmp_pa
                 parse_config(MODULES[algo].Config, ["--env", "CartPole-v1", "--recurrent"])
             assert caught.value.code == 2
     elif column == "your own agent (`--agent`)":
-        if yes:  # tests/test_own_agent.py trains agents with memory and history with each of these
-            trained(train(algo, "Box", tmp_path, agent="own_agents:MlpAgent", agent_args={"hidden": 4}))
-        else:
-            with pytest.raises(AgentError, match=f"{algo.lower()} trains its own networks"):
-                train(algo, f"Box{suffix}", tmp_path, agent="own_agents:MlpAgent")
+        assert yes, "every learner trains an agent of yours: write its refusal check"
+        agent = OWN_AGENTS.get(algo, "own_agents:MlpAgent")
+        trained(train(algo, f"Box{suffix}", tmp_path, agent=agent, agent_args={"hidden": 4}))
+        if "without memory or history" in cell:  # tests/test_own_agent.py: a state, a history refused
+            with pytest.raises(AgentError, match="replays single transitions"):
+                train(algo, f"Box{suffix}", tmp_path / "state", agent=f"{agent}WithState")
+        else:  # tests/test_own_agent.py trains agents with memory and history with each of these
+            assert cell == "yes, with memory or history too"
     elif column == "multiprocess collection":
         assert yes
         trained(train(algo, f"Box{suffix}", tmp_path))  # n_processes=2

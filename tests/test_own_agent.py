@@ -1,4 +1,4 @@
-"""Bring your own agent: A2C, PPO and IMPALA train agents written in tests/own_agents.py, not the package's.
+"""Bring your own agent: every learner trains agents written in tests/own_agents.py, not the package's.
 
 From Python (``Config(agent=Class, agent_args=...)``) and from the command
 line (``--agent own_agents:Class --agent-args JSON``), with checkpoints,
@@ -15,7 +15,16 @@ from typing import Any
 
 import pytest
 import torch
-from own_agents import GruAgent, MlpAgent, NoValueAgent, WindowAgent
+from own_agents import (
+    GaussianActor,
+    GruAgent,
+    MixinActor,
+    MlpAgent,
+    NoValueAgent,
+    QAgent,
+    QAgentWithState,
+    WindowAgent,
+)
 
 from rlstruct import Agent, DictTensor, GymEnv, LocalBatcher, load_checkpoint
 from rlstruct.algos import a2c, dqn, impala, load_run, ppo, sac
@@ -26,6 +35,8 @@ from rlstruct.errors import AgentError
 from rlstruct.learning import check_on_policy_agent
 from rlstruct.learning.on_policy import ppo_minibatches
 from rlstruct.learning.protocols import policy_outputs
+from rlstruct.learning.q_learning import check_q_agent
+from rlstruct.learning.soft_actor_critic import check_sac_agent
 
 TINY: dict[str, dict[str, Any]] = {
     "ppo": {"n_envs": 4, "n_steps": 16, "n_epochs": 2, "minibatch_size": 32, "total_steps": 256},
@@ -215,12 +226,163 @@ def test_the_protocol_check_names_every_missing_piece() -> None:
         check_on_policy_agent(torch.nn.Linear(2, 2), "PPO")
 
 
-@pytest.mark.parametrize("algo", [dqn, sac])
-def test_dqn_and_sac_refuse_an_agent_in_one_line(algo: Any, tmp_path: Path) -> None:
-    name = algo.__name__.rsplit(".", 1)[1]
+OFF_POLICY: dict[str, dict[str, Any]] = {
+    "dqn": {"env": "CartPole-v1", "n_envs": 2, "n_steps": 16, "learning_starts": 64, "batch_size": 16},
+    "sac": {"env": "Pendulum-v1", "n_envs": 2, "n_steps": 16, "learning_starts": 64, "batch_size": 16},
+}
+
+
+def off_policy(algo: str, tmp_path: Path, **fields: Any) -> Any:
+    module = {"dqn": dqn, "sac": sac}[algo]
+    given = {"total_steps": 256, "eval_every": 10**9, "eval_episodes": 2, "hidden": 8}
+    return module.Config(run_dir=str(tmp_path), progress=False, **{**OFF_POLICY[algo], **given, **fields})
+
+
+@pytest.mark.parametrize(
+    ("algo", "agent", "args"),
+    [
+        ("dqn", QAgent, {"obs_dim": 4, "n_actions": 2}),
+        ("sac", GaussianActor, {"obs_dim": 3, "action_low": [-2.0], "action_high": [2.0]}),
+    ],
+)
+def test_dqn_and_sac_train_a_users_agent(
+    algo: str, agent: type[Agent], args: dict[str, Any], tmp_path: Path
+) -> None:
+    module = {"dqn": dqn, "sac": sac}[algo]
+    torch.manual_seed(0)
+    before = agent(**args, hidden=8).state_dict()  # type: ignore[call-arg]
+    results = module.train(off_policy(algo, tmp_path, agent=agent, agent_args={"hidden": 8}))
+    run_dir = Path(results["run_dir"])
+    assert json.loads((run_dir / "config.json").read_text())["agent"] == f"own_agents:{agent.__name__}"
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert state["model"].keys() == before.keys()
+    assert not all(torch.equal(state["model"][k], before[k]) for k in before)
+    if algo == "sac":  # its own critics, not the learner's TwinQ
+        assert any(key.startswith("pair.") for key in state["critic"])
+    saved = load_run(run_dir)
+    assert type(saved.agent) is agent and saved.agent_args == {**args, "hidden": 8}
+    assert saved.evaluate().mean == results["eval_return_mean"]
+
+
+def test_dqn_trains_a_users_agent_as_it_trains_its_own_network(tmp_path: Path) -> None:
+    # QAgent is built as QNetwork without the dueling head: the same weights, draws and losses
+    own = dqn.train(
+        off_policy("dqn", tmp_path / "own", agent=QAgent, agent_args={"hidden": 8}, dueling=False)
+    )
+    built = dqn.train(off_policy("dqn", tmp_path / "built", dueling=False))
+    trained = [load_checkpoint(Path(r["run_dir"]) / "checkpoint.pt") for r in (own, built)]
+    mine, theirs = trained[0]["model"], trained[1]["model"]
+    assert [v.shape for v in mine.values()] == [v.shape for v in theirs.values()]
+    assert all(torch.equal(a, b) for a, b in zip(mine.values(), theirs.values(), strict=True))
+    assert own["eval_return_mean"] == built["eval_return_mean"]
+
+
+def test_sac_trains_a_squashed_gaussian_policy_with_its_twin_q(tmp_path: Path) -> None:
+    results = sac.train(off_policy("sac", tmp_path, agent=MixinActor, agent_args={"hidden": 8}))
+    state = load_checkpoint(Path(results["run_dir"]) / "checkpoint.pt")
+    # the learner's TwinQ on the key the agent reads: 3 numbers and the action in, 8 units out
+    assert state["critic"]["weights.0"].shape == (2, 3 + 1, 8)
+    assert results["env_steps"] == 256
+
+
+def test_the_command_line_trains_resumes_and_evaluates_a_users_dqn_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from test_resume import Interrupted, crash_after_first_checkpoint
+
+    args = ["train", "dqn", "--env", "CartPole-v1", "--agent", "own_agents:QAgent"]
+    args += ["--agent-args", '{"hidden": 8}', "--total-steps", "512", "--n-envs", "2", "--n-steps", "16"]
+    args += ["--learning-starts", "64", "--checkpoint-every", "256", "--eval-episodes", "2"]
+    with monkeypatch.context() as patch:
+        crash_after_first_checkpoint(patch)
+        with pytest.raises(Interrupted):
+            cli([*args, "--run-dir", str(tmp_path / "resumed"), "--no-progress"])
+    run_dir = only_run(tmp_path / "resumed")
+    assert cli(["train", "dqn", "--resume", str(run_dir), "--no-progress"]) == 0
+    assert cli([*args, "--run-dir", str(tmp_path / "whole"), "--no-progress"]) == 0
+    resumed, whole = (load_checkpoint(d / "checkpoint.pt") for d in (run_dir, only_run(tmp_path / "whole")))
+    assert resumed["env_steps"] == whole["env_steps"] == 512
+    assert all(torch.equal(resumed["model"][k], whole["model"][k]) for k in whole["model"])  # bit for bit
+    capsys.readouterr()
+    assert cli(["eval", str(run_dir), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["algo"] == "dqn" and len(report["returns"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("algo", "agent", "message"),
+    [
+        (
+            "dqn",
+            "own_agents:MlpAgent",
+            "dqn cannot train MlpAgent: it lacks q_values, epsilon (a float32 0-d buffer) "
+            "(see rlstruct.learning.q_learning.QAgent)",
+        ),
+        (
+            "sac",
+            "own_agents:MlpAgent",
+            "sac cannot train MlpAgent: it lacks sample, action_dim (a positive int), "
+            "uniform (a bool 0-d buffer) (see rlstruct.learning.soft_actor_critic.SACAgent)",
+        ),
+        (
+            "dqn",
+            "own_agents:WindowQAgent",
+            "dqn cannot train WindowQAgent: it asks for a history, and dqn replays single transitions",
+        ),
+    ],
+)
+def test_dqn_and_sac_refuse_an_agent_they_cannot_train_before_any_run_starts(
+    algo: str, agent: str, message: str, tmp_path: Path
+) -> None:
+    with pytest.raises(AgentError) as caught:
+        args = {"n_actions": 2} if algo == "sac" else None  # MlpAgent takes them; Pendulum has none
+        {"dqn": dqn, "sac": sac}[algo].train(off_policy(algo, tmp_path, agent=agent, agent_args=args))
+    assert str(caught.value) == message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_off_policy_checks_name_every_missing_piece() -> None:
+    class Bare(Agent):
+        make_critics = 3
+
+        def forward(self, state: Any, observation: Any, agent_info: Any, history: Any = None) -> Any:
+            raise NotImplementedError
+
+    with pytest.raises(AgentError) as caught:
+        check_q_agent(Bare(), "DQN")
+    assert str(caught.value) == (
+        "DQN cannot train Bare: it lacks q_values, epsilon (a float32 0-d buffer) "
+        "(see rlstruct.learning.q_learning.QAgent)"
+    )
+    with pytest.raises(AgentError) as caught:
+        check_sac_agent(Bare(), "SAC")
+    assert str(caught.value) == (
+        "SAC cannot train Bare: it lacks sample, action_dim (a positive int), uniform (a bool 0-d "
+        "buffer), a callable make_critics (see rlstruct.learning.soft_actor_critic.SACAgent)"
+    )
+    for check in (check_q_agent, check_sac_agent):
+        with pytest.raises(TypeError, match="SAC trains an Agent"):  # an AgentError is a TypeError too
+            check(torch.nn.Linear(2, 2), "SAC")
+
+
+def test_sac_refuses_critics_that_are_not_a_module(tmp_path: Path) -> None:
+    with pytest.raises(AgentError, match=r"sac: NotACritic.make_critics\(\) must return a torch.nn.Module"):
+        sac.train(off_policy("sac", tmp_path, agent="own_agents:NotACritic"))
+
+
+def test_dqn_refuses_an_agent_with_a_state_at_the_first_batch(tmp_path: Path) -> None:
+    with pytest.raises(
+        AgentError, match=r"dqn cannot train QAgentWithState: it keeps a state \['h'\], and dqn replays"
+    ):
+        dqn.train(off_policy("dqn", tmp_path, agent=QAgentWithState))
+
+
+@pytest.mark.parametrize("module", [ppo, dqn, sac])
+def test_agent_args_without_an_agent_are_refused(module: Any, tmp_path: Path) -> None:
+    name = module.__name__.rsplit(".", 1)[1]
     env = "Pendulum-v1" if name == "sac" else "CartPole-v1"
-    with pytest.raises(AgentError, match=f"{name}: config.agent and config.agent_args .* are for a2c, ppo"):
-        algo.train(algo.Config(env=env, agent="own_agents:MlpAgent", run_dir=str(tmp_path)))
+    with pytest.raises(AgentError, match=f"{name}: config.agent_args .* is for the agent --agent names"):
+        module.train(module.Config(env=env, agent_args={"hidden": 8}, run_dir=str(tmp_path)))
 
 
 def test_a_config_holding_the_class_is_stored_by_name(tmp_path: Path) -> None:

@@ -28,10 +28,9 @@ class Interrupted(Exception):
 def crash_after_first_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     original = Run.checkpoint
 
-    def checkpoint_then_crash(self: Run, *args: Any, **kwargs: Any) -> Any:
-        batcher = original(self, *args, **kwargs)
-        batcher.close()
-        raise Interrupted
+    def checkpoint_then_crash(self: Run, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        raise Interrupted  # the run closes its new batcher on the way out
 
     monkeypatch.setattr(Run, "checkpoint", checkpoint_then_crash)
 

@@ -15,7 +15,13 @@ from algo_helpers import assert_the_run_replays_its_final_evaluation
 
 from rlstruct import DictTensor
 from rlstruct.algos import sac
-from rlstruct.algos.sac import Learner, SquashedGaussianActor, TwinQ, soft_td_target, squashed_log_prob
+from rlstruct.learning.soft_actor_critic import (
+    SACLearner,
+    SquashedGaussianActor,
+    TwinQ,
+    soft_td_target,
+    squashed_log_prob,
+)
 
 
 def message(text: str) -> str:
@@ -137,14 +143,16 @@ def test_twin_q_is_two_independent_mlps() -> None:
     assert not torch.allclose(q[0], q[1])
 
 
-def learner(lr: float = 1e-2) -> tuple[Learner, SquashedGaussianActor, TwinQ, TwinQ, torch.Tensor]:
+def learner(
+    lr: float = 1e-2, tau: float = 0.005
+) -> tuple[SACLearner, SquashedGaussianActor, TwinQ, TwinQ, torch.Tensor]:
     torch.manual_seed(0)
     agent = actor()
     critic = TwinQ(3, 2, (16, 16))
     target = copy.deepcopy(critic).requires_grad_(False)
     log_alpha = torch.zeros((), requires_grad=True)
     return (
-        Learner(
+        SACLearner(
             agent,
             critic,
             target,
@@ -152,6 +160,9 @@ def learner(lr: float = 1e-2) -> tuple[Learner, SquashedGaussianActor, TwinQ, Tw
             torch.optim.Adam(critic.parameters(), lr=lr),
             torch.optim.Adam([*agent.parameters(), log_alpha], lr=lr),
             torch.Generator().manual_seed(0),
+            gamma=0.99,
+            tau=tau,
+            target_entropy=-2.0,
         ),
         agent,
         critic,
@@ -181,15 +192,14 @@ def test_an_actor_step_that_raises_leaves_the_critic_learning(monkeypatch: pytes
 
     monkeypatch.setattr(agent, "sample", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        step.step(transitions(), sac.Config(env="Pendulum-v1"), target_entropy=-2.0)
+        step.step(transitions())
     assert all(p.requires_grad for p in critic.parameters())
 
 
 def test_one_update_moves_targets_by_polyak_and_leaves_no_frozen_critic() -> None:
-    step, _, critic, target, _ = learner()
+    step, _, critic, target, _ = learner(tau=0.1)
     before = [p.clone() for p in target.parameters()]
-    config = sac.Config(env="Pendulum-v1", tau=0.1)
-    stats = step.step(transitions(), config, target_entropy=-2.0)
+    stats = step.step(transitions())
     assert set(stats) == {"critic_loss", "actor_loss", "alpha", "entropy", "q"}
     assert all(v.ndim == 0 and not v.requires_grad for v in stats.values())
     for old, new, online in zip(before, target.parameters(), critic.parameters(), strict=True):
@@ -209,7 +219,7 @@ def test_critic_loss_is_half_the_summed_squared_errors_against_the_soft_target()
         y = data["next/reward"] + 0.99 * (~data["next/terminated"]).float() * (next_q - next_log_prob)
         q = critic(data["observation"], data["unit_action"])
         expected = 0.5 * ((q[0] - y) ** 2).mean() + 0.5 * ((q[1] - y) ** 2).mean()
-    stats = step.step(data, sac.Config(env="Pendulum-v1"), target_entropy=-2.0)
+    stats = step.step(data)
     assert stats["critic_loss"].item() == pytest.approx(expected.item(), rel=1e-5)
     assert stats["alpha"].item() == 1.0  # exp(log_alpha = 0) at the start
 
@@ -219,7 +229,8 @@ def test_temperature_rises_when_entropy_is_below_target_and_falls_above(
     target_entropy: float, direction: int
 ) -> None:
     step, _, _, _, log_alpha = learner()
-    step.step(transitions(), sac.Config(env="Pendulum-v1"), target_entropy=target_entropy)
+    step.target_entropy = target_entropy
+    step.step(transitions())
     assert math.copysign(1, log_alpha.item()) == direction
     assert log_alpha.item() == pytest.approx(direction * 1e-2, rel=1e-3)  # Adam's first step is lr
 

@@ -21,7 +21,7 @@ from typing import Any, cast
 import torch
 
 from rlstruct.agent import Agent, replay_agent
-from rlstruct.algos.agents import on_policy_agent, with_agent_name
+from rlstruct.algos.agents import on_policy_agent
 from rlstruct.algos.config import (
     TrainConfig,
     annealed,
@@ -30,9 +30,8 @@ from rlstruct.algos.config import (
     parse_config,
     set_learning_rate,
 )
-from rlstruct.algos.evaluation import EnvSpaces, env_spaces
-from rlstruct.algos.run import Run
-from rlstruct.batchers import MultiprocessBatcher
+from rlstruct.algos.evaluation import EnvSpaces
+from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor
 from rlstruct.learning.losses import actor_critic_loss, normalize_advantages
@@ -113,30 +112,22 @@ def train(config: Config) -> dict[str, Any]:
     )
     check_layout(config, config.n_envs, config.n_steps)
     per_iteration = config.n_envs * config.n_steps
-    torch.set_num_threads(config.torch_threads)
-    torch.manual_seed(config.seed)
-    device = torch.device(config.device)
-    spaces = env_spaces(config.env)
-    config = with_agent_name(config)
+    config, device, spaces = prepare(config)
     agent, agent_args = make_agent(config, spaces)
     model = agent.to(device)
     policy = cast(OnPolicyAgent, model)
     optimizer = torch.optim.RMSprop(model.parameters(), lr=config.lr, alpha=0.99, eps=1e-5)
 
-    run = Run("a2c", config, type(agent), agent_args)
-    batcher: MultiprocessBatcher | None = None  # closed below, with the run, even if it fails to start
-    try:
-        batcher = run.collector(device, config.n_envs, config.n_steps)
+    with Run("a2c", config, type(agent), agent_args) as run:  # closes its batcher too, even on failure
+        run.collector(device, config.n_envs, config.n_steps)
         episodes = EpisodeReturns(config.n_envs)
         scaler = RewardScaler(config.n_envs, config.gamma).to(device) if config.scale_rewards else None
         scaled: dict[str, Any] = {} if scaler is None else {"reward_scaler": scaler}
         env_steps = run.restore(model.generator, model=model, optimizer=optimizer, reward_scaler=scaler)
-        batcher.update(run.weights(model))
-        batcher.reset()
-        run.begin()
+        run.start(model)
         while env_steps + per_iteration <= config.total_steps:
-            batcher.execute()
-            batch = batcher.get()
+            run.batcher.execute()
+            batch = run.batcher.get()
             steps = batch.trajectories
             check_outputs(policy, steps.keys(), "a2c")  # what the loss reads
             env_steps += per_iteration
@@ -191,7 +182,7 @@ def train(config: Config) -> dict[str, Any]:
             )  # ActorCritic: a recurrent one's policy and value apart
             optimizer.step()
             update_obs_norm(model, steps)  # after the step, which used the statistics of collection
-            batcher.update(run.weights(model))
+            run.batcher.update(run.weights(model))
             run.step(
                 env_steps,
                 model,
@@ -200,15 +191,9 @@ def train(config: Config) -> dict[str, Any]:
                 **terms,
             )
             if run.checkpoint_due(env_steps):
-                batcher = run.checkpoint(
-                    env_steps, batcher, model, (model.generator,), optimizer=optimizer, **scaled
-                )
+                run.checkpoint(env_steps, model, (model.generator,), optimizer=optimizer, **scaled)
                 episodes = EpisodeReturns(config.n_envs)
         return run.finish(model, env_steps, optimizer=optimizer, rng=rng_state(model.generator), **scaled)
-    finally:
-        if batcher is not None:
-            batcher.close()
-        run.close()
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

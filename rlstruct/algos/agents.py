@@ -20,6 +20,7 @@ import dataclasses
 import importlib
 import inspect
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,8 +35,10 @@ __all__ = [
     "actor_critic_agent",
     "agent_class",
     "agent_name",
+    "agent_observation_keys",
+    "observation_args",
     "on_policy_agent",
-    "refuse_agent",
+    "own_agent",
     "user_agent",
     "with_agent_name",
 ]
@@ -68,9 +71,8 @@ def actor_critic_agent(config: Any, spaces: EnvSpaces, **extra: Any) -> tuple[Ac
         several keys, images) as ``observation_spaces``, which the agent
         encodes (``ObservationEncoder``).
     """
-    observation = {"obs_dim": spaces.obs_dim} if spaces.flat else {"observation_spaces": spaces.observation}
     agent_args: dict[str, Any] = {
-        **observation,
+        **observation_args(spaces),
         "n_actions": spaces.n_actions,
         "action_low": spaces.action_low,
         "action_high": spaces.action_high,
@@ -81,6 +83,11 @@ def actor_critic_agent(config: Any, spaces: EnvSpaces, **extra: Any) -> tuple[Ac
         **extra,
     }
     return ActorCritic(**agent_args), agent_args
+
+
+def observation_args(spaces: EnvSpaces) -> dict[str, Any]:
+    """How a built-in network is told its observation: ``obs_dim`` for one flat box, else ``observation_spaces``."""
+    return {"obs_dim": spaces.obs_dim} if spaces.flat else {"observation_spaces": spaces.observation}
 
 
 def agent_name(agent: str | type[Agent]) -> str:
@@ -168,6 +175,33 @@ def with_agent_name(config: C) -> C:
     return dataclasses.replace(config, agent=agent_name(agent))  # type: ignore[type-var]
 
 
+def own_agent(
+    config: Any, spaces: EnvSpaces, learner: str, check: Callable[[object, str], None]
+) -> tuple[Agent, dict[str, Any]] | None:
+    """``config.agent``'s class made with ``config.agent_args`` and ``check``-ed, or None when it is not set.
+
+    Args:
+        config: a config with ``agent`` and ``agent_args``.
+        spaces: the environment's spaces, for ``ENV_ARGUMENTS``.
+        learner: the learner's name, for the messages.
+        check: raises ``AgentError`` for an agent the learner cannot train
+            (``check_on_policy_agent``, ``check_q_agent``, ``check_sac_agent``).
+
+    Raises:
+        AgentError: see ``agent_class``, ``user_agent`` and ``check``.
+    """
+    if config.agent is None:
+        if config.agent_args is not None:
+            raise AgentError(
+                f"{learner}: config.agent_args (--agent-args) is for the agent --agent names, and no agent "
+                f"is named; got agent_args={config.agent_args!r}"
+            )
+        return None
+    agent, args = user_agent(agent_class(config.agent), config.agent_args, spaces)
+    check(agent, learner)
+    return agent, args
+
+
 def on_policy_agent(
     config: Any, spaces: EnvSpaces, learner: str, **extra: Any
 ) -> tuple[Agent, dict[str, Any]]:
@@ -181,17 +215,17 @@ def on_policy_agent(
         AgentError: for an agent ``learner`` cannot train (see ``agent_class``,
             ``user_agent`` and ``check_on_policy_agent``).
     """
-    if config.agent is None:
-        return actor_critic_agent(config, spaces, **extra)
-    agent, args = user_agent(agent_class(config.agent), config.agent_args, spaces)
-    check_on_policy_agent(agent, learner)
-    return agent, args
+    own = own_agent(config, spaces, learner, check_on_policy_agent)
+    return actor_critic_agent(config, spaces, **extra) if own is None else own
 
 
-def refuse_agent(config: Any, learner: str) -> None:
-    """Raise ``AgentError`` if ``config.agent`` is set: ``learner`` (DQN, SAC) trains only its own networks."""
-    if config.agent is not None or config.agent_args is not None:
-        raise AgentError(
-            f"{learner}: config.agent and config.agent_args (--agent, --agent-args) are for a2c, ppo and "
-            f"impala; {learner} trains its own networks, got agent={agent_name(config.agent) if config.agent else None!r}"
-        )
+def agent_observation_keys(agent: object, spaces: EnvSpaces) -> tuple[str, ...]:
+    """The observation keys ``agent`` reads: its ``observation_keys`` if it names them, else every key of ``spaces``.
+
+    What an off-policy learner stores of each step, and hands to the
+    agent's ``q_values``, ``sample`` and critics.
+    """
+    keys = getattr(agent, "observation_keys", None)
+    if keys is None:
+        return tuple(sorted(spaces.observation))
+    return tuple(keys)

@@ -82,7 +82,7 @@ class TrainConfig:
     resume: str | None = None
     """A run directory to continue from its last checkpoint, with the settings of its config.json."""
     agent: str | None = None
-    """Train your own Agent instead of the built-in network: "module:Class" or "path/to/file.py:Class" (A2C, PPO, IMPALA; see docs/agents.md)."""
+    """Train your own Agent instead of the built-in network: "module:Class" or "path/to/file.py:Class" (every algorithm; see docs/agents.md)."""
     agent_args: dict[str, Any] | None = None
     """Keyword arguments of ``agent``'s class, a JSON object on the command line ('{"hidden": 128}')."""
 

@@ -22,12 +22,12 @@ import copy
 import dataclasses
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.algos.agents import refuse_agent
+from rlstruct.algos.agents import agent_observation_keys, observation_args, own_agent
 from rlstruct.algos.config import (
     TrainConfig,
     annealed,
@@ -36,159 +36,22 @@ from rlstruct.algos.config import (
     parse_config,
     set_learning_rate,
 )
-from rlstruct.algos.evaluation import EnvSpaces, env_spaces
-from rlstruct.algos.run import Run
-from rlstruct.batchers import MultiprocessBatcher
+from rlstruct.algos.evaluation import EnvSpaces
+from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
 from rlstruct.checks import check_int, check_number
-from rlstruct.dicttensor import DictTensor
-from rlstruct.learning.actor_critic import mlp
-from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder, observed
 from rlstruct.learning.metrics import EpisodeReturns
+from rlstruct.learning.protocols import check_replayed_outputs
+from rlstruct.learning.q_learning import QAgent, QNetwork, check_q_agent, dqn_loss, q_targets
 from rlstruct.replay import PrioritizedReplayBuffer, ReplayBuffer
-from rlstruct.specs import ObservationSpace
-from rlstruct.temporal import TemporalDictTensor
 
 __all__ = ["Config", "QNetwork", "linear_schedule", "main", "make_agent", "q_targets", "train"]
-
-TRANSITION_KEYS = ("observation", "action", "next/observation", "next/reward", "next/terminated")
-"""What the replay buffer keeps of each step, for a flat observation (see ``transition_keys``)."""
+# QNetwork and q_targets are rlstruct.learning.q_learning's, named here too
 
 
-def transition_keys(model: QNetwork) -> tuple[str, ...]:
-    """What the replay buffer keeps of each step: the network's observation keys, now and reached, and the rest."""
-    keys = model.observation_keys
-    if keys == ("observation",):
-        return TRANSITION_KEYS
+def transition_keys(keys: Sequence[str]) -> tuple[str, ...]:
+    """What the replay buffer keeps of each step: the agent's observation ``keys``, now and reached, and the rest."""
     return (*keys, "action", *(f"next/{k}" for k in keys), "next/reward", "next/terminated")
-
-
-def _both(
-    a: torch.Tensor | dict[str, torch.Tensor], b: torch.Tensor | dict[str, torch.Tensor]
-) -> torch.Tensor | dict[str, torch.Tensor]:
-    """The observations ``a`` then ``b`` in one batch."""
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return torch.cat([a, b])
-    assert isinstance(a, dict) and isinstance(b, dict)
-    return {k: torch.cat([a[k], b[k]]) for k in a}
-
-
-class QNetwork(Agent):
-    """Q-values of discrete actions from float32 observations, acting epsilon-greedily.
-
-    The exploration rate is the buffer ``epsilon`` (a float32 scalar, part of
-    the ``state_dict``), so a learner sets it with ``model.epsilon.fill_(e)``
-    and it reaches the batcher's copies with the weights
-    (``batcher.update(model.state_dict())``). Rows whose
-    ``agent_info["greedy"]`` is True always take the greedy action; random
-    draws come from ``self.generator``.
-
-    Args:
-        obs_dim: the size of the flat observation under ``observation``.
-        n_actions: the number of discrete actions.
-        hidden: the sizes of the hidden layers (ReLU).
-        dueling: end with a value stream V(s) and an advantage stream A(s, a),
-            combined as ``Q = V + A - mean_a A`` (Wang et al. 2016).
-        observation_spaces: instead of ``obs_dim``, the observation's keys and
-            their spaces, encoded by an ``ObservationEncoder`` (one-hot,
-            joined keys, a CNN for images; see ``rlstruct.learning.encoders``).
-        encoder: instead of either, your own encoder module (``out_dim``, ``keys``).
-
-    Output keys (per row): ``action`` (int64).
-
-    Raises:
-        ValueError: for a non-positive ``obs_dim`` or ``n_actions``, no hidden
-            layer, or not exactly one of ``obs_dim``, ``observation_spaces`` and ``encoder``.
-
-    Examples:
-        >>> import torch
-        >>> from rlstruct import DictTensor
-        >>> from rlstruct.algos.dqn import QNetwork
-        >>> agent = QNetwork(obs_dim=4, n_actions=2, hidden=(16,), dueling=True)
-        >>> obs = DictTensor({"observation": torch.zeros(3, 4)})
-        >>> agent.q_values(obs["observation"]).shape
-        torch.Size([3, 2])
-        >>> z = DictTensor({"greedy": torch.tensor([True, True, True])})
-        >>> out, _ = agent(agent.initial_state(z, 3), obs, z)
-        >>> bool((out["action"] == agent.q_values(obs["observation"]).argmax(1)).all())
-        True
-    """
-
-    epsilon: torch.Tensor
-
-    def __init__(
-        self,
-        obs_dim: int | None = None,
-        n_actions: int | None = None,
-        hidden: Sequence[int] = (64, 64),
-        dueling: bool = False,
-        observation_spaces: Mapping[str, ObservationSpace] | None = None,
-        encoder: torch.nn.Module | None = None,
-    ) -> None:
-        super().__init__()
-        self.encoder, obs_dim = observation_encoder("QNetwork", obs_dim, observation_spaces, encoder)
-        if n_actions is None or n_actions < 1:
-            raise ValueError(
-                f"QNetwork: n_actions must be a positive int (discrete actions), got {n_actions}"
-            )
-        if len(hidden) < 1:
-            raise ValueError(f"QNetwork: hidden must name at least one layer size, got {tuple(hidden)}")
-        self.n_actions = n_actions
-        self.dueling = dueling
-        self.register_buffer("epsilon", torch.tensor(1.0))
-        self.body = torch.nn.Sequential(mlp([obs_dim, *hidden], torch.nn.ReLU), torch.nn.ReLU())
-        self.head = torch.nn.Linear(hidden[-1], n_actions)
-        self.value = torch.nn.Linear(hidden[-1], 1) if dueling else None
-
-    @property
-    def observation_keys(self) -> tuple[str, ...]:
-        """The keys of the observation the network reads (``("observation",)`` without an encoder)."""
-        return encoded_keys(self.encoder)
-
-    def q_values(self, observation: torch.Tensor | Mapping[str, torch.Tensor] | DictTensor) -> torch.Tensor:
-        """Q [N, n_actions] (float32, on the model's device) of N observations.
-
-        ``observation``: the flat ``observation`` tensor ``[N, ...]`` (any
-        dtype), or the observation's keys (the encoder's), N rows each.
-        """
-        x = self.body(encode(self.encoder, observation))
-        q: torch.Tensor = self.head(x)
-        if self.value is not None:
-            q = self.value(x) + q - q.mean(1, keepdim=True)
-        return q
-
-    def forward(
-        self,
-        state: DictTensor,
-        observation: DictTensor,
-        agent_info: DictTensor,
-        history: TemporalDictTensor | None = None,
-    ) -> tuple[DictTensor, DictTensor]:
-        """Act epsilon-greedily on B rows: a uniform random action with probability ``epsilon``.
-
-        Both draws come from ``self.generator`` (on the CPU) and are moved to
-        the Q-values' device.
-
-        Args:
-            state: B rows, returned unchanged (the network has no memory).
-            observation: B rows with the key ``observation`` ``[B, ...]`` (any
-                dtype: read as flat float32).
-            agent_info: z of every row; rows whose optional bool key
-                ``greedy`` [B] is True take the greedy action.
-            history: not read.
-
-        Returns:
-            ``(output, state)``: ``output`` holds ``action``, int64 [B] on the
-            model's device.
-        """
-        q = self.q_values(observation)
-        action = q.argmax(1)
-        n = action.shape[0]
-        explore = torch.rand(n, generator=self.generator).to(q.device) < self.epsilon
-        if "greedy" in agent_info and n > 0:
-            explore &= ~agent_info["greedy"].to(q.device)
-        random = torch.randint(self.n_actions, (n,), generator=self.generator).to(q.device)
-        return DictTensor({"action": torch.where(explore, random, action)}), state
 
 
 def linear_schedule(start: float, end: float, fraction: float, progress: float) -> float:
@@ -205,47 +68,6 @@ def linear_schedule(start: float, end: float, fraction: float, progress: float) 
         (0.75, 0.5)
     """
     return end + (start - end) * max(1.0 - progress / fraction, 0.0)
-
-
-def q_targets(
-    reward: torch.Tensor,
-    terminated: torch.Tensor,
-    next_q_online: torch.Tensor,
-    next_q_target: torch.Tensor,
-    gamma: float,
-    double: bool = True,
-) -> torch.Tensor:
-    """One-step Q-learning targets ``r + gamma * (1 - terminated) * Q_target(s', a')``.
-
-    With ``double``, ``a' = argmax_a Q_online(s', a)`` (van Hasselt et al. 2016);
-    without, ``a' = argmax_a Q_target(s', a)`` (Mnih et al. 2015). Only
-    termination cuts the bootstrap: a step truncated by a time limit still
-    bootstraps from its ``s'``.
-
-    Args:
-        reward: [N], floating.
-        terminated: [N], bool.
-        next_q_online: [N, n_actions], the online network's Q of ``s'``.
-        next_q_target: [N, n_actions], the target network's Q of ``s'``.
-        gamma: the discount factor.
-        double: choose ``a'`` with the online network.
-
-    Returns:
-        The targets [N], of ``next_q_target``'s dtype and device (a new tensor).
-
-    Examples:
-        >>> import torch
-        >>> online = torch.tensor([[1.0, 2.0], [0.0, 5.0]])
-        >>> target = torch.tensor([[10.0, 20.0], [30.0, 40.0]])
-        >>> q_targets(torch.tensor([1.0, 1.0]), torch.tensor([False, True]), online, target, 0.5)
-        tensor([11.,  1.])
-    """
-    if double:
-        best = next_q_online.argmax(1, keepdim=True)
-        next_q = next_q_target.gather(1, best).squeeze(1)
-    else:
-        next_q = next_q_target.max(1).values
-    return reward.to(next_q.dtype) + gamma * next_q * (~terminated).to(next_q.dtype)
 
 
 @dataclasses.dataclass
@@ -325,17 +147,26 @@ def _check(config: Config) -> None:
     check_layout(config, config.n_envs, config.n_steps)
 
 
-def make_agent(config: Config, spaces: EnvSpaces) -> tuple[QNetwork, dict[str, Any]]:
+def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]]:
     """The agent ``train`` trains for ``config`` on an environment of ``spaces``, and its keyword arguments.
 
+    ``config.agent``'s class, made with ``config.agent_args`` and checked to
+    speak ``QAgent`` (see ``rlstruct.algos.agents.own_agent``), else a
+    ``QNetwork``.
+
     Returns:
-        ``(QNetwork(**agent_args), agent_args)``: a new agent on the CPU,
-        initialised from torch's global generator, and the arguments that
-        make its copies (the batchers') and rebuild it (``load_run``).
+        ``(agent, agent_args)``: a new agent on the CPU, initialised from
+        torch's global generator, and the arguments that make its copies
+        (the batchers') and rebuild it (``load_run``).
+
+    Raises:
+        AgentError: for an agent DQN cannot train.
     """
-    observation = {"obs_dim": spaces.obs_dim} if spaces.flat else {"observation_spaces": spaces.observation}
+    own = own_agent(config, spaces, "dqn", check_q_agent)
+    if own is not None:
+        return own
     agent_args: dict[str, Any] = {
-        **observation,
+        **observation_args(spaces),
         "n_actions": spaces.n_actions,
         "hidden": (config.hidden, config.hidden),
         "dueling": config.dueling,
@@ -350,16 +181,15 @@ def train(config: Config) -> dict[str, Any]:
         ValueError: for a size or rate out of range, ``n_envs`` not a multiple of
             ``n_processes``, or an environment without discrete actions.
     """
-    refuse_agent(config, "dqn")
     _check(config)
-    spaces = env_spaces(config.env)
+    config, device, spaces = prepare(config)
     if spaces.n_actions is None:
         raise ValueError(f"config.env: DQN needs discrete actions, got {config.env!r} with continuous ones")
-    torch.set_num_threads(config.torch_threads)
-    torch.manual_seed(config.seed)
-    device = torch.device(config.device)
-    model, agent_args = make_agent(config, spaces)
-    model = model.to(device)
+    agent, agent_args = make_agent(config, spaces)
+    model = agent.to(device)
+    q_agent = cast(QAgent, model)
+    observed = agent_observation_keys(model, spaces)  # what the replay keeps and the loss reads
+    keys = transition_keys(observed)
     target = copy.deepcopy(model).requires_grad_(False)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)  # fewest kernels per step
     generator = torch.Generator(device).manual_seed(config.seed)
@@ -371,27 +201,23 @@ def train(config: Config) -> dict[str, Any]:
     else:
         buffer = ReplayBuffer(config.buffer_size, device=device, generator=generator)
 
-    run = Run("dqn", config, QNetwork, agent_args)
-    batcher: MultiprocessBatcher | None = None  # closed below, with the run, even if it fails to start
-    try:
-        batcher = run.collector(device, config.n_envs, config.n_steps)
+    with Run("dqn", config, type(agent), agent_args) as run:  # closes its batcher too, even on failure
+        run.collector(device, config.n_envs, config.n_steps)
         episodes = EpisodeReturns(config.n_envs)
         per_iteration = config.n_envs * config.n_steps
         n_updates = max(1, round(config.train_ratio * per_iteration))
-        model.epsilon.fill_(config.eps_start)  # a resumed run restores the epsilon it had reached
+        q_agent.epsilon.fill_(config.eps_start)  # a resumed run restores the epsilon it had reached
         env_steps = run.restore(
             generator, model.generator, model=model, target=target, optimizer=optimizer, buffer=buffer
         )
         grad_steps = 0 if run.resumed is None else int(run.resumed["grad_steps"])
-        batcher.update(run.weights(model))
-        batcher.reset()
-        run.begin()
-        batcher.execute()
+        run.start(model, execute=True)
         while True:
-            batch = batcher.get()
+            batch = run.batcher.get()
             steps = batch.trajectories
             env_steps += per_iteration
-            buffer.add_trajectories(steps, keys=transition_keys(model))
+            check_replayed_outputs(agent, batch, "dqn", ("action",))
+            buffer.add_trajectories(steps, keys=keys)
             episodes.add(steps)
             run.add_returns(episodes)
             progress = env_steps / config.total_steps
@@ -400,11 +226,11 @@ def train(config: Config) -> dict[str, Any]:
             # The workers collect the next batch while the learner trains (off-policy: one iteration stale).
             if more:
                 eps = linear_schedule(config.eps_start, config.eps_end, config.eps_fraction, progress)
-                model.epsilon.fill_(eps)
-                batcher.update(run.weights(model))
-                batcher.execute()
+                q_agent.epsilon.fill_(eps)
+                run.batcher.update(run.weights(model))
+                run.batcher.execute()
 
-            stats: dict[str, float] = {"epsilon": float(model.epsilon)}
+            stats: dict[str, float] = {"epsilon": float(q_agent.epsilon)}
             if env_steps >= config.learning_starts:
                 set_learning_rate(
                     optimizer,
@@ -413,16 +239,15 @@ def train(config: Config) -> dict[str, Any]:
                 if isinstance(buffer, PrioritizedReplayBuffer):
                     buffer.beta = config.beta_start + (1.0 - config.beta_start) * progress
                     stats["beta"] = buffer.beta
-                stats.update(learn(model, target, optimizer, buffer, config, n_updates, grad_steps))
+                stats.update(learn(model, target, optimizer, buffer, config, n_updates, grad_steps, observed))
                 stats["lr"] = optimizer.param_groups[0]["lr"]
                 grad_steps += n_updates
             run.step(env_steps, model, **stats)
             if not more:
                 break
             if run.checkpoint_due(env_steps):  # the batch in flight is dropped, in a resumed run alike
-                batcher = run.checkpoint(
+                run.checkpoint(
                     env_steps,
-                    batcher,
                     model,
                     (generator, model.generator),
                     target=target,
@@ -440,22 +265,22 @@ def train(config: Config) -> dict[str, Any]:
             grad_steps=grad_steps,
             rng=rng_state(generator, model.generator),
         )
-    finally:
-        if batcher is not None:
-            batcher.close()
-        run.close()
 
 
 def learn(
-    model: QNetwork,
-    target: QNetwork,
+    model: Agent,
+    target: Agent,
     optimizer: torch.optim.Optimizer,
     buffer: ReplayBuffer,
     config: Config,
     n_updates: int,
     grad_steps: int,
+    observed: Sequence[str] = ("observation",),
 ) -> dict[str, float]:
     """``n_updates`` gradient steps on replayed transitions; returns the mean loss, Q and |TD error|.
+
+    ``model`` and ``target`` speak ``QAgent``; ``observed`` are the
+    observation keys they read (``dqn_loss``).
 
     Uniform replay draws all the steps' minibatches in one call (the buffer
     does not change between them); prioritized replay draws each after the
@@ -466,7 +291,7 @@ def learn(
         drawn = buffer.sample(n_updates * config.batch_size)
         uniform = {
             key: drawn.rows[key].view(n_updates, config.batch_size, *drawn.rows[key].shape[1:])
-            for key in transition_keys(model)
+            for key in transition_keys(observed)
         }
         uniform_weights = drawn.weights.view(n_updates, config.batch_size)  # ones
     total_loss = torch.zeros((), device=buffer.device)
@@ -479,20 +304,9 @@ def learn(
         else:
             rows = {key: x[i] for key, x in uniform.items()}
             weights = uniform_weights[i]
-        obs, next_obs = observed(rows, model.encoder), observed(rows, model.encoder, "next/")
-        action, reward, terminated = rows["action"], rows["next/reward"], rows["next/terminated"]
-        n = action.shape[0]
-        with torch.no_grad():
-            next_q_target = target.q_values(next_obs)
-        if config.double:  # one forward pass of the online network over s and s'
-            q_both = model.q_values(_both(obs, next_obs))
-            q_all, next_q_online = q_both[:n], q_both[n:].detach()
-        else:
-            q_all, next_q_online = model.q_values(obs), next_q_target
-        y = q_targets(reward, terminated, next_q_online, next_q_target, config.gamma, config.double)
-        q = q_all.gather(1, action.unsqueeze(1)).squeeze(1)
-        loss_rows = torch.nn.functional.smooth_l1_loss(q, y, reduction="none")
-        loss = (weights * loss_rows).mean()
+        loss, q, y = dqn_loss(
+            cast(QAgent, model), cast(QAgent, target), rows, observed, weights, config.gamma, config.double
+        )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)

@@ -29,7 +29,7 @@ from typing import Any, cast
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.algos.agents import on_policy_agent, with_agent_name
+from rlstruct.algos.agents import on_policy_agent
 from rlstruct.algos.config import (
     TrainConfig,
     annealed,
@@ -38,9 +38,8 @@ from rlstruct.algos.config import (
     parse_config,
     set_learning_rate,
 )
-from rlstruct.algos.evaluation import EnvSpaces, env_spaces
-from rlstruct.algos.run import Run
-from rlstruct.batchers import MultiprocessBatcher
+from rlstruct.algos.evaluation import EnvSpaces
+from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor
 from rlstruct.learning.metrics import EpisodeReturns
@@ -149,44 +148,36 @@ def train(config: Config) -> dict[str, Any]:
             f"config.total_steps ({config.total_steps}) must allow one update of "
             f"batch_slots x n_envs / n_processes x n_steps = {per_update} steps"
         )
-    torch.set_num_threads(config.torch_threads)
-    torch.manual_seed(config.seed)
-    device = torch.device(config.device)
-    spaces = env_spaces(config.env)
-    config = with_agent_name(config)
+    config, device, spaces = prepare(config)
     agent, agent_args = make_agent(config, spaces)
     model = agent.to(device)
     policy = cast(OnPolicyAgent, model)
     optimizer = torch.optim.RMSprop(model.parameters(), lr=config.lr, alpha=0.99, eps=1e-5)
 
-    run = Run("impala", config, type(agent), agent_args)
-    batcher: MultiprocessBatcher | None = None  # closed below, with the run, even if it fails to start
-    try:
-        batcher = run.collector(device, config.n_envs, config.n_steps, mode="stream", n_slots=config.n_slots)
+    with Run("impala", config, type(agent), agent_args) as run:  # closes its batcher too, even on failure
+        run.collector(device, config.n_envs, config.n_steps, mode="stream", n_slots=config.n_slots)
         # A slot holds the rows of one worker; the row index (in z, unused by the agent) tells which,
         # so that training episodes are followed across the slots of each worker.
         episodes = [EpisodeReturns(per_worker) for _ in range(config.n_processes)]
         env_steps = 0
-        batcher.update(run.weights(model))
-        batcher.reset(agent_info=DictTensor({"row": torch.arange(config.n_envs)}))
-        run.begin()
+        run.start(model, agent_info=DictTensor({"row": torch.arange(config.n_envs)}))
         while env_steps + per_update <= config.total_steps:  # never more steps than the budget
             pieces: list[Trajectories] = []
             for _ in range(config.batch_slots):
-                piece = batcher.get()
+                piece = run.batcher.get()
                 episodes[int(piece.info["agent_info/row"][0]) // per_worker].add(piece.trajectories)
                 pieces.append(piece)
             batch = pieces[0] if len(pieces) == 1 else Trajectories.cat(pieces)
             env_steps += per_update
             run.add_returns(*episodes)
-            lag = (batcher.policy_version() - batch.info["policy_version"]).float()
+            lag = (run.batcher.policy_version() - batch.info["policy_version"]).float()
 
             lr = annealed(config.lr, env_steps - per_update, config.total_steps, config.anneal)
             set_learning_rate(optimizer, lr)
             check_outputs(policy, batch.trajectories.keys(), "impala")  # what the loss reads
             stats = learner_step(model, optimizer, batch, config)
             update_obs_norm(model, batch.trajectories)  # after the step, which used the actors' statistics
-            batcher.update(run.weights(model))
+            run.batcher.update(run.weights(model))
             run.step(
                 env_steps,
                 model,
@@ -196,10 +187,6 @@ def train(config: Config) -> dict[str, Any]:
                 **stats,
             )
         return run.finish(model, env_steps, optimizer=optimizer, rng=rng_state(model.generator))
-    finally:
-        if batcher is not None:
-            batcher.close()
-        run.close()
 
 
 def learner_step(

@@ -32,7 +32,7 @@ from typing import Any, cast
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.algos.agents import on_policy_agent, with_agent_name
+from rlstruct.algos.agents import on_policy_agent
 from rlstruct.algos.config import (
     TrainConfig,
     annealed,
@@ -42,8 +42,7 @@ from rlstruct.algos.config import (
     set_learning_rate,
 )
 from rlstruct.algos.evaluation import EnvSpaces, env_spaces
-from rlstruct.algos.run import Run
-from rlstruct.batchers import MultiprocessBatcher
+from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
 from rlstruct.learning.metrics import EpisodeReturns, explained_variance
 from rlstruct.learning.on_policy import add_advantages, ppo_minibatch_loss, ppo_minibatches
@@ -128,11 +127,7 @@ def train(config: Config) -> dict[str, Any]:
         torch_threads=config.torch_threads,
     )
     check_layout(config, config.n_envs, config.n_steps)
-    torch.set_num_threads(config.torch_threads)
-    torch.manual_seed(config.seed)
-    device = torch.device(config.device)
-    spaces = env_spaces(config.env)
-    config = with_agent_name(config)
+    config, device, spaces = prepare(config)
     agent, agent_args = make_agent(config, spaces)
     model = agent.to(device)
     policy = cast(OnPolicyAgent, model)
@@ -141,10 +136,8 @@ def train(config: Config) -> dict[str, Any]:
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, eps=1e-5, fused=fused)
     generator = torch.Generator(device).manual_seed(config.seed)
 
-    run = Run("ppo", config, type(agent), agent_args)
-    batcher: MultiprocessBatcher | None = None  # closed below, with the run, even if it fails to start
-    try:
-        batcher = run.collector(device, config.n_envs, config.n_steps)
+    with Run("ppo", config, type(agent), agent_args) as run:  # closes its batcher too, even on failure
+        run.collector(device, config.n_envs, config.n_steps)
         episodes = EpisodeReturns(config.n_envs)
         scaler = RewardScaler(config.n_envs, config.gamma).to(device) if config.scale_rewards else None
         scaled: dict[str, Any] = {} if scaler is None else {"reward_scaler": scaler}
@@ -152,12 +145,10 @@ def train(config: Config) -> dict[str, Any]:
         env_steps = run.restore(
             generator, model.generator, model=model, optimizer=optimizer, reward_scaler=scaler
         )
-        batcher.update(run.weights(model))
-        batcher.reset()
-        run.begin()
+        run.start(model)
         while env_steps + per_iteration <= config.total_steps:  # never more steps than the budget
-            batcher.execute()
-            batch = batcher.get()
+            run.batcher.execute()
+            batch = run.batcher.get()
             steps = batch.trajectories
             check_outputs(policy, steps.keys(), "ppo")  # what the losses read
             mask = steps.mask()
@@ -174,7 +165,7 @@ def train(config: Config) -> dict[str, Any]:
             set_learning_rate(optimizer, lr)
             stats = update(model, optimizer, batch, config, clip, generator)
             update_obs_norm(model, steps)  # after the update, which used the statistics of collection
-            batcher.update(run.weights(model))
+            run.batcher.update(run.weights(model))
             run.step(
                 env_steps,
                 model,
@@ -183,17 +174,11 @@ def train(config: Config) -> dict[str, Any]:
                 **stats,
             )
             if run.checkpoint_due(env_steps):
-                batcher = run.checkpoint(
-                    env_steps, batcher, model, (generator, model.generator), optimizer=optimizer, **scaled
-                )
+                run.checkpoint(env_steps, model, (generator, model.generator), optimizer=optimizer, **scaled)
                 episodes = EpisodeReturns(config.n_envs)
         return run.finish(
             model, env_steps, optimizer=optimizer, rng=rng_state(generator, model.generator), **scaled
         )
-    finally:
-        if batcher is not None:
-            batcher.close()
-        run.close()
 
 
 def update(

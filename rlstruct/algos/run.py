@@ -1,8 +1,30 @@
-"""One training run's surroundings: its directory, logger, evaluator, episode returns and results.
+"""One training run's surroundings: its collection, directory, logger, evaluator, episode returns and results.
 
-The algorithms keep only their learning loop; ``Run`` does the rest the same
-way for all of them:
+The algorithms keep only their learning loop; ``prepare`` and ``Run`` do the
+rest the same way for all of them. Every script has one shape::
 
+    config, device, spaces = prepare(config)  # once the config is checked
+    agent, agent_args = make_agent(config, spaces)
+    model, optimizer = agent.to(device), ...
+    with Run("ppo", config, type(agent), agent_args) as run:
+        run.collector(device, config.n_envs, config.n_steps)
+        env_steps = run.restore(model=model, optimizer=optimizer)  # 0 for a new run
+        run.start(model)
+        while env_steps + per_iteration <= config.total_steps:
+            run.batcher.execute()
+            batch = run.batcher.get()
+            env_steps += per_iteration
+            ...  # learn from batch
+            run.batcher.update(run.weights(model))
+            run.step(env_steps, model, loss=loss)
+            if run.checkpoint_due(env_steps):
+                run.checkpoint(env_steps, model, optimizer=optimizer)
+        return run.finish(model, env_steps, optimizer=optimizer)
+
+``Run`` owns:
+
+- the collection batcher (``collector``, ``run.batcher``), started by
+  ``start``, restarted in place by ``checkpoint`` and closed with the run;
 - a run directory ``<run_dir>/<algo>-<env>-s<seed>-<time>`` holding
   ``config.json``, ``progress.csv``, TensorBoard event files, the checkpoint
   and ``learning_curve.png``;
@@ -20,25 +42,65 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import torch
 
 from rlstruct.agent import Agent
+from rlstruct.algos.agents import with_agent_name
 from rlstruct.algos.config import TrainConfig
-from rlstruct.algos.evaluation import EvalResult, Evaluator, env_spaces, eval_seed
+from rlstruct.algos.evaluation import EnvSpaces, EvalResult, Evaluator, env_spaces, eval_seed
 from rlstruct.batchers import MultiprocessBatcher, cpu_weights
 from rlstruct.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from rlstruct.dicttensor import DictTensor
 from rlstruct.gym_env import GymEnv
 from rlstruct.learning.metrics import EpisodeReturns
 from rlstruct.logger import CHECKPOINT_NAME, Logger, make_run_dir
 from rlstruct.seeding import derive_seed
 
-__all__ = ["CannotResume", "Run"]
+__all__ = ["CannotResume", "Run", "ScriptConfig", "prepare"]
+
+
+class ScriptConfig(Protocol):
+    """What ``prepare`` reads of a config: a ``TrainConfig`` with the script's ``torch_threads``."""
+
+    env: str
+    seed: int
+    device: str
+    torch_threads: int
+
+
+C = TypeVar("C", bound=ScriptConfig)
+
+
+def prepare(config: C) -> tuple[C, torch.device, EnvSpaces]:
+    """What every training script does once its config is checked, before it makes its agent.
+
+    Sets torch's threads (``config.torch_threads``) and seeds its global
+    generator (``config.seed``), in that order, so that the agent made next
+    starts from the same weights in every run of the same seed.
+
+    Args:
+        config: the checked configuration.
+
+    Returns:
+        ``(config, device, spaces)``: the config with an Agent class in
+        ``agent`` replaced by its ``"module:Class"`` (``with_agent_name``: what
+        ``config.json`` keeps), the device of ``config.device``, and the
+        spaces of ``config.env`` (``env_spaces``).
+    """
+    torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+    device = torch.device(config.device)
+    spaces = env_spaces(config.env)
+    return with_agent_name(config), device, spaces
 
 
 class Run:
-    """The directory, logger and evaluator of one training run.
+    """The collection batcher, directory, logger and evaluator of one training run.
+
+    A context manager: leaving the ``with`` block closes them all (``close``),
+    whether training ended or failed.
 
     Args:
         algo: the algorithm's name, used in the directory name.
@@ -56,7 +118,7 @@ class Run:
     ) -> None:
         self.algo, self.config = algo, config
         self.agent_factory, self.agent_args = agent_factory, dict(agent_args)
-        self.start = time.monotonic()
+        self._started = time.monotonic()  # wall_s and sps count from here (begin() moves it)
         self.resumed: dict[str, Any] | None = None
         """The checkpoint a ``--resume`` run continues from (None for a new run)."""
         if config.resume is None:
@@ -88,6 +150,8 @@ class Run:
             raise
         self._next_eval = config.eval_every if self.resumed is None else int(self.resumed["next_eval"])
         self._collector_args: tuple[Any, ...] | None = None
+        self._batcher: MultiprocessBatcher | None = None
+        self._agent_info: DictTensor | None = None
         self._last_checkpoint = 0 if self.resumed is None else int(self.resumed["env_steps"])
         self.last_eval: EvalResult | None = None
         self.episode_return: float | None = None
@@ -101,8 +165,8 @@ class Run:
         apart, as ``setup_s``.
         """
         now = time.monotonic()
-        self.setup_s = now - self.start
-        self.start = now
+        self.setup_s = now - self._started
+        self._started = now
 
     def collector(
         self, device: torch.device, n_envs: int, n_timesteps: int, **options: Any
@@ -111,11 +175,12 @@ class Run:
 
         They are split over ``config.n_processes`` workers, seeded with the
         run's seed, each running the run's agent; ``options`` go to
-        ``MultiprocessBatcher`` (``mode="stream"``, ``n_slots``).
+        ``MultiprocessBatcher`` (``mode="stream"``, ``n_slots``). The run
+        keeps it as ``batcher`` and closes it with itself (``close``).
         """
         config = self.config
         self._collector_args = (device, n_envs, n_timesteps, options)
-        return MultiprocessBatcher(
+        self._batcher = MultiprocessBatcher(
             self.agent_factory,
             self.agent_args,
             GymEnv,
@@ -127,14 +192,55 @@ class Run:
             device=device,
             **options,
         )
+        return self._batcher
+
+    @property
+    def batcher(self) -> MultiprocessBatcher:
+        """The collection batcher ``collector`` made, or the one ``checkpoint`` made since.
+
+        Raises:
+            RuntimeError: before ``collector``.
+        """
+        if self._batcher is None:
+            raise RuntimeError("Run.batcher: call collector() first")
+        return self._batcher
+
+    def start(
+        self, model: torch.nn.Module, *, agent_info: DictTensor | None = None, execute: bool = False
+    ) -> None:
+        """Start the collection: the batcher gets the model's weights and is reset, then ``begin()``.
+
+        Call it after ``restore`` (which loads the weights the workers get),
+        right before the training loop.
+
+        Args:
+            model: the model whose weights the workers act with.
+            agent_info: the batcher's ``agent_info`` for ``reset`` (and for the
+                resets of ``checkpoint``); None passes none.
+            execute: start collecting the first batch (``execute()``), for
+                the algorithms that collect while they learn.
+        """
+        self._agent_info = agent_info
+        self._reset(model)
+        self.begin()
+        if execute:
+            self.batcher.execute()
+
+    def _reset(self, model: torch.nn.Module) -> None:
+        """The batcher gets the model's weights and is reset (with ``start``'s ``agent_info``)."""
+        self.batcher.update(self.weights(model))
+        if self._agent_info is None:
+            self.batcher.reset()
+        else:
+            self.batcher.reset(agent_info=self._agent_info)
 
     # ------------------------------------------------------------- checkpoints
 
     def restore(self, *generators: torch.Generator, **objects: Any) -> int:
         """Load a resumed run's checkpoint; return its env steps (0 for a new run, which loads nothing).
 
-        Call it right after ``collector()``, before the first ``update`` and
-        ``reset`` of the batcher: ``checkpoint`` saves at that point.
+        Call it right after ``collector()``, before ``start()``: ``checkpoint``
+        saves at that point.
 
         Args:
             *generators: the explicit generators whose states the checkpoint's
@@ -162,24 +268,23 @@ class Run:
     def checkpoint(
         self,
         env_steps: int,
-        batcher: MultiprocessBatcher,
         model: torch.nn.Module,
         generators: Sequence[torch.Generator] = (),
         *,
         execute: bool = False,
         **state: Any,
-    ) -> MultiprocessBatcher:
+    ) -> None:
         """Restart the collection and save a checkpoint that ``--resume`` continues from bit-identically.
 
-        The batcher is closed and a new one made, seeded from the run's seed
-        and the checkpoint's number; the checkpoint is saved, and the new
-        batcher gets the model's weights and is reset (and started, with
-        ``execute``), as a resumed run does after ``restore``. The caller
-        forgets the partial episodes of the old batcher.
+        ``batcher`` is closed and replaced, in place, by a new one seeded from
+        the run's seed and the checkpoint's number; the checkpoint is saved,
+        and the new batcher gets the model's weights and is reset (with the
+        ``agent_info`` given to ``start``) and started with ``execute``, as a
+        resumed run's is by ``start`` after ``restore``. The caller forgets the
+        partial episodes of the old batcher (and the batch it had in flight).
 
         Args:
             env_steps: the env steps trained so far.
-            batcher: the collection batcher (closed here).
             model: the model (``model`` in the checkpoint).
             generators: the explicit generators of the learner; their states,
                 with the global ones, are saved as ``rng`` (``rng_state``).
@@ -188,21 +293,19 @@ class Run:
             **state: everything else the algorithm needs to continue: the
                 optimiser, counters, a replay buffer.
 
-        Returns:
-            The new batcher.
+        Raises:
+            RuntimeError: before ``collector``.
         """
         if self._collector_args is None:
             raise RuntimeError("Run.checkpoint: call collector() first")
-        batcher.close()
+        self.batcher.close()
         self.segment += 1
         device, n_envs, n_timesteps, options = self._collector_args
-        new = self.collector(device, n_envs, n_timesteps, **options)
+        self.collector(device, n_envs, n_timesteps, **options)
         self._save(env_steps, model, rng=rng_state(*generators), **state)
-        new.update(self.weights(model))
-        new.reset()
+        self._reset(model)
         if execute:
-            new.execute()
-        return new
+            self.batcher.execute()
 
     def _save(self, env_steps: int, model: torch.nn.Module, **state: Any) -> None:
         self._last_checkpoint = env_steps
@@ -238,7 +341,7 @@ class Run:
             self._log_eval(result)
         if env_steps >= self._next_eval and self.evaluator.start(self.weights(model), env_steps):
             self._next_eval = env_steps + self.config.eval_every
-        wall = time.monotonic() - self.start
+        wall = time.monotonic() - self._started
         if self._new_return is not None:
             scalars = {"train_return_mean": self._new_return, **scalars}
             self._new_return = None
@@ -273,7 +376,7 @@ class Run:
             from ``begin()`` (the final evaluation not counted), ``setup_s`` the
             time before it (starting the worker processes).
         """
-        wall = time.monotonic() - self.start  # training time: the final evaluation is not counted
+        wall = time.monotonic() - self._started  # training time: the final evaluation is not counted
         if (result := self.evaluator.wait()) is not None:
             self._log_eval(result)
         final = self.evaluator.evaluate(self.weights(model), env_steps)
@@ -303,11 +406,15 @@ class Run:
         return results
 
     def close(self) -> None:
-        """Stop the evaluator and close the logger. Safe to call twice."""
+        """Close the collection batcher, stop the evaluator and close the logger. Safe to call twice."""
         try:
-            self.evaluator.close()
+            if self._batcher is not None:
+                self._batcher.close()
         finally:
-            self.logger.close()
+            try:
+                self.evaluator.close()
+            finally:
+                self.logger.close()
 
     def __enter__(self) -> Run:
         return self

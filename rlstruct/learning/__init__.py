@@ -8,6 +8,11 @@
 - ``protocols``: ``OnPolicyAgent``, what A2C, PPO and IMPALA need of an
   agent, and its checks; ``categorical``: ``CategoricalPolicy``, its action
   side for agents that output ``logits``;
+- ``q_learning``: ``QAgent``, what DQN needs of an agent, its
+  epsilon-greedy half ``EpsilonGreedyPolicy``, the ``QNetwork`` DQN builds and
+  the double-Q loss; ``soft_actor_critic``: ``SACAgent``, what SAC needs, its
+  squashed-Gaussian half ``SquashedGaussianPolicy``, the networks SAC builds
+  and its gradient step;
 - ``losses``: the losses as functions of tensors; ``on_policy``: the same
   on an agent (GAE targets, PPO's minibatch loss, V-trace).
 

@@ -19,7 +19,7 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Protocol, cast, runtime_checkable
 
 import torch
@@ -36,6 +36,8 @@ __all__ = [
     "OnPolicyAgent",
     "check_on_policy_agent",
     "check_outputs",
+    "check_replayed_outputs",
+    "check_transition_agent",
     "clip_gradients",
     "is_sequential",
     "merge_observation_moments",
@@ -142,6 +144,60 @@ def check_outputs(agent: OnPolicyAgent, keys: Iterable[str], learner: str) -> No
         raise AgentError(
             f"{learner} cannot train {type(agent).__name__}: its outputs lack {missing} "
             f"(every step must output {needed}; see rlstruct.learning.OnPolicyAgent), got {sorted(stored)}"
+        )
+
+
+def check_transition_agent(agent: object, learner: str, missing: list[str], protocol: str) -> None:
+    """Raise unless ``agent`` is an ``Agent`` that an off-policy learner (DQN, SAC) can replay step by step.
+
+    Args:
+        agent: the agent (an instance) the learner is given.
+        learner: the learner's name, for the message.
+        missing: what the learner found missing from the agent (empty if nothing).
+        protocol: the protocol's full name, for the message.
+
+    Raises:
+        AgentError: (a TypeError) if ``agent`` is not an ``rlstruct.Agent``,
+            ``missing`` names anything, or the agent asks for a history.
+    """
+    if not isinstance(agent, Agent):
+        raise AgentError(f"{learner} trains an Agent (rlstruct.Agent), got {describe(agent)}")
+    name = type(agent).__name__
+    if missing:
+        raise AgentError(f"{learner} cannot train {name}: it lacks {', '.join(missing)} (see {protocol})")
+    if history_length(agent) is not None:
+        raise AgentError(
+            f"{learner} cannot train {name}: it asks for a history, and {learner} replays single transitions"
+        )
+
+
+def check_replayed_outputs(agent: object, batch: Trajectories, learner: str, needed: Sequence[str]) -> None:
+    """Raise unless the first batch of an off-policy learner's agent (DQN, SAC) is one it can replay.
+
+    Args:
+        agent: the learner's agent.
+        batch: the first batch its copies collected.
+        learner: the learner's name, for the message.
+        needed: the output keys the learner stores (``("action",)`` for DQN).
+
+    Raises:
+        AgentError: (a ValueError) if the agent kept a state (off-policy
+            learners replay single transitions, not rows of a memory), or its
+            outputs lack one of ``needed``.
+    """
+    name = type(agent).__name__
+    state = batch.info.truncate_key("agent_state/")
+    if not state.empty():
+        raise AgentError(
+            f"{learner} cannot train {name}: it keeps a state {sorted(state.keys())}, and {learner} "
+            "replays single transitions (give it no initial_state, or train it with ppo, a2c or impala)"
+        )
+    stored = set(batch.trajectories.keys())
+    missing = [key for key in needed if key not in stored]
+    if missing:
+        raise AgentError(
+            f"{learner} cannot train {name}: its outputs lack {missing} (every step must output "
+            f"{list(needed)}), got {sorted(stored)}"
         )
 
 
