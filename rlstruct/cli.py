@@ -22,27 +22,42 @@
   ``--y`` names; against env steps or the training wall time (``wall_s``).
 
 ``rlstruct --help`` and ``rlstruct COMMAND --help`` print the usage and exit
-with status 0. Bad input ends the command with one line on standard error,
-naming the likely fix or the path and what is missing, and exit status 2: an
-environment id gymnasium cannot make, a run directory that does not exist or
-lacks its ``config.json``, ``checkpoint.pt`` or ``progress.csv``, a column a
-``progress.csv`` does not have, an environment that cannot render a GIF, a
-``--resume`` of a run that finished.
+with status 0. Every mistake ends the command with one line on standard
+error and exit status 2, before anything starts or is written (no run
+directory is made): an unknown command, algorithm or flag, a flag's value of
+the wrong type or out of range (named as typed: ``rlstruct: --total-steps
+must be in (0, inf), got -5``), flags that do not fit together, an
+environment id gymnasium cannot make or whose actions the algorithm cannot
+take (the line names the algorithms that can), a device this torch cannot
+use, an agent class that cannot be found or trained, a ``--resume`` of a run
+that finished or wrote no checkpoint yet; for ``eval`` and ``plot``, a run
+directory that does not exist or lacks its ``config.json``, ``checkpoint.pt``
+or ``progress.csv``, a column a ``progress.csv`` does not have, an
+environment that cannot render a GIF.
+
+With the environment variable ``RLSTRUCT_DEBUG`` set (to anything but empty
+or ``0``), a mistake that the checks report with an exception (all but
+argparse's and the unknown command or algorithm) raises it instead, with its
+traceback, for a bug report.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
+import os
+import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from rlstruct.algos import ALGORITHMS
+from rlstruct.algos.config import OneLineParser
 from rlstruct.algos.evaluation import UnknownEnvironment
 from rlstruct.algos.run import CannotResume
-from rlstruct.errors import AgentError
+from rlstruct.errors import AgentError, ConfigError
 
 __all__ = ["main"]
 
@@ -57,6 +72,13 @@ X_COLUMNS = {"env_steps": "env_steps", "wall_time": "wall_s"}
 """``rlstruct plot --x``: the column of ``progress.csv`` each choice plots against."""
 
 
+TRAIN_ERRORS = (ConfigError, UnknownEnvironment, CannotResume, AgentError)
+"""What ``rlstruct train`` reports in one line: a config, environment, run directory or agent it cannot train."""
+
+RECURRENT_FLAGS = ("--recurrent", "--no-recurrent", "--memory")
+"""The flags of the algorithms with a recurrent variant, which the others are told they lack."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (None: ``sys.argv[1:]``); returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -67,23 +89,82 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(_eval, _eval_parser(), args[1:])
     if args[:1] == ["plot"]:
         return _run(_plot, _plot_parser(), args[1:])
-    if len(args) < 2 or args[0] != "train" or args[1] not in ALGORITHMS:
-        print(USAGE, file=sys.stderr)
-        if len(args) >= 2 and args[0] == "train":
-            print(
-                f"rlstruct: unknown algorithm {args[1]!r}; choose one of {', '.join(ALGORITHMS)}",
-                file=sys.stderr,
-            )
-        elif args and args[0] != "train":
-            print(f"rlstruct: unknown command {args[0]!r}; choose train, eval or plot", file=sys.stderr)
-        return 2
-    module = importlib.import_module(f"rlstruct.algos.{args[1]}")
+    if not args or args[0] != "train":
+        given = f"unknown command {args[0]!r}" if args else "no command given"
+        return _mistake(f"rlstruct: {given}; choose train, eval or plot (rlstruct --help lists them)")
+    if len(args) < 2 or args[1] not in ALGORITHMS:
+        named = len(args) > 1 and not args[1].startswith("-")
+        given = f"unknown algorithm {args[1]!r}" if named else "no algorithm given"
+        return _mistake(
+            f"rlstruct train: {given}; choose one of {', '.join(ALGORITHMS)} (rlstruct train --help lists them)"
+        )
+    return _train(args[1], args[2:])
+
+
+def _train(algo: str, args: list[str]) -> int:
+    """``rlstruct train ALGO ARGS``: the algorithm's ``main``, its mistakes reported in one line."""
+    module = importlib.import_module(f"rlstruct.algos.{algo}")
+    fields = _fields(algo)
+    if "recurrent" not in fields and any(arg.partition("=")[0] in RECURRENT_FLAGS for arg in args):
+        have = [name for name in ALGORITHMS if "recurrent" in _fields(name)]
+        return _mistake(
+            f"rlstruct train {algo}: {algo} has no recurrent variant; "
+            f"{', '.join(have[:-1])} and {have[-1]} have one (--recurrent)"
+        )
     try:
-        module.main(args[2:])
-    except (UnknownEnvironment, CannotResume, AgentError) as error:
-        print(f"rlstruct: {error}", file=sys.stderr)
-        return 2
+        module.main(args)
+    except SystemExit as stop:  # --help (0), or argparse's one line already written (2)
+        return _status(stop)
+    except TRAIN_ERRORS as error:
+        if _debug():
+            raise
+        return _mistake(f"rlstruct: {_as_flags(str(error), fields)}")
     return 0
+
+
+def _fields(algo: str) -> set[str]:
+    """The fields of the ``Config`` of ``rlstruct.algos.<algo>``."""
+    config = importlib.import_module(f"rlstruct.algos.{algo}").Config
+    return {field.name for field in dataclasses.fields(config)}
+
+
+_FIELD = re.compile(r"(?<![\w/.'\"-])config(?:\.|: )([a-z_][a-z0-9_]*)\b(?: \(--[a-z0-9-]+\))?")
+
+
+def _as_flags(message: str, fields: Collection[str]) -> str:
+    """``message`` with each config field it names (``config.total_steps``, ``config: total_steps``) as its flag.
+
+    Only the names in ``fields`` are rewritten, and a flag already given in
+    parentheses after one is dropped. The result is one line.
+
+    Examples:
+        >>> _as_flags("config: total_steps must be in (0, inf), got -5", {"total_steps"})
+        '--total-steps must be in (0, inf), got -5'
+        >>> _as_flags("config.n_envs (3) must be a multiple of config.n_processes (2)", {"n_envs", "n_processes"})
+        '--n-envs (3) must be a multiple of --n-processes (2)'
+    """
+
+    def flag(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return "--" + name.replace("_", "-") if name in fields else match.group(0)
+
+    return " ".join(_FIELD.sub(flag, message).split())
+
+
+def _debug() -> bool:
+    """Whether ``RLSTRUCT_DEBUG`` asks for the traceback of a mistake instead of its one line."""
+    return os.environ.get("RLSTRUCT_DEBUG", "") not in ("", "0")
+
+
+def _mistake(line: str) -> int:
+    """Write ``line`` on standard error; return the exit status of a mistake, 2."""
+    print(line, file=sys.stderr)
+    return 2
+
+
+def _status(stop: SystemExit) -> int:
+    """The exit status of argparse's ``SystemExit``: its code (None: 0; a message: 2)."""
+    return stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 2
 
 
 def _run(
@@ -93,7 +174,7 @@ def _run(
     try:
         options = parser.parse_args(args)
     except SystemExit as stop:
-        return stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 2
+        return _status(stop)
     return command(options)
 
 
@@ -105,7 +186,7 @@ def _positive_int(text: str) -> int:
 
 
 def _eval_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="rlstruct eval",
         description=(
             "Rebuild the trained agent of a run directory (config.json, checkpoint.pt) and play greedy "
@@ -148,16 +229,18 @@ def _eval(options: argparse.Namespace) -> int:
     try:
         run = load_run(options.run_dir)
     except (FileNotFoundError, ValueError) as error:
-        print(f"rlstruct eval: {error}", file=sys.stderr)
-        return 2
+        if _debug():
+            raise
+        return _mistake(f"rlstruct eval: {' '.join(str(error).split())}")
     gif: dict[str, Any] | None = None
     if options.gif is not None:
         try:
             recording = run.record_episode(options.seed)
             path = save_gif(recording.frames, options.gif, fps=recording.fps)
         except (CannotRender, ImportError, OSError) as error:
-            print(f"rlstruct eval: --gif: {' '.join(str(error).split())}", file=sys.stderr)
-            return 2
+            if _debug():
+                raise
+            return _mistake(f"rlstruct eval: --gif: {' '.join(str(error).split())}")
         gif = {"path": str(path), "frames": len(recording.frames), "return": recording.episode_return}
     result = run.evaluate(options.episodes, options.seed)
     seed = run.config.seed if options.seed is None else options.seed
@@ -187,7 +270,7 @@ def _eval(options: argparse.Namespace) -> int:
 
 
 def _plot_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="rlstruct plot",
         description=(
             "Overlay the learning curves of runs (from their progress.csv) in one PNG: the evaluation "
@@ -224,8 +307,9 @@ def _plot(options: argparse.Namespace) -> int:
     try:
         path = plot_runs(options.run_dirs, y, optional=optional, x=X_COLUMNS[options.x], path=options.out)
     except (FileNotFoundError, ValueError) as error:
-        print(f"rlstruct plot: {error}", file=sys.stderr)
-        return 2
+        if _debug():
+            raise
+        return _mistake(f"rlstruct plot: {' '.join(str(error).split())}")
     print(path)
     return 0
 

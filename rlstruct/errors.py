@@ -7,6 +7,7 @@ import torch
 __all__ = [
     "AgentError",
     "ClusterError",
+    "ConfigError",
     "DistributedError",
     "RemoteWorkerError",
     "WorkerError",
@@ -47,6 +48,21 @@ class AgentError(TypeError, ValueError):
 
     Both a TypeError and a ValueError (what the agent is, and what was given
     for it); ``rlstruct train`` reports it in one line (exit status 2).
+    """
+
+
+class ConfigError(TypeError, ValueError):
+    """A training configuration that cannot run, found before anything starts.
+
+    A field of the wrong type or out of range, fields that do not fit
+    together (``n_envs`` and ``n_processes``), an environment whose actions
+    the algorithm cannot take, a device this torch cannot use. Raised by
+    each algorithm's ``check(config)``, which its ``train`` calls first;
+    the message names the field as ``config.<field>`` (``rlstruct train``
+    names the flag instead, ``--<field>``, in one line with exit status 2).
+    The error the check raised is its ``__cause__``.
+
+    Both a TypeError and a ValueError, as the checks it gathers raise either.
     """
 
 

@@ -209,7 +209,10 @@ def test_polyak_target_update() -> None:
         ({"alpha": -1.0}, "config: alpha must be in [0, inf), got -1.0"),
         ({"n_envs": 3, "n_processes": 2}, "config.n_envs (3) must be a multiple of config.n_processes (2)"),
         ({"total_steps": 100}, "config.total_steps (100) must allow one iteration"),
-        ({"env": "Pendulum-v1"}, "config.env: DQN needs discrete actions, got 'Pendulum-v1'"),
+        (
+            {"env": "Pendulum-v1"},
+            "dqn needs discrete actions; config.env 'Pendulum-v1' has Box(1,): try a2c, impala, ppo or sac",
+        ),
     ],
 )
 def test_train_rejects_bad_configs(changes: dict[str, object], text: str) -> None:

@@ -13,7 +13,7 @@ import torch
 from rlstruct import load_checkpoint
 from rlstruct.algos import a2c, dqn, impala, ppo, sac
 from rlstruct.algos.config import parse_config
-from rlstruct.algos.run import Run
+from rlstruct.algos.run import CannotResume, Run
 from rlstruct.cli import main as cli
 
 
@@ -137,9 +137,21 @@ def test_resuming_a_directory_without_a_checkpoint_names_it(tmp_path: Path) -> N
     run_dir.mkdir()
     config = ppo.Config(env="CartPole-v1", total_steps=256, progress=False, resume=str(run_dir))
     with pytest.raises(
-        FileNotFoundError, match=re.escape(f"ppo: resume={str(run_dir)!r} holds no checkpoint.pt")
+        CannotResume,
+        match=re.escape(
+            f"ppo: config.resume {str(run_dir)!r} holds no checkpoint.pt yet: the run stopped before its "
+            "end and had no config.checkpoint_every; train it again"
+        ),
     ):
         ppo.train(config)
+    with pytest.raises(
+        CannotResume,
+        match=re.escape(
+            "the run stopped before its first checkpoint, due at 512 env steps (config.checkpoint_every)"
+        ),
+    ):
+        ppo.train(dataclasses.replace(config, checkpoint_every=512))
+    assert [path.name for path in run_dir.iterdir()] == []  # nothing written
 
 
 def test_the_command_line_resumes_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -178,10 +190,12 @@ def test_a_finished_run_and_impala_refuse_to_resume(
     capsys.readouterr()
     assert cli(["train", "ppo", "--resume", str(run_dir), "--no-progress"]) == 2
     assert capsys.readouterr().err == (
-        f"rlstruct: ppo: resume={str(run_dir)!r}: the run finished at 256 env steps; "
+        f"rlstruct: ppo: --resume {str(run_dir)!r}: the run finished at 256 env steps; "
         "there is nothing to continue\n"
     )
     with pytest.raises(ValueError, match=re.escape("config.checkpoint_every must be an int >= 0")):
         ppo.train(dataclasses.replace(config, checkpoint_every=-1))
-    with pytest.raises(ValueError, match=re.escape("impala: checkpoint_every and resume are not supported")):
+    with pytest.raises(ValueError, match=re.escape("impala: config.checkpoint_every is not supported")):
         impala.train(impala.Config(env="CartPole-v1", checkpoint_every=1000, progress=False))
+    with pytest.raises(ValueError, match=re.escape("impala: config.resume is not supported")):
+        impala.train(impala.Config(env="CartPole-v1", resume=str(run_dir), progress=False))

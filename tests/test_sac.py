@@ -242,7 +242,13 @@ def test_sac_rejects_bad_configs() -> None:
         sac.train(sac.Config(env="Pendulum-v1", batch_size=0))
     with pytest.raises(ValueError, match=message("config: learning_starts must be at least 0, got -1")):
         sac.train(sac.Config(env="Pendulum-v1", learning_starts=-1))
-    with pytest.raises(ValueError, match=message("SAC needs continuous (Box) actions; env 'CartPole-v1'")):
+    with pytest.raises(
+        ValueError,
+        match=message(
+            "sac needs continuous (Box) actions; config.env 'CartPole-v1' has Discrete(2): "
+            "try a2c, dqn, impala or ppo"
+        ),
+    ):
         sac.train(sac.Config(env="CartPole-v1"))
 
 

@@ -26,14 +26,18 @@ from rlstruct.algos.config import (
     TrainConfig,
     annealed,
     check_config,
+    check_env,
     check_layout,
+    config_errors,
     parse_config,
     set_learning_rate,
 )
 from rlstruct.algos.evaluation import EnvSpaces
 from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
+from rlstruct.checks import check_choice, check_number
 from rlstruct.dicttensor import DictTensor
+from rlstruct.learning import MEMORIES
 from rlstruct.learning.losses import actor_critic_loss, normalize_advantages
 from rlstruct.learning.metrics import EpisodeReturns, explained_variance
 from rlstruct.learning.protocols import (
@@ -45,7 +49,7 @@ from rlstruct.learning.protocols import (
 from rlstruct.normalize import RewardScaler
 from rlstruct.returns import gae
 
-__all__ = ["Config", "main", "make_agent", "train"]
+__all__ = ["Config", "check", "main", "make_agent", "train"]
 
 
 @dataclasses.dataclass
@@ -96,23 +100,50 @@ def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]
     return on_policy_agent(config, spaces, "a2c")
 
 
+def check(config: Config) -> EnvSpaces:
+    """Make every check of ``config`` that can be made before anything starts; returns the environment's spaces.
+
+    The common fields (``check_config``), positive sizes, ``gamma`` and
+    ``gae_lambda`` in [0, 1], ``max_grad_norm`` positive, ``ent_coef`` and
+    ``vf_coef`` >= 0, ``memory`` one of ``MEMORIES``, ``n_envs`` a multiple
+    of ``n_processes``, a budget of one iteration at least, and an
+    environment that can be made (made once, then closed). Nothing is
+    started or written.
+
+    Raises:
+        ConfigError: (a TypeError and a ValueError) naming the first field
+            that is wrong, as ``config.<field>``.
+        UnknownEnvironment: for an environment id gymnasium cannot make.
+    """
+    with config_errors():
+        check_config(
+            config,
+            n_envs=config.n_envs,
+            n_steps=config.n_steps,
+            lr=config.lr,
+            max_grad_norm=config.max_grad_norm,
+            hidden=config.hidden,
+            torch_threads=config.torch_threads,
+        )
+        for name in ("gamma", "gae_lambda"):
+            check_number("config", name, getattr(config, name), 0.0, 1.0)
+        for name in ("ent_coef", "vf_coef"):
+            check_number("config", name, getattr(config, name), 0.0)
+        check_choice("config", "memory", config.memory, tuple(MEMORIES))
+        check_layout(config, config.n_envs, config.n_steps)
+        return check_env("a2c", config.env)
+
+
 def train(config: Config) -> dict[str, Any]:
     """Train A2C as ``config`` says; returns the final evaluation (see ``Run.finish``).
 
     Raises:
-        ValueError: for a non-positive size, or ``n_envs`` not a multiple of ``n_processes``.
+        ConfigError: for a config that ``check`` refuses, before anything starts.
+        UnknownEnvironment: for an environment id gymnasium cannot make.
     """
-    check_config(
-        config,
-        n_envs=config.n_envs,
-        n_steps=config.n_steps,
-        lr=config.lr,
-        hidden=config.hidden,
-        torch_threads=config.torch_threads,
-    )
-    check_layout(config, config.n_envs, config.n_steps)
+    spaces = check(config)
     per_iteration = config.n_envs * config.n_steps
-    config, device, spaces = prepare(config)
+    config, device, spaces = prepare(config, spaces)
     agent, agent_args = make_agent(config, spaces)
     model = agent.to(device)
     policy = cast(OnPolicyAgent, model)

@@ -1,9 +1,13 @@
-"""What every training run is configured with, and command lines made from config dataclasses.
+"""What every training run is configured with, how it is checked, and command lines made from config dataclasses.
 
 Each algorithm's ``Config`` is a dataclass that extends ``TrainConfig`` and
-documents every field with a docstring right under it. ``parse_config`` turns
-such a class into a command line: one ``--flag`` per field (underscores become
-dashes), whose help is the field's docstring.
+documents every field with a docstring right under it. Its module's
+``check(config)`` makes every check that can be made before anything starts,
+from the pieces here (``check_config``, ``check_layout``, ``check_env``),
+inside ``config_errors()``, which raises what they find as a ``ConfigError``.
+``parse_config`` turns such a class into a command line: one ``--flag`` per
+field (underscores become dashes), whose help is the field's docstring; its
+mistakes are one line on standard error (``OneLineParser``).
 
 Examples:
     >>> from rlstruct.algos.config import TrainConfig, parse_config
@@ -16,26 +20,34 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import dataclasses
 import inspect
 import itertools
 import json
 import textwrap
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import torch
 
+from rlstruct.algos.evaluation import EnvSpaces, UnknownEnvironment, env_spaces
 from rlstruct.checks import check_number
+from rlstruct.errors import AgentError, ConfigError
 
 __all__ = [
+    "ACTIONS",
     "ALGORITHMS",
+    "OneLineParser",
     "TrainConfig",
     "annealed",
     "check_config",
+    "check_device",
+    "check_env",
     "check_layout",
+    "config_errors",
     "env_key",
     "field_docs",
     "parse_config",
@@ -44,6 +56,15 @@ __all__ = [
 
 ALGORITHMS = ("a2c", "dqn", "impala", "ppo", "sac")
 """The algorithms ``rlstruct train`` knows, each a module ``rlstruct.algos.<name>``."""
+
+ACTIONS: dict[str, tuple[str, ...]] = {
+    "a2c": ("discrete", "continuous"),
+    "dqn": ("discrete",),
+    "impala": ("discrete", "continuous"),
+    "ppo": ("discrete", "continuous"),
+    "sac": ("continuous",),
+}
+"""The actions each algorithm takes: "discrete" (a ``Discrete`` space), "continuous" (a ``Box``)."""
 
 C = TypeVar("C", bound="TrainConfig")
 
@@ -107,12 +128,15 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
 
 
 def check_config(config: TrainConfig, **positive: int | float) -> None:
-    """Raise naming the first field that is not a positive number (common fields, then ``positive``).
+    """Raise naming the first common field that is wrong (then the first of ``positive`` that is not positive).
+
+    ``env`` must be set, the common sizes positive, ``checkpoint_every`` an
+    int >= 0, ``device`` one this torch can use (``check_device``),
+    ``run_dir`` a folder (or none yet) and ``json`` a file in an existing folder.
 
     Raises:
         TypeError: for a field that is not a number.
-        ValueError: for a field that is not positive (or infinite), an empty
-            ``env`` or a negative ``checkpoint_every``.
+        ValueError: for any other mistake.
     """
     if not isinstance(config.env, str) or not config.env:
         raise ValueError(f"config.env must name an environment, got {config.env!r}")
@@ -130,6 +154,47 @@ def check_config(config: TrainConfig, **positive: int | float) -> None:
         raise ValueError(
             f"config.checkpoint_every must be an int >= 0 (0: no checkpoint before the end), got {every!r}"
         )
+    check_device(config.device)
+    if Path(config.run_dir).exists() and not Path(config.run_dir).is_dir():
+        raise ValueError(f"config.run_dir must be a folder (or one to make), got the file {config.run_dir!r}")
+    if config.json is not None and not Path(config.json).parent.is_dir():
+        raise ValueError(f"config.json must be a file in an existing folder, got {config.json!r}")
+
+
+def check_device(device: object) -> None:
+    """Raise unless ``device`` is a device this torch can train on: "cpu", or "cuda" ("cuda:N") with a GPU.
+
+    Raises:
+        TypeError: for a device that is neither a str nor a ``torch.device``.
+        ValueError: for a name torch cannot parse, a device type other than
+            cpu and cuda, or cuda when ``torch.cuda.is_available()`` is False
+            or the GPU ``N`` does not exist.
+
+    Examples:
+        >>> check_device("cpu")
+        >>> check_device("gpu")
+        Traceback (most recent call last):
+            ...
+        ValueError: config.device must be 'cpu' or 'cuda' ('cuda:N' for GPU N), got 'gpu'
+    """
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"config.device must be a str such as 'cpu' or 'cuda', got {device!r}")
+    expected = f"config.device must be 'cpu' or 'cuda' ('cuda:N' for GPU N), got {device!r}"
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(expected) from error
+    if parsed.type not in ("cpu", "cuda"):
+        raise ValueError(expected)
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"config.device is {device!r} but this torch cannot use a GPU (torch.cuda.is_available() is False)"
+        )
+    n_gpus = torch.cuda.device_count() if parsed.type == "cuda" else 0
+    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= n_gpus:
+        raise ValueError(
+            f"config.device is {device!r} but torch sees {n_gpus} GPU(s): cuda:0 to cuda:{n_gpus - 1}"
+        )
 
 
 def check_layout(config: TrainConfig, n_envs: int, n_steps: int | None) -> None:
@@ -144,6 +209,56 @@ def check_layout(config: TrainConfig, n_envs: int, n_steps: int | None) -> None:
             f"config.total_steps ({config.total_steps}) must allow one iteration of "
             f"n_envs x n_steps = {n_envs * n_steps} steps"
         )
+
+
+def check_env(algo: str, env: str) -> EnvSpaces:
+    """The spaces of ``env`` (``env_spaces``: the environment made once), checked to have actions ``algo`` takes.
+
+    Returns:
+        The spaces, for the caller to build its agent with.
+
+    Raises:
+        UnknownEnvironment: for an id gymnasium cannot make.
+        ValueError: for actions ``algo`` cannot take (see ``ACTIONS``),
+            naming the algorithms that can; for a space no algorithm takes.
+        TypeError: for an observation space ``GymEnv`` cannot store.
+    """
+    spaces = env_spaces(env)
+    if spaces.n_actions is not None:
+        kind, space = "discrete", f"Discrete({spaces.n_actions})"
+    else:  # the bounds are flattened: a Box of any shape counts its numbers
+        kind, space = "continuous", f"Box({len(spaces.action_low or ())},)"
+    if kind not in ACTIONS[algo]:
+        needs = "discrete" if kind == "continuous" else "continuous (Box)"
+        fit = [name for name, kinds in ACTIONS.items() if kind in kinds]
+        raise ValueError(
+            f"{algo} needs {needs} actions; config.env {env!r} has {space}: "
+            f"try {', '.join(fit[:-1])} or {fit[-1]}"
+        )
+    return spaces
+
+
+@contextlib.contextmanager
+def config_errors() -> Iterator[None]:
+    """Raise a ValueError or TypeError of the checks inside as a ``ConfigError``, the original as its cause.
+
+    ``UnknownEnvironment`` and ``AgentError`` pass as they are: they have
+    their own meaning, and ``rlstruct train`` reports them as it does a
+    ``ConfigError``.
+
+    Examples:
+        >>> with config_errors():
+        ...     check_number("config", "gamma", 1.5, 0.0, 1.0)
+        Traceback (most recent call last):
+            ...
+        rlstruct.errors.ConfigError: config: gamma must be in [0, 1], got 1.5
+    """
+    try:
+        yield
+    except (ConfigError, UnknownEnvironment, AgentError):
+        raise
+    except (TypeError, ValueError) as error:
+        raise ConfigError(str(error)) from error
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -197,6 +312,18 @@ def env_key(env: str) -> str:
     return env.rpartition(":")[2]
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose mistakes are one line on standard error (no usage block), exit status 2.
+
+    The line is ``<prog>: <message> (<prog> --help lists the flags)``;
+    ``--help`` prints the usage and exits with status 0, as argparse does.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        """Write ``message`` in one line, with where the flags are listed, and exit with status 2."""
+        self.exit(2, f"{self.prog}: {' '.join(message.split())} ({self.prog} --help lists the flags)\n")
+
+
 def parse_config(
     cls: type[C],
     argv: Sequence[str] | None = None,
@@ -215,7 +342,8 @@ def parse_config(
             the command line does not set; when any is used, one line on
             stdout names them.
         check: called with the config before that line is printed, so that
-            an error it raises (an unknown environment) comes alone.
+            an error it raises (an unknown environment, a ``ConfigError``)
+            comes alone.
 
     Returns:
         ``cls(**values)``: each field as given on the command line, else as
@@ -224,7 +352,8 @@ def parse_config(
         ``--json`` as given (any other flag is an error).
 
     Raises:
-        SystemExit: as argparse does, for unknown or malformed arguments and for ``--help``.
+        SystemExit: as argparse does, for ``--help`` (status 0), and for unknown or
+            malformed arguments (status 2, after one line on standard error).
         TypeError: if a field's type is not int, float, str or bool (optionally ``| None``).
         ValueError: if ``tuned`` names a field ``cls`` does not have.
 
@@ -251,9 +380,7 @@ def parse_config(
             f"{env}: {' '.join(_flag(k, v) for k, v in settings.items())}" for env, settings in tuned.items()
         )
         epilog = f"Tuned settings, used for the flags not given: {listed}."
-    parser = argparse.ArgumentParser(
-        prog=prog, description=(cls.__doc__ or "").strip().split("\n")[0], epilog=epilog
-    )
+    parser = OneLineParser(prog=prog, description=(cls.__doc__ or "").strip().split("\n")[0], epilog=epilog)
     for field in dataclasses.fields(cls):
         kind, extra = _parser_type(field.name, hints[field.name])
         flag = "--" + field.name.replace("_", "-")

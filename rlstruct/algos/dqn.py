@@ -32,7 +32,9 @@ from rlstruct.algos.config import (
     TrainConfig,
     annealed,
     check_config,
+    check_env,
     check_layout,
+    config_errors,
     parse_config,
     set_learning_rate,
 )
@@ -45,7 +47,7 @@ from rlstruct.learning.protocols import check_replayed_outputs
 from rlstruct.learning.q_learning import QAgent, QNetwork, check_q_agent, dqn_loss, q_targets
 from rlstruct.replay import PrioritizedReplayBuffer, ReplayBuffer
 
-__all__ = ["Config", "QNetwork", "linear_schedule", "main", "make_agent", "q_targets", "train"]
+__all__ = ["Config", "QNetwork", "check", "linear_schedule", "main", "make_agent", "q_targets", "train"]
 # QNetwork and q_targets are rlstruct.learning.q_learning's, named here too
 
 
@@ -124,27 +126,43 @@ class Config(TrainConfig):
     """Threads of the learner's torch operations (small networks run fastest on one)."""
 
 
-def _check(config: Config) -> None:
-    check_config(
-        config,
-        n_envs=config.n_envs,
-        n_steps=config.n_steps,
-        buffer_size=config.buffer_size,
-        train_ratio=config.train_ratio,
-        batch_size=config.batch_size,
-        lr=config.lr,
-        target_update_every=config.target_update_every,
-        tau=config.tau,
-        eps_fraction=config.eps_fraction,
-        max_grad_norm=config.max_grad_norm,
-        hidden=config.hidden,
-        torch_threads=config.torch_threads,
-    )
-    for name in ("gamma", "eps_start", "eps_end", "beta_start", "tau", "eps_fraction"):
-        check_number("config", name, getattr(config, name), 0.0, 1.0)
-    check_number("config", "alpha", config.alpha, 0.0)
-    check_int("config", "learning_starts", config.learning_starts, 0)
-    check_layout(config, config.n_envs, config.n_steps)
+def check(config: Config) -> EnvSpaces:
+    """Make every check of ``config`` that can be made before anything starts; returns the environment's spaces.
+
+    The common fields (``check_config``), positive sizes and rates, the
+    discount, exploration rates, ``tau`` and ``beta_start`` in [0, 1],
+    ``alpha`` >= 0, ``learning_starts`` an int >= 0, ``n_envs`` a multiple
+    of ``n_processes``, a budget of one iteration at least, and an
+    environment with discrete actions (made once, then closed). Nothing is
+    started or written.
+
+    Raises:
+        ConfigError: (a TypeError and a ValueError) naming the first field
+            that is wrong, as ``config.<field>``.
+        UnknownEnvironment: for an environment id gymnasium cannot make.
+    """
+    with config_errors():
+        check_config(
+            config,
+            n_envs=config.n_envs,
+            n_steps=config.n_steps,
+            buffer_size=config.buffer_size,
+            train_ratio=config.train_ratio,
+            batch_size=config.batch_size,
+            lr=config.lr,
+            target_update_every=config.target_update_every,
+            tau=config.tau,
+            eps_fraction=config.eps_fraction,
+            max_grad_norm=config.max_grad_norm,
+            hidden=config.hidden,
+            torch_threads=config.torch_threads,
+        )
+        for name in ("gamma", "eps_start", "eps_end", "beta_start", "tau", "eps_fraction"):
+            check_number("config", name, getattr(config, name), 0.0, 1.0)
+        check_number("config", "alpha", config.alpha, 0.0)
+        check_int("config", "learning_starts", config.learning_starts, 0)
+        check_layout(config, config.n_envs, config.n_steps)
+        return check_env("dqn", config.env)
 
 
 def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]]:
@@ -178,13 +196,11 @@ def train(config: Config) -> dict[str, Any]:
     """Train DQN as ``config`` says; returns the final evaluation (see ``Run.finish``).
 
     Raises:
-        ValueError: for a size or rate out of range, ``n_envs`` not a multiple of
-            ``n_processes``, or an environment without discrete actions.
+        ConfigError: for a config that ``check`` refuses, before anything starts.
+        UnknownEnvironment: for an environment id gymnasium cannot make.
     """
-    _check(config)
-    config, device, spaces = prepare(config)
-    if spaces.n_actions is None:
-        raise ValueError(f"config.env: DQN needs discrete actions, got {config.env!r} with continuous ones")
+    spaces = check(config)
+    config, device, spaces = prepare(config, spaces)
     agent, agent_args = make_agent(config, spaces)
     model = agent.to(device)
     q_agent = cast(QAgent, model)

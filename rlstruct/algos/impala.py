@@ -34,14 +34,18 @@ from rlstruct.algos.config import (
     TrainConfig,
     annealed,
     check_config,
+    check_env,
     check_layout,
+    config_errors,
     parse_config,
     set_learning_rate,
 )
 from rlstruct.algos.evaluation import EnvSpaces
 from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
+from rlstruct.checks import check_choice, check_number
 from rlstruct.dicttensor import DictTensor
+from rlstruct.learning import MEMORIES
 from rlstruct.learning.metrics import EpisodeReturns
 from rlstruct.learning.on_policy import vtrace_agent_loss
 from rlstruct.learning.protocols import (
@@ -52,7 +56,7 @@ from rlstruct.learning.protocols import (
 )
 from rlstruct.trajectories import Trajectories
 
-__all__ = ["Config", "learner_step", "main", "make_agent", "train"]
+__all__ = ["Config", "check", "learner_step", "main", "make_agent", "train"]
 
 
 @dataclasses.dataclass
@@ -109,46 +113,72 @@ def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]
     return on_policy_agent(config, spaces, "impala")
 
 
+def check(config: Config) -> EnvSpaces:
+    """Make every check of ``config`` that can be made before anything starts; returns the environment's spaces.
+
+    The common fields (``check_config``), positive sizes and rates,
+    ``gamma`` in [0, 1], ``ent_coef`` and ``vf_coef`` >= 0, ``memory`` one
+    of ``MEMORIES``, ``n_envs`` a multiple of ``n_processes``, ``n_slots``
+    above ``n_processes``, a budget of one update at least, no
+    ``checkpoint_every`` or ``resume`` (IMPALA cannot continue a run), and
+    an environment that can be made (made once, then closed). Nothing is
+    started or written.
+
+    Raises:
+        ConfigError: (a TypeError and a ValueError) naming the first field
+            that is wrong, as ``config.<field>``.
+        UnknownEnvironment: for an environment id gymnasium cannot make.
+    """
+    with config_errors():
+        check_config(
+            config,
+            n_envs=config.n_envs,
+            n_steps=config.n_steps,
+            n_slots=config.n_slots,
+            batch_slots=config.batch_slots,
+            lr=config.lr,
+            reward_scale=config.reward_scale,
+            rho_bar=config.rho_bar,
+            c_bar=config.c_bar,
+            max_grad_norm=config.max_grad_norm,
+            hidden=config.hidden,
+            torch_threads=config.torch_threads,
+        )
+        check_number("config", "gamma", config.gamma, 0.0, 1.0)
+        for name in ("ent_coef", "vf_coef"):
+            check_number("config", name, getattr(config, name), 0.0)
+        check_choice("config", "memory", config.memory, tuple(MEMORIES))
+        check_layout(config, config.n_envs, None)
+        for name, unset in (("resume", None), ("checkpoint_every", 0)):
+            if getattr(config, name) != unset:
+                raise ValueError(
+                    f"impala: config.{name} is not supported: its stream collection is asynchronous, so no "
+                    f"checkpoint could be continued bit-identically; got {getattr(config, name)!r}"
+                )
+        if config.n_slots <= config.n_processes:
+            raise ValueError(
+                f"config.n_slots ({config.n_slots}) must be more than config.n_processes ({config.n_processes})"
+            )
+        per_update = config.batch_slots * (config.n_envs // config.n_processes) * config.n_steps
+        if config.total_steps < per_update:
+            raise ValueError(
+                f"config.total_steps ({config.total_steps}) must allow one update of "
+                f"batch_slots x n_envs / n_processes x n_steps = {per_update} steps"
+            )
+        return check_env("impala", config.env)
+
+
 def train(config: Config) -> dict[str, Any]:
     """Train IMPALA as ``config`` says; returns the final evaluation (see ``Run.finish``).
 
     Raises:
-        ValueError: for a non-positive size, ``n_envs`` not a multiple of
-            ``n_processes``, ``n_slots`` not above ``n_processes``, or a budget
-            below one update.
+        ConfigError: for a config that ``check`` refuses, before anything starts.
+        UnknownEnvironment: for an environment id gymnasium cannot make.
     """
-    check_config(
-        config,
-        n_envs=config.n_envs,
-        n_steps=config.n_steps,
-        n_slots=config.n_slots,
-        batch_slots=config.batch_slots,
-        lr=config.lr,
-        reward_scale=config.reward_scale,
-        rho_bar=config.rho_bar,
-        c_bar=config.c_bar,
-        hidden=config.hidden,
-        torch_threads=config.torch_threads,
-    )
-    check_layout(config, config.n_envs, None)
-    if config.checkpoint_every or config.resume is not None:
-        raise ValueError(
-            "impala: checkpoint_every and resume are not supported: its stream collection is asynchronous, "
-            "so no checkpoint could be continued bit-identically; got "
-            f"checkpoint_every={config.checkpoint_every!r}, resume={config.resume!r}"
-        )
-    if config.n_slots <= config.n_processes:
-        raise ValueError(
-            f"config.n_slots ({config.n_slots}) must be more than config.n_processes ({config.n_processes})"
-        )
+    spaces = check(config)
     per_worker = config.n_envs // config.n_processes
     per_update = config.batch_slots * per_worker * config.n_steps
-    if config.total_steps < per_update:
-        raise ValueError(
-            f"config.total_steps ({config.total_steps}) must allow one update of "
-            f"batch_slots x n_envs / n_processes x n_steps = {per_update} steps"
-        )
-    config, device, spaces = prepare(config)
+    config, device, spaces = prepare(config, spaces)
     agent, agent_args = make_agent(config, spaces)
     model = agent.to(device)
     policy = cast(OnPolicyAgent, model)

@@ -37,13 +37,17 @@ from rlstruct.algos.config import (
     TrainConfig,
     annealed,
     check_config,
+    check_env,
     check_layout,
+    config_errors,
     parse_config,
     set_learning_rate,
 )
-from rlstruct.algos.evaluation import EnvSpaces, env_spaces
+from rlstruct.algos.evaluation import EnvSpaces
 from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
+from rlstruct.checks import check_choice, check_number
+from rlstruct.learning import MEMORIES
 from rlstruct.learning.metrics import EpisodeReturns, explained_variance
 from rlstruct.learning.on_policy import add_advantages, ppo_minibatch_loss, ppo_minibatches
 from rlstruct.learning.protocols import (
@@ -55,7 +59,7 @@ from rlstruct.learning.protocols import (
 from rlstruct.normalize import RewardScaler
 from rlstruct.trajectories import Trajectories
 
-__all__ = ["Config", "main", "make_agent", "train", "update"]
+__all__ = ["Config", "check", "main", "make_agent", "train", "update"]
 
 
 @dataclasses.dataclass
@@ -110,24 +114,70 @@ def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]
     return on_policy_agent(config, spaces, "ppo", orthogonal=config.orthogonal_init)
 
 
+def check(config: Config) -> EnvSpaces:
+    """Make every check of ``config`` that can be made before anything starts; returns the environment's spaces.
+
+    The common fields (``check_config``), positive sizes, ``gamma`` and
+    ``gae_lambda`` in [0, 1], ``clip`` and ``max_grad_norm`` positive,
+    ``ent_coef`` and ``vf_coef`` >= 0, ``memory`` one of ``MEMORIES``,
+    ``n_envs`` a multiple of ``n_processes``, a budget of one iteration at
+    least, minibatches that one iteration can fill (``_check_minibatch``),
+    and an environment that can be made (made once, then closed). Nothing is
+    started or written.
+
+    Raises:
+        ConfigError: (a TypeError and a ValueError) naming the first field
+            that is wrong, as ``config.<field>``.
+        UnknownEnvironment: for an environment id gymnasium cannot make.
+    """
+    with config_errors():
+        check_config(
+            config,
+            n_envs=config.n_envs,
+            n_steps=config.n_steps,
+            n_epochs=config.n_epochs,
+            minibatch_size=config.minibatch_size,
+            lr=config.lr,
+            clip=config.clip,
+            max_grad_norm=config.max_grad_norm,
+            hidden=config.hidden,
+            torch_threads=config.torch_threads,
+        )
+        for name in ("gamma", "gae_lambda"):
+            check_number("config", name, getattr(config, name), 0.0, 1.0)
+        for name in ("ent_coef", "vf_coef"):
+            check_number("config", name, getattr(config, name), 0.0)
+        check_choice("config", "memory", config.memory, tuple(MEMORIES))
+        check_layout(config, config.n_envs, config.n_steps)
+        _check_minibatch(config)
+        return check_env("ppo", config.env)
+
+
+def _check_minibatch(config: Config) -> None:
+    """Raise ValueError for minibatches of more steps than an iteration has, ``n_envs x n_steps``.
+
+    Only for the built-in feed-forward agent, which draws minibatches of
+    ``minibatch_size`` steps. A recurrent one (and an agent of your own,
+    which may be) draws whole rows, ``rows_per_minibatch`` of them: at least
+    one, at most all ``n_envs``, so that every ``minibatch_size`` works.
+    """
+    per_iteration = config.n_envs * config.n_steps
+    if not config.recurrent and config.agent is None and config.minibatch_size > per_iteration:
+        raise ValueError(
+            f"config.minibatch_size ({config.minibatch_size}) must be at most the steps of one iteration, "
+            f"n_envs x n_steps = {per_iteration}"
+        )
+
+
 def train(config: Config) -> dict[str, Any]:
     """Train PPO as ``config`` says; returns the final evaluation (see ``Run.finish``).
 
     Raises:
-        ValueError: for a non-positive size, or ``n_envs`` not a multiple of ``n_processes``.
+        ConfigError: for a config that ``check`` refuses, before anything starts.
+        UnknownEnvironment: for an environment id gymnasium cannot make.
     """
-    check_config(
-        config,
-        n_envs=config.n_envs,
-        n_steps=config.n_steps,
-        n_epochs=config.n_epochs,
-        minibatch_size=config.minibatch_size,
-        lr=config.lr,
-        hidden=config.hidden,
-        torch_threads=config.torch_threads,
-    )
-    check_layout(config, config.n_envs, config.n_steps)
-    config, device, spaces = prepare(config)
+    spaces = check(config)
+    config, device, spaces = prepare(config, spaces)
     agent, agent_args = make_agent(config, spaces)
     model = agent.to(device)
     policy = cast(OnPolicyAgent, model)
@@ -246,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         argv,
         prog="rlstruct train ppo",
         tuned=TUNED,
-        check=lambda config: env_spaces(config.env),  # an unknown id is reported alone
+        check=check,  # a mistake is reported alone, before the tuned settings are listed
     )
     return train(config)
 

@@ -3,7 +3,8 @@
 The algorithms keep only their learning loop; ``prepare`` and ``Run`` do the
 rest the same way for all of them. Every script has one shape::
 
-    config, device, spaces = prepare(config)  # once the config is checked
+    spaces = check(config)  # the algorithm's checks: nothing started yet
+    config, device, spaces = prepare(config, spaces)
     agent, agent_args = make_agent(config, spaces)
     model, optimizer = agent.to(device), ...
     with Run("ppo", config, type(agent), agent_args) as run:
@@ -73,7 +74,7 @@ class ScriptConfig(Protocol):
 C = TypeVar("C", bound=ScriptConfig)
 
 
-def prepare(config: C) -> tuple[C, torch.device, EnvSpaces]:
+def prepare(config: C, spaces: EnvSpaces | None = None) -> tuple[C, torch.device, EnvSpaces]:
     """What every training script does once its config is checked, before it makes its agent.
 
     Sets torch's threads (``config.torch_threads``) and seeds its global
@@ -82,6 +83,8 @@ def prepare(config: C) -> tuple[C, torch.device, EnvSpaces]:
 
     Args:
         config: the checked configuration.
+        spaces: the spaces of ``config.env`` where the checks read them
+            already; None reads them (``env_spaces``).
 
     Returns:
         ``(config, device, spaces)``: the config with an Agent class in
@@ -92,8 +95,7 @@ def prepare(config: C) -> tuple[C, torch.device, EnvSpaces]:
     torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
-    spaces = env_spaces(config.env)
-    return with_agent_name(config), device, spaces
+    return with_agent_name(config), device, env_spaces(config.env) if spaces is None else spaces
 
 
 class Run:
@@ -126,7 +128,7 @@ class Run:
             self.dir = make_run_dir(config.run_dir, f"{algo}-{env_name}-s{config.seed}")
         else:
             self.dir = Path(config.resume)
-            self.resumed = _resumable(algo, self.dir / CHECKPOINT_NAME)
+            self.resumed = _resumable(algo, self.dir / CHECKPOINT_NAME, config.checkpoint_every)
         self.segment = 0 if self.resumed is None else int(self.resumed["segment"])
         """How many times the collection restarted at a checkpoint (``checkpoint_every``)."""
         self.logger = Logger(
@@ -426,26 +428,35 @@ class Run:
 
 
 class CannotResume(ValueError):
-    """A run directory that ``resume`` names but no run can continue: it finished, or its checkpoint is too old.
+    """A run directory that ``resume`` names but no run can continue.
+
+    It holds no checkpoint yet (the run was stopped before its first
+    ``checkpoint_every``), its run finished, or its checkpoint is too old.
+    Raised when ``Run`` is made, before it writes anything or starts a worker.
 
     ``rlstruct train`` reports it in one line on standard error (exit status 2).
     """
 
 
-def _resumable(algo: str, path: Path) -> dict[str, Any]:
-    """The checkpoint at ``path``, checked to be one a run of ``algo`` can continue from."""
+def _resumable(algo: str, path: Path, every: int) -> dict[str, Any]:
+    """The checkpoint at ``path``, checked to be one a run of ``algo`` (checkpointing ``every``) can continue from."""
     if not path.exists():
-        raise FileNotFoundError(f"{algo}: resume={str(path.parent)!r} holds no {path.name} to continue from")
+        why = (
+            f"the run stopped before its first checkpoint, due at {every} env steps (config.checkpoint_every)"
+            if every
+            else "the run stopped before its end and had no config.checkpoint_every; train it again"
+        )
+        raise CannotResume(f"{algo}: config.resume {str(path.parent)!r} holds no {path.name} yet: {why}")
     state: dict[str, Any] = load_checkpoint(path)
     missing = [key for key in ("segment", "next_eval", "rng") if key not in state]
     if missing:
         raise CannotResume(
-            f"{algo}: resume={str(path.parent)!r}: its {path.name} lacks {missing}; "
+            f"{algo}: config.resume {str(path.parent)!r}: its {path.name} lacks {missing}; "
             "it was written by an older version and cannot be continued"
         )
     if state.get("finished", False):
         raise CannotResume(
-            f"{algo}: resume={str(path.parent)!r}: the run finished at {state['env_steps']} env steps; "
+            f"{algo}: config.resume {str(path.parent)!r}: the run finished at {state['env_steps']} env steps; "
             "there is nothing to continue"
         )
     return state

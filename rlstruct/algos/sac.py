@@ -32,8 +32,15 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.algos.agents import agent_observation_keys, observation_args, own_agent
-from rlstruct.algos.config import TrainConfig, check_config, check_layout, parse_config
-from rlstruct.algos.evaluation import EnvSpaces, env_spaces
+from rlstruct.algos.config import (
+    TrainConfig,
+    check_config,
+    check_env,
+    check_layout,
+    config_errors,
+    parse_config,
+)
+from rlstruct.algos.evaluation import EnvSpaces
 from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
 from rlstruct.checks import check_int, check_number
@@ -56,6 +63,7 @@ __all__ = [
     "SACLearner",
     "SquashedGaussianActor",
     "TwinQ",
+    "check",
     "critics",
     "main",
     "make_agent",
@@ -158,36 +166,52 @@ def critics(config: Config, spaces: EnvSpaces, actor: Agent) -> torch.nn.Module:
     return TwinQ(action_dim=action_dim, hidden=hidden, observation_spaces=read)
 
 
+def check(config: Config) -> EnvSpaces:
+    """Make every check of ``config`` that can be made before anything starts; returns the environment's spaces.
+
+    The common fields (``check_config``), positive sizes and rates, ``tau``
+    and ``gamma`` in (0, 1], ``learning_starts`` an int >= 0, ``n_envs`` a
+    multiple of ``n_processes``, a budget of one iteration at least, and an
+    environment with continuous (Box) actions (made once, then closed).
+    Nothing is started or written.
+
+    Raises:
+        ConfigError: (a TypeError and a ValueError) naming the first field
+            that is wrong, as ``config.<field>``.
+        UnknownEnvironment: for an environment id gymnasium cannot make.
+    """
+    with config_errors():
+        check_config(
+            config,
+            n_envs=config.n_envs,
+            n_steps=config.n_steps,
+            gradient_steps=config.gradient_steps,
+            buffer_size=config.buffer_size,
+            batch_size=config.batch_size,
+            lr=config.lr,
+            tau=config.tau,
+            gamma=config.gamma,
+            init_alpha=config.init_alpha,
+            hidden=config.hidden,
+            torch_threads=config.torch_threads,
+        )
+        for name in ("tau", "gamma"):
+            check_number("config", name, getattr(config, name), 0.0, 1.0, low_open=True)
+        check_int("config", "learning_starts", config.learning_starts, 0)
+        check_layout(config, config.n_envs, config.n_steps)
+        return check_env("sac", config.env)
+
+
 def train(config: Config) -> dict[str, Any]:
     """Train SAC as ``config`` says; returns the final evaluation (see ``Run.finish``).
 
     Raises:
-        ValueError: for a non-positive size or rate, ``tau`` or ``gamma`` outside
-            (0, 1], ``n_envs`` not a multiple of ``n_processes``, a budget
-            shorter than one iteration, or an environment with discrete actions.
+        ConfigError: for a config that ``check`` refuses, before anything starts.
+        UnknownEnvironment: for an environment id gymnasium cannot make.
     """
-    check_config(
-        config,
-        n_envs=config.n_envs,
-        n_steps=config.n_steps,
-        gradient_steps=config.gradient_steps,
-        buffer_size=config.buffer_size,
-        batch_size=config.batch_size,
-        lr=config.lr,
-        tau=config.tau,
-        gamma=config.gamma,
-        init_alpha=config.init_alpha,
-        hidden=config.hidden,
-        torch_threads=config.torch_threads,
-    )
-    for name in ("tau", "gamma"):
-        check_number("config", name, getattr(config, name), 0.0, 1.0, low_open=True)
-    check_int("config", "learning_starts", config.learning_starts, 0)
-    check_layout(config, config.n_envs, config.n_steps)
+    spaces = check(config)
     per_iteration = config.n_envs * config.n_steps
-    config, device, spaces = prepare(config)
-    if spaces.action_low is None or spaces.action_high is None:
-        raise ValueError(f"SAC needs continuous (Box) actions; env {config.env!r} has {spaces.n_actions}")
+    config, device, spaces = prepare(config, spaces)
     agent, agent_args = make_agent(config, spaces)
     actor = agent.to(device)
     policy = cast(SACAgent, actor)
@@ -286,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         argv,
         prog="rlstruct train sac",
         tuned=TUNED,
-        check=lambda config: env_spaces(config.env),  # an unknown id is reported alone
+        check=check,  # a mistake is reported alone, before the tuned settings are listed
     )
     return train(config)
 

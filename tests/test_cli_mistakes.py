@@ -1,0 +1,270 @@
+"""``rlstruct`` command lines with a mistake: one line on standard error naming the flag as typed, exit
+status 2, no traceback, nothing on standard output and no run directory; ``RLSTRUCT_DEBUG`` gives the
+traceback instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlstruct.algos import a2c, dqn, impala, ppo, sac
+from rlstruct.algos.config import check_device
+from rlstruct.cli import main
+from rlstruct.errors import ConfigError
+
+CARTPOLE = ["--env", "CartPole-v1"]
+TRY_DISCRETE = "try a2c, dqn, impala or ppo"
+TRY_CONTINUOUS = "try a2c, impala, ppo or sac"
+NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="this torch can use a GPU")
+
+TRAIN_MISTAKES = [
+    (["ppo", *CARTPOLE, "--total-steps", "-5"], "rlstruct: --total-steps must be in (0, inf), got -5"),
+    (["ppo", *CARTPOLE, "--total-steps", "0"], "rlstruct: --total-steps must be in (0, inf), got 0"),
+    (["ppo", *CARTPOLE, "--lr", "-1"], "rlstruct: --lr must be in (0, inf), got -1.0"),
+    (["ppo", *CARTPOLE, "--n-processes", "0"], "rlstruct: --n-processes must be in (0, inf), got 0"),
+    (["ppo", *CARTPOLE, "--n-envs", "3"], "rlstruct: --n-envs (3) must be a multiple of --n-processes (2)"),
+    pytest.param(
+        ["ppo", *CARTPOLE, "--device", "cuda"],
+        "rlstruct: --device is 'cuda' but this torch cannot use a GPU (torch.cuda.is_available() is False)",
+        marks=NO_GPU,
+    ),
+    (
+        ["ppo", *CARTPOLE, "--device", "gpu"],
+        "rlstruct: --device must be 'cpu' or 'cuda' ('cuda:N' for GPU N), got 'gpu'",
+    ),
+    (
+        ["sac", *CARTPOLE],
+        f"rlstruct: sac needs continuous (Box) actions; --env 'CartPole-v1' has Discrete(2): {TRY_DISCRETE}",
+    ),
+    (
+        ["dqn", "--env", "Pendulum-v1"],
+        f"rlstruct: dqn needs discrete actions; --env 'Pendulum-v1' has Box(1,): {TRY_CONTINUOUS}",
+    ),
+    (
+        ["impala", *CARTPOLE, "--checkpoint-every", "1000"],
+        "rlstruct: impala: --checkpoint-every is not supported: its stream collection is asynchronous, "
+        "so no checkpoint could be continued bit-identically; got 1000",
+    ),
+    (
+        ["ppo", *CARTPOLE, "--recurrent", "--memory", "foo"],
+        "rlstruct: --memory must be one of 'gru', 'lstm', got 'foo'",
+    ),
+    (["ppo", *CARTPOLE, "--gamma", "1.5"], "rlstruct: --gamma must be in [0, 1], got 1.5"),
+    # tuned settings for Pendulum-v1: the mistake comes alone, before they are listed
+    (["ppo", "--env", "Pendulum-v1", "--gamma", "1.5"], "rlstruct: --gamma must be in [0, 1], got 1.5"),
+    (["a2c", *CARTPOLE, "--gae-lambda", "-0.1"], "rlstruct: --gae-lambda must be in [0, 1], got -0.1"),
+    (["ppo", *CARTPOLE, "--clip", "0"], "rlstruct: --clip must be in (0, inf), got 0.0"),
+    (["impala", *CARTPOLE, "--ent-coef", "-1"], "rlstruct: --ent-coef must be in [0, inf), got -1.0"),
+    (["a2c", *CARTPOLE, "--max-grad-norm", "0"], "rlstruct: --max-grad-norm must be in (0, inf), got 0.0"),
+    (
+        ["impala", *CARTPOLE, "--n-slots", "2"],
+        "rlstruct: --n-slots (2) must be more than --n-processes (2)",
+    ),
+    (
+        ["ppo", *CARTPOLE, "--minibatch-size", "100000"],
+        "rlstruct: --minibatch-size (100000) must be at most the steps of one iteration, "
+        "n_envs x n_steps = 256",
+    ),
+    (
+        ["dqn", *CARTPOLE, "--recurrent"],
+        "rlstruct train dqn: dqn has no recurrent variant; a2c, impala and ppo have one (--recurrent)",
+    ),
+    (
+        ["sac", "--env", "Pendulum-v1", "--memory=lstm"],
+        "rlstruct train sac: sac has no recurrent variant; a2c, impala and ppo have one (--recurrent)",
+    ),
+    (
+        ["ppo", *CARTPOLE, "--total-steps", "many"],
+        "rlstruct train ppo: argument --total-steps: invalid int value: 'many' "
+        "(rlstruct train ppo --help lists the flags)",
+    ),
+    (
+        ["ppo", *CARTPOLE, "--frob", "3"],
+        "rlstruct train ppo: unrecognized arguments: --frob 3 (rlstruct train ppo --help lists the flags)",
+    ),
+    (
+        ["ppo", "--total-steps", "256"],
+        "rlstruct train ppo: the following arguments are required: --env "
+        "(rlstruct train ppo --help lists the flags)",
+    ),
+    (
+        ["ppo", "--env", "CartPol-v1"],
+        "rlstruct: unknown environment 'CartPol-v1' (NameNotFound: Environment `CartPol` doesn't exist. "
+        "Did you mean: `CartPole`?); did you mean 'CartPole-v1'?",
+    ),
+    (
+        ["ppo", *CARTPOLE, "--agent", "no_such_module:Agent"],
+        "rlstruct: --agent: cannot import 'no_such_module' (No module named 'no_such_module')",
+    ),
+    (
+        ["ppo", *CARTPOLE, "--json", "/no/such/folder/results.json"],
+        "rlstruct: --json must be a file in an existing folder, got '/no/such/folder/results.json'",
+    ),
+    (
+        ["foo", *CARTPOLE],
+        "rlstruct train: unknown algorithm 'foo'; choose one of a2c, dqn, impala, ppo, sac "
+        "(rlstruct train --help lists them)",
+    ),
+    (
+        [*CARTPOLE],
+        "rlstruct train: no algorithm given; choose one of a2c, dqn, impala, ppo, sac "
+        "(rlstruct train --help lists them)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "line"), TRAIN_MISTAKES)
+def test_a_train_mistake_is_one_line_and_makes_no_run_directory(
+    argv: list[str], line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["train", *argv, "--run-dir", str(tmp_path), "--no-progress"]) == 2
+    out = capsys.readouterr()
+    assert (out.out, out.err) == ("", line + "\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        ([], "rlstruct: no command given; choose train, eval or plot (rlstruct --help lists them)"),
+        (
+            ["frob"],
+            "rlstruct: unknown command 'frob'; choose train, eval or plot (rlstruct --help lists them)",
+        ),
+        (
+            ["train"],
+            "rlstruct train: no algorithm given; choose one of a2c, dqn, impala, ppo, sac "
+            "(rlstruct train --help lists them)",
+        ),
+        (
+            ["eval"],
+            "rlstruct eval: the following arguments are required: RUN_DIR (rlstruct eval --help lists the flags)",
+        ),
+        (
+            ["eval", "runs/x", "--episodes", "0"],
+            "rlstruct eval: argument --episodes: must be a positive int, got 0 "
+            "(rlstruct eval --help lists the flags)",
+        ),
+        (
+            ["plot", "runs/x", "--x", "steps"],
+            "rlstruct plot: argument --x: invalid choice: 'steps' (choose from 'env_steps', 'wall_time') "
+            "(rlstruct plot --help lists the flags)",
+        ),
+    ],
+)
+def test_a_command_mistake_is_one_line(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert (out.out, out.err) == ("", line + "\n")
+
+
+def test_resuming_a_run_without_a_checkpoint_is_one_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a run killed before its first checkpoint: config.json is written, checkpoint.pt not yet
+    run_dir = tmp_path / "ppo-CartPole-v1-s0-20261126-120000"
+    run_dir.mkdir()
+    config = {"env": "CartPole-v1", "total_steps": 1024, "checkpoint_every": 512, "run_dir": str(tmp_path)}
+    (run_dir / "config.json").write_text(json.dumps(config))
+    assert main(["train", "ppo", "--resume", str(run_dir), "--no-progress"]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err == (
+        f"rlstruct: ppo: --resume {str(run_dir)!r} holds no checkpoint.pt yet: the run stopped before its "
+        "first checkpoint, due at 512 env steps (--checkpoint-every)\n"
+    )
+    # IMPALA cannot resume any run
+    assert main(["train", "impala", "--resume", str(run_dir)]) == 2
+    assert capsys.readouterr().err.startswith("rlstruct: impala: --resume is not supported: ")
+    assert sorted(tmp_path.rglob("*")) == [run_dir, run_dir / "config.json"]  # as it was
+
+
+def test_a_run_dir_that_is_a_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "runs").write_text("")
+    assert main(["train", "ppo", *CARTPOLE, "--run-dir", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err == (
+        f"rlstruct: --run-dir must be a folder (or one to make), got the file {str(tmp_path / 'runs')!r}\n"
+    )
+
+
+def rlstruct(tmp_path: Path, debug: str | None) -> subprocess.CompletedProcess[str]:
+    """``rlstruct train ppo --total-steps -5`` in a fresh process, with ``RLSTRUCT_DEBUG`` as given."""
+    env = {k: v for k, v in os.environ.items() if k != "RLSTRUCT_DEBUG"}
+    if debug is not None:
+        env["RLSTRUCT_DEBUG"] = debug
+    argv = ["train", "ppo", *CARTPOLE, "--total-steps", "-5", "--run-dir", str(tmp_path)]
+    return subprocess.run(
+        [sys.executable, "-m", "rlstruct.cli", *argv], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+@pytest.mark.parametrize("debug", [None, "", "0"])
+def test_a_process_prints_no_traceback(tmp_path: Path, debug: str | None) -> None:
+    done = rlstruct(tmp_path, debug)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "rlstruct: --total-steps must be in (0, inf), got -5\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_rlstruct_debug_gives_the_traceback(tmp_path: Path) -> None:
+    done = rlstruct(tmp_path, "1")
+    assert done.returncode == 1
+    assert done.stderr.startswith("Traceback (most recent call last):")
+    assert done.stderr.endswith(
+        "rlstruct.errors.ConfigError: config: total_steps must be in (0, inf), got -5\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_raises_a_config_error_naming_the_field_before_anything_starts(tmp_path: Path) -> None:
+    config = ppo.Config(env="CartPole-v1", gamma=1.5, run_dir=str(tmp_path))
+    for raised in (ppo.check, ppo.train):
+        with pytest.raises(
+            ConfigError, match=re.escape("config: gamma must be in [0, 1], got 1.5")
+        ) as caught:
+            raised(config)
+        assert isinstance(caught.value, TypeError) and isinstance(caught.value, ValueError)
+        assert type(caught.value.__cause__) is ValueError  # what check_number raised
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_leaves_torch_alone_and_returns_the_spaces() -> None:
+    state = torch.random.get_rng_state()
+    for module, env in (
+        (a2c, "CartPole-v1"),
+        (dqn, "CartPole-v1"),
+        (impala, "CartPole-v1"),
+        (sac, "Pendulum-v1"),
+    ):
+        assert module.check(module.Config(env=env)).max_episode_steps in (200, 500)
+    assert ppo.check(ppo.Config(env="CartPole-v1")).n_actions == 2
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+def test_a_recurrent_agent_takes_any_minibatch_size() -> None:
+    # whole rows: at least one, at most the n_envs rows of an iteration, whatever minibatch_size asks
+    ppo.check(ppo.Config(env="CartPole-v1", recurrent=True, minibatch_size=100_000))
+    ppo.check(ppo.Config(env="CartPole-v1", recurrent=True, minibatch_size=1))
+    with pytest.raises(ConfigError, match=re.escape("config.minibatch_size (257) must be at most")):
+        ppo.check(ppo.Config(env="CartPole-v1", minibatch_size=257))
+
+
+def test_a_gpu_that_torch_does_not_see_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a machine with one GPU
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    check_device("cuda")
+    check_device("cuda:0")
+    with pytest.raises(
+        ValueError, match=re.escape("config.device is 'cuda:1' but torch sees 1 GPU(s): cuda:0")
+    ):
+        check_device("cuda:1")
