@@ -53,6 +53,7 @@ import sys
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+from rlstruct import __version__
 from rlstruct.algos import ALGORITHMS
 from rlstruct.algos.config import OneLineParser
 from rlstruct.algos.evaluation import UnknownEnvironment
@@ -65,8 +66,38 @@ USAGE = (
     f"usage: rlstruct train {{{','.join(ALGORITHMS)}}} --env ENV_ID [options]  (--help after ALGO for them)\n"
     "       rlstruct eval RUN_DIR [--episodes N] [--seed S] [--gif PATH] [--json]\n"
     "       rlstruct plot RUN_DIR [RUN_DIR ...] [--out PATH] [--x {env_steps,wall_time}] [--y COLUMN]\n"
+    "       rlstruct --version\n"
     "       (rlstruct COMMAND --help for a command's options)"
 )
+
+COMMANDS = (
+    (
+        "train ALGO --env ENV_ID",
+        "train ALGO; writes a run directory (config.json, progress.csv, checkpoint.pt)",
+    ),
+    ("eval RUN_DIR", "play a trained run's greedy episodes (--gif records one as an animated GIF)"),
+    ("plot RUN_DIR [RUN_DIR ...]", "overlay runs' learning curves in one PNG"),
+)
+"""The commands and what each does, for ``rlstruct --help``."""
+
+
+def help_text() -> str:
+    """What ``rlstruct --help`` prints: what the command is for, its commands, its algorithms, the usage."""
+    width = max(len(command) for command, _ in COMMANDS)
+    commands = "\n".join(f"  {command:<{width}}  {what}" for command, what in COMMANDS)
+    algorithms = "\n".join(f"  {name:<6}  {_summary(name)}" for name in ALGORITHMS)
+    return (
+        "rlstruct: train reinforcement-learning agents from the command line, then evaluate and plot the runs.\n\n"
+        f"commands:\n{commands}\n\nalgorithms (rlstruct train ALGO --help lists the flags of each):\n"
+        f"{algorithms}\n\n{USAGE}"
+    )
+
+
+def _summary(algo: str) -> str:
+    """The first sentence of an algorithm module's docstring (``PPO: proximal policy optimisation ...``)."""
+    doc = importlib.import_module(f"rlstruct.algos.{algo}").__doc__ or ""
+    return doc.strip().split("\n")[0].rstrip(".")
+
 
 X_COLUMNS = {"env_steps": "env_steps", "wall_time": "wall_s"}
 """``rlstruct plot --x``: the column of ``progress.csv`` each choice plots against."""
@@ -83,7 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (None: ``sys.argv[1:]``); returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] in (["-h"], ["--help"]) or args[:2] in (["train", "-h"], ["train", "--help"]):
-        print(USAGE)
+        print(help_text())
+        return 0
+    if args[:1] in (["-V"], ["--version"]):
+        print(f"rlstruct {__version__}")
         return 0
     if args[:1] == ["eval"]:
         return _run(_eval, _eval_parser(), args[1:])

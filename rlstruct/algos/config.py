@@ -307,6 +307,16 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
+def plain(text: str) -> str:
+    """``text`` without the docstrings' double backticks, as the command line's help shows it.
+
+    Examples:
+        >>> plain("Train your own Agent: ``module:Class``.")
+        'Train your own Agent: module:Class.'
+    """
+    return text.replace("``", "")
+
+
 def env_key(env: str) -> str:
     """The id under which an environment's tuned settings are kept: ``env`` without its ``module:`` prefix."""
     return env.rpartition(":")[2]
@@ -380,12 +390,15 @@ def parse_config(
             f"{env}: {' '.join(_flag(k, v) for k, v in settings.items())}" for env, settings in tuned.items()
         )
         epilog = f"Tuned settings, used for the flags not given: {listed}."
-    parser = OneLineParser(prog=prog, description=(cls.__doc__ or "").strip().split("\n")[0], epilog=epilog)
+    parser = OneLineParser(
+        prog=prog, description=plain((cls.__doc__ or "").strip().split("\n")[0]), epilog=epilog
+    )
     for field in dataclasses.fields(cls):
         kind, extra = _parser_type(field.name, hints[field.name])
         flag = "--" + field.name.replace("_", "-")
         default = field.default
-        help_text = f"{docs.get(field.name, '')} (default: {default})"
+        shown = "required, unless --resume" if field.name == "env" else f"default: {default}"
+        help_text = f"{plain(docs.get(field.name, ''))} ({shown})"
         # no argparse default: the namespace holds only what the command line gave
         if kind is None:
             parser.add_argument(flag, dest=field.name, default=argparse.SUPPRESS, help=help_text, **extra)
