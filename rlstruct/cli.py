@@ -49,7 +49,9 @@ import importlib
 import json
 import os
 import re
+import signal
 import sys
+import threading
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -57,7 +59,7 @@ from rlstruct import __version__
 from rlstruct.algos import ALGORITHMS
 from rlstruct.algos.config import OneLineParser
 from rlstruct.algos.evaluation import UnknownEnvironment
-from rlstruct.algos.run import CannotResume
+from rlstruct.algos.run import CannotResume, RunInterrupted
 from rlstruct.errors import AgentError, ConfigError
 
 __all__ = ["main"]
@@ -145,6 +147,8 @@ def _train(algo: str, args: list[str]) -> int:
             f"rlstruct train {algo}: {algo} has no recurrent variant; "
             f"{', '.join(have[:-1])} and {have[-1]} have one (--recurrent)"
         )
+    terminated: list[int] = []
+    previous = _on_sigterm(terminated)
     try:
         module.main(args)
     except SystemExit as stop:  # --help (0), or argparse's one line already written (2)
@@ -153,7 +157,31 @@ def _train(algo: str, args: list[str]) -> int:
         if _debug():
             raise
         return _mistake(f"rlstruct: {_as_flags(str(error), fields)}")
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM: one line naming the run, if one began
+        if _debug():
+            raise
+        said = str(stop) if isinstance(stop, RunInterrupted) else "interrupted before the run started"
+        print(f"rlstruct: {said}", file=sys.stderr)
+        return 128 + (terminated[0] if terminated else signal.SIGINT)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _on_sigterm(received: list[int]) -> Any:
+    """Make SIGTERM stop training as Ctrl-C does (noting it in ``received``); returns the handler it replaced.
+
+    None where handlers cannot be set (outside the main thread).
+    """
+
+    def stop(signum: int, frame: object) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, stop)
 
 
 def _fields(algo: str) -> set[str]:

@@ -26,7 +26,7 @@ from rlstruct.algos import ALGORITHMS, a2c, dqn, impala, ppo, sac
 from rlstruct.algos import run as run_module
 from rlstruct.algos.config import TrainConfig, check_config, field_docs, parse_config
 from rlstruct.algos.evaluation import env_spaces
-from rlstruct.algos.run import Run
+from rlstruct.algos.run import Run, RunInterrupted
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.batchers.process import State
 from rlstruct.checkpoint import load_checkpoint
@@ -231,6 +231,25 @@ def test_a_run_closes_the_batcher_its_collector_made(tmp_path: Path) -> None:
     assert_closed(batcher)
     run.close()  # twice is fine
     assert_closed(batcher)
+
+
+def test_ctrl_c_in_a_run_comes_out_naming_the_run_and_its_last_checkpoint(tmp_path: Path) -> None:
+    with pytest.raises(RunInterrupted) as caught, small_run(tmp_path) as run:
+        batcher = run.collector(torch.device("cpu"), 2, 4)
+        raise KeyboardInterrupt
+    assert_closed(batcher)
+    assert isinstance(caught.value, KeyboardInterrupt)  # what code that catches Ctrl-C catches
+    assert caught.value.run_dir == run.dir and caught.value.checkpoint is None
+    assert str(caught.value).endswith("no checkpoint to continue from (--checkpoint-every N saves them)")
+    with pytest.raises(RunInterrupted) as caught, small_run(tmp_path / "2", checkpoint_every=8) as run:
+        run.collector(torch.device("cpu"), 2, 4)
+        run.checkpoint(8, ActorCritic(**ACTOR_CRITIC[1]))
+        raise KeyboardInterrupt
+    assert caught.value.checkpoint == 8
+    assert str(caught.value) == (
+        f"interrupted; run directory {run.dir}: its last checkpoint, at 8 env steps, continues with: "
+        f"rlstruct train ppo --resume {run.dir}"
+    )
 
 
 def test_a_failing_loop_still_closes_the_batcher(tmp_path: Path) -> None:

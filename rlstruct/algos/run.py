@@ -59,7 +59,7 @@ from rlstruct.learning.metrics import EpisodeReturns
 from rlstruct.logger import CHECKPOINT_NAME, Logger, make_run_dir
 from rlstruct.seeding import derive_seed
 
-__all__ = ["CannotResume", "Run", "ScriptConfig", "prepare"]
+__all__ = ["CannotResume", "Run", "RunInterrupted", "ScriptConfig", "prepare"]
 
 
 class ScriptConfig(Protocol):
@@ -147,14 +147,19 @@ class Run:
                 max_steps=env_spaces(config.env).max_episode_steps,
                 seed=eval_seed(config.seed),
             )
-        except BaseException:
+        except BaseException as error:
             self.logger.close()  # no file left open by a run that could not start
+            if isinstance(error, KeyboardInterrupt):
+                checkpoint = None if self.resumed is None else int(self.resumed["env_steps"])
+                raise RunInterrupted(algo, self.dir, checkpoint) from error
             raise
         self._next_eval = config.eval_every if self.resumed is None else int(self.resumed["next_eval"])
         self._collector_args: tuple[Any, ...] | None = None
         self._batcher: MultiprocessBatcher | None = None
         self._agent_info: DictTensor | None = None
         self._last_checkpoint = 0 if self.resumed is None else int(self.resumed["env_steps"])
+        self.checkpointed: int | None = None if self.resumed is None else self._last_checkpoint
+        """The env steps of the last checkpoint ``--resume`` can continue from (None: none yet)."""
         self.last_eval: EvalResult | None = None
         self.episode_return: float | None = None
         self._new_return: float | None = None  # a training return not logged yet
@@ -309,7 +314,7 @@ class Run:
         if execute:
             self.batcher.execute()
 
-    def _save(self, env_steps: int, model: torch.nn.Module, **state: Any) -> None:
+    def _save(self, env_steps: int, model: torch.nn.Module, *, finished: bool = False, **state: Any) -> None:
         self._last_checkpoint = env_steps
         save_checkpoint(
             self.logger.checkpoint_path,
@@ -317,8 +322,11 @@ class Run:
             env_steps=env_steps,
             segment=self.segment,
             next_eval=self._next_eval,
+            **({"finished": True} if finished else {}),
             **state,
         )
+        if not finished:
+            self.checkpointed = env_steps
 
     def add_returns(self, *episodes: EpisodeReturns) -> None:
         """Take the mean return of the training episodes that finished since the last call, across ``episodes``.
@@ -424,7 +432,37 @@ class Run:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        """Close the run; a ``KeyboardInterrupt`` (Ctrl-C) comes out as ``RunInterrupted``, naming the run."""
+        try:
+            self.close()
+        finally:
+            if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
+                raise RunInterrupted(self.algo, self.dir, self.checkpointed) from exc
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C (or SIGTERM, from ``rlstruct train``): where it is and how to continue it.
+
+    A ``KeyboardInterrupt``, so code that catches one catches this too.
+    ``rlstruct train`` reports it in one line on standard error.
+
+    Attributes:
+        algo: the algorithm's name.
+        run_dir: the run's directory.
+        checkpoint: the env steps of the last checkpoint ``--resume`` can
+            continue from, or None when there is none.
+    """
+
+    def __init__(self, algo: str, run_dir: Path, checkpoint: int | None) -> None:
+        self.algo, self.run_dir, self.checkpoint = algo, run_dir, checkpoint
+        if checkpoint is None:
+            then = "no checkpoint to continue from (--checkpoint-every N saves them)"
+        else:
+            then = (
+                f"its last checkpoint, at {checkpoint} env steps, continues with: "
+                f"rlstruct train {algo} --resume {run_dir}"
+            )
+        super().__init__(f"interrupted; run directory {run_dir}: {then}")
 
 
 class CannotResume(ValueError):

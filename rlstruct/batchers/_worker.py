@@ -95,7 +95,8 @@ class WorkerSpec:
 
 def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     """Run one worker until ``close``, the death of the main process, or a broken connection."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not a handler a forked worker inherited
     for fd in spec.inherited:
         with contextlib.suppress(OSError):
             os.close(fd)

@@ -1,0 +1,76 @@
+"""Ctrl-C (SIGINT) and SIGTERM during ``rlstruct train``: one line naming the run directory and how to continue it.
+
+The command runs in its own process; the test waits (with a deadline) for the
+run to write what it must have written before the signal is sent.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlstruct import load_checkpoint
+
+DEADLINE_S = 120.0
+
+
+def start(tmp_path: Path, *flags: str) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "rlstruct.cli", "train", "ppo", "--env", "CartPole-v1"]
+    argv += ["--total-steps", "100000000", "--run-dir", str(tmp_path), "--no-progress", *flags]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(process: subprocess.Popen[str], ready: object) -> None:
+    """Poll until ``ready()`` holds; fail if the process ends or the deadline passes first."""
+    end = time.monotonic() + DEADLINE_S
+    while not ready():  # type: ignore[operator]
+        if process.poll() is not None:
+            pytest.fail(f"rlstruct train ended first: {process.communicate()}")
+        if time.monotonic() > end:
+            process.kill()
+            pytest.fail("rlstruct train wrote nothing in time")
+        time.sleep(0.05)
+
+
+def run_dir_of(tmp_path: Path) -> Path | None:
+    found = list(tmp_path.iterdir())
+    return found[0] if found else None
+
+
+def trained(tmp_path: Path) -> bool:
+    run_dir = run_dir_of(tmp_path)
+    progress = None if run_dir is None else run_dir / "progress.csv"
+    return progress is not None and progress.exists() and len(progress.read_text().splitlines()) > 1
+
+
+def test_ctrl_c_without_a_checkpoint_says_where_the_run_is(tmp_path: Path) -> None:
+    process = start(tmp_path)
+    wait_for(process, lambda: trained(tmp_path))  # a first row logged: training is under way
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=DEADLINE_S)
+    run_dir = run_dir_of(tmp_path)
+    assert process.returncode == 130
+    assert err == (
+        f"rlstruct: interrupted; run directory {run_dir}: no checkpoint to continue from "
+        "(--checkpoint-every N saves them)\n"
+    )
+
+
+def test_sigterm_after_a_checkpoint_names_it_and_the_command_that_continues(tmp_path: Path) -> None:
+    process = start(tmp_path, "--checkpoint-every", "512")
+    wait_for(process, lambda: (d := run_dir_of(tmp_path)) is not None and (d / "checkpoint.pt").exists())
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=DEADLINE_S)
+    run_dir = run_dir_of(tmp_path)
+    assert run_dir is not None
+    steps = load_checkpoint(run_dir / "checkpoint.pt")["env_steps"]  # the last one, maybe not the first
+    assert process.returncode == 128 + signal.SIGTERM
+    assert err == (
+        f"rlstruct: interrupted; run directory {run_dir}: its last checkpoint, at {steps} env steps, "
+        f"continues with: rlstruct train ppo --resume {run_dir}\n"
+    )
