@@ -31,6 +31,7 @@ from rlstruct.seeding import derive_seed
 from rlstruct.specs import Specs, TensorSpec
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
+from rlstruct.version import __version__ as __version__
 
 __all__ = [
     "Agent",
@@ -71,7 +72,6 @@ __all__ = [
     "vtrace",
 ]
 
-__version__ = "0.3.0"
 
 if TYPE_CHECKING:
     from rlstruct import envs as envs

@@ -55,12 +55,12 @@ import threading
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from rlstruct import __version__
 from rlstruct.algos import ALGORITHMS
 from rlstruct.algos.config import OneLineParser
 from rlstruct.algos.evaluation import UnknownEnvironment
 from rlstruct.algos.run import CannotResume, RunInterrupted
 from rlstruct.errors import AgentError, ConfigError
+from rlstruct.version import __version__
 
 __all__ = ["main"]
 

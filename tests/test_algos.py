@@ -102,7 +102,8 @@ def test_cli_help_at_every_level_prints_the_usage(
 ) -> None:
     assert cli_main(argv) == 0
     out = capsys.readouterr()
-    assert out.out.startswith("usage: rlstruct train {a2c,dqn,impala,ppo,sac}") and out.err == ""
+    assert out.out.startswith("rlstruct: train reinforcement-learning agents") and out.err == ""
+    assert "\nusage: rlstruct train {a2c,dqn,impala,ppo,sac}" in out.out
 
 
 def test_cli_names_the_likely_fix_for_an_unknown_environment_in_one_line(

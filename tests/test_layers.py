@@ -40,7 +40,7 @@ PACKAGE = ROOT / "rlstruct"
 
 LAYERS: list[tuple[str, list[list[str]]]] = [
     # Structures: pure torch. Its leaves import nothing of rlstruct's.
-    ("leaves", [["errors"], ["specs"], ["seeding"]]),
+    ("leaves", [["errors"], ["specs"], ["seeding"], ["version"]]),
     # The argument checks every layer above shares, on errors' describe.
     ("checks", [["checks"]]),
     ("structures", [["dicttensor", "temporal", "trajectories"]]),
