@@ -34,8 +34,9 @@ from typing import Any, NoReturn, TypeVar
 import torch
 
 from rlstruct.algos.evaluation import EnvSpaces, UnknownEnvironment, env_spaces
-from rlstruct.checks import check_number
+from rlstruct.checks import check_choice, check_number
 from rlstruct.errors import AgentError, ConfigError
+from rlstruct.learning.actor_critic import MEMORIES
 
 __all__ = [
     "ACTIONS",
@@ -195,6 +196,20 @@ def check_device(device: object) -> None:
         raise ValueError(
             f"config.device is {device!r} but torch sees {n_gpus} GPU(s): cuda:0 to cuda:{n_gpus - 1}"
         )
+
+
+def check_actor_critic(config: Any) -> None:
+    """Raise ValueError for an actor-critic field out of range (A2C, PPO, IMPALA).
+
+    ``gamma`` (and ``gae_lambda``, where the config has one) in [0, 1],
+    ``ent_coef`` and ``vf_coef`` >= 0, ``memory`` one of ``MEMORIES``.
+    """
+    for name in ("gamma", "gae_lambda"):
+        if hasattr(config, name):
+            check_number("config", name, getattr(config, name), 0.0, 1.0)
+    for name in ("ent_coef", "vf_coef"):
+        check_number("config", name, getattr(config, name), 0.0)
+    check_choice("config", "memory", config.memory, tuple(MEMORIES))
 
 
 def check_layout(config: TrainConfig, n_envs: int, n_steps: int | None) -> None:

@@ -33,6 +33,7 @@ from rlstruct.algos.agents import on_policy_agent
 from rlstruct.algos.config import (
     TrainConfig,
     annealed,
+    check_actor_critic,
     check_config,
     check_env,
     check_layout,
@@ -43,9 +44,7 @@ from rlstruct.algos.config import (
 from rlstruct.algos.evaluation import EnvSpaces
 from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
-from rlstruct.checks import check_choice, check_number
 from rlstruct.dicttensor import DictTensor
-from rlstruct.learning import MEMORIES
 from rlstruct.learning.metrics import EpisodeReturns
 from rlstruct.learning.on_policy import vtrace_agent_loss
 from rlstruct.learning.protocols import (
@@ -144,10 +143,7 @@ def check(config: Config) -> EnvSpaces:
             hidden=config.hidden,
             torch_threads=config.torch_threads,
         )
-        check_number("config", "gamma", config.gamma, 0.0, 1.0)
-        for name in ("ent_coef", "vf_coef"):
-            check_number("config", name, getattr(config, name), 0.0)
-        check_choice("config", "memory", config.memory, tuple(MEMORIES))
+        check_actor_critic(config)
         check_layout(config, config.n_envs, None)
         for name, unset in (("resume", None), ("checkpoint_every", 0)):
             if getattr(config, name) != unset:

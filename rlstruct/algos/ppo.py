@@ -36,6 +36,7 @@ from rlstruct.algos.agents import on_policy_agent
 from rlstruct.algos.config import (
     TrainConfig,
     annealed,
+    check_actor_critic,
     check_config,
     check_env,
     check_layout,
@@ -46,8 +47,6 @@ from rlstruct.algos.config import (
 from rlstruct.algos.evaluation import EnvSpaces
 from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
-from rlstruct.checks import check_choice, check_number
-from rlstruct.learning import MEMORIES
 from rlstruct.learning.metrics import EpisodeReturns, explained_variance
 from rlstruct.learning.on_policy import add_advantages, ppo_minibatch_loss, ppo_minibatches
 from rlstruct.learning.protocols import (
@@ -143,11 +142,7 @@ def check(config: Config) -> EnvSpaces:
             hidden=config.hidden,
             torch_threads=config.torch_threads,
         )
-        for name in ("gamma", "gae_lambda"):
-            check_number("config", name, getattr(config, name), 0.0, 1.0)
-        for name in ("ent_coef", "vf_coef"):
-            check_number("config", name, getattr(config, name), 0.0)
-        check_choice("config", "memory", config.memory, tuple(MEMORIES))
+        check_actor_critic(config)
         check_layout(config, config.n_envs, config.n_steps)
         _check_minibatch(config)
         return check_env("ppo", config.env)
