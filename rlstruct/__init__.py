@@ -22,6 +22,7 @@ from rlstruct.batchers import Batcher, LocalBatcher, MultiprocessBatcher
 from rlstruct.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlstruct.dicttensor import DictTensor, masked_dicttensor
 from rlstruct.env import Environment
+from rlstruct.env_check import check_env
 from rlstruct.errors import ClusterError, DistributedError, RemoteWorkerError, WorkerError, WorkerTimeout
 from rlstruct.logger import Logger, make_run_dir, plot_csv, plot_runs
 from rlstruct.progress import Progress
@@ -56,6 +57,7 @@ __all__ = [
     "Trajectories",
     "WorkerError",
     "WorkerTimeout",
+    "check_env",
     "derive_seed",
     "discounted_returns",
     "gae",

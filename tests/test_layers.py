@@ -45,7 +45,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("checks", [["checks"]]),
     ("structures", [["dicttensor", "temporal", "trajectories"]]),
     # Interfaces: agents, and environments with the gymnasium adapter, unaware of each other.
-    ("interfaces", [["agent", "history"], ["env", "envs", "gym_env"]]),
+    ("interfaces", [["agent", "history"], ["env", "env_check", "envs", "gym_env"]]),
     # Batchers, and the hand-checkable agents and environments that test them and learners.
     ("batchers", [["batchers"], ["testing"]]),
     # Learning blocks: pure maths, replay buffers, normalisers.
@@ -62,8 +62,10 @@ GYMNASIUM_USERS = {
     # The gymnasium adapter and the tasks it registers.
     "rlstruct.gym_env",
     "rlstruct.envs",
-    # The algorithms make environments from gymnasium ids and record their frames.
+    # The algorithms make environments from gymnasium ids and record their frames; a Policy
+    # reads an environment's raw observations by its observation space.
     "rlstruct.algos.evaluation",
+    "rlstruct.algos.policy",
     "rlstruct.algos.recording",
 }
 
@@ -541,7 +543,7 @@ def test_the_checker_names_an_upward_a_sideways_and_a_facade_import() -> None:
         == "up from layer leaves (specs) to layer structures (dicttensor, temporal, trajectories)"
     )
     assert wrong_way(sideways) == (
-        "sideways within layer interfaces, from interfaces (agent, history) to interfaces (env, envs, gym_env)"
+        "sideways within layer interfaces, from interfaces (agent, history) to interfaces (env, env_check, envs, gym_env)"
     )
     assert wrong_way(facade) is not None
     assert wrong_way(down) is None
