@@ -6,10 +6,13 @@ Each module has a ``Config`` dataclass (a docstring under every field), a
 function that builds its agent, a ``train(config) -> dict`` function (which
 calls ``check`` first) and a ``main(argv)`` command line, also reached
 through ``rlstruct train ALGO``. ``load_run(run_dir)`` rebuilds the
-trained agent of a run's directory (``rlstruct eval RUN_DIR``).
+trained agent of a run's directory (``rlstruct eval RUN_DIR``);
+``Policy`` acts with an agent on one raw observation at a time, outside a
+batcher, and exports it for deployment.
 """
 
 from rlstruct.algos.config import ALGORITHMS
+from rlstruct.algos.policy import Policy
 from rlstruct.algos.saved import SavedRun, load_run
 
-__all__ = ["ALGORITHMS", "SavedRun", "load_run"]
+__all__ = ["ALGORITHMS", "Policy", "SavedRun", "load_run"]
