@@ -377,10 +377,11 @@ class Group:
     def reset(self, agent_info: DictTensor, env_info: DictTensor, auto_reset: bool) -> None:
         """Start new episodes everywhere, with z = ``agent_info`` and w = ``env_info`` (both copied)."""
         self.agent_info, self.env_info, self.auto_reset = agent_info.clone(), env_info.clone(), auto_reset
-        self.observation = self.env.reset(env_info, auto_reset)
+        # the environment and the agent get the group's copies: a w or z they keep never changes
+        self.observation = self.env.reset(self.env_info, auto_reset)
         self._check_observation(self.observation, "at reset")
         self.verified, self.carry = False, None  # the next run goes through step and checks every key
-        self.state = self.agent.initial_state(agent_info, self.n_envs)
+        self.state = self.agent.initial_state(self.agent_info, self.n_envs)
         if not isinstance(self.state, DictTensor) or self.state.n_elems() != self.n_envs:
             raise ValueError(
                 f"{self.name}: agent.initial_state must return a DictTensor of {self.n_envs} rows, "

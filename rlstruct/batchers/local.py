@@ -227,7 +227,8 @@ class LocalBatcher:
         # fixed by the first batch acquired: a reset or execute() that raised (an agent reading a
         # misspelt key) leaves the next reset free to give other keys
         self._reset_spec = _checks.same_info(NAME, self._info_spec, agent_info, env_info)
-        self._agent_info, self._env_info = agent_info, env_info
+        # copies, as the worker processes hold: z and w changed in place after this reset change nothing
+        self._agent_info, self._env_info = agent_info.clone(), env_info.clone()
         self._started, self._pending, self._result, self._next_group = False, False, None, 0
         self._reset_groups()  # a reset that raises here leaves nothing to run
         self._started = True
