@@ -63,6 +63,9 @@ CONFIG_NAME = "config.json"
 CHECKPOINT_NAME = "checkpoint.pt"
 PLOT_NAME = "learning_curve.png"
 
+AXIS_LABELS = {"env_steps": "env steps", "wall_s": "training wall time (s)"}
+"""How a figure's x axis names these columns of ``progress.csv``; any other column by its name."""
+
 
 def _timestamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S")
@@ -348,7 +351,11 @@ def plot_csv(
 
     Rows with an empty cell in ``x`` or in a curve's column are left out of
     that curve. The figure is drawn without pyplot (no display needed, no
-    global state).
+    global state). The x axis is labelled by its column (``env_steps`` as
+    "env steps", ``wall_s`` as "training wall time (s)"), the y axis by what
+    the curves are: "return" when every column is a return, else the one
+    column's name, else "value", with a legend naming each column that the
+    axis does not; ``plot_runs`` labels the same way.
 
     Args:
         csv_path: a CSV file written by ``Logger``.
@@ -371,15 +378,16 @@ def plot_csv(
         raise ValueError("plot_csv: y must name at least one column, got none")
     curves = _read_curves(csv_path, names, (), x, interpolate_x=False, prefix="plot_csv: ")
     image = csv_path.with_name(PLOT_NAME) if path is None else Path(path)
+    y_label = _y_label(names)
     return _draw(
         [
             _Curve(name, points, 0 if len(names) == 1 else i, "-")
             for i, (name, points) in enumerate(curves.items())
         ],
         x=x,
-        y=names[0] if len(names) == 1 else "value",
+        y=y_label,
         title=csv_path.parent.name,
-        legend=len(names) > 1,
+        legend=len(names) > 1 or y_label != names[0],  # every curve named, on the axis or in the legend
         path=image,
     )
 
@@ -406,6 +414,10 @@ def plot_runs(
     carry ``env_steps`` but no ``wall_s``, and so get the training time at
     which their weights were taken. Rows with no value in a curve's column
     are left out of that curve.
+
+    The axes are labelled as ``plot_csv`` labels them: "env steps" or
+    "training wall time (s)" on x, "return" on y when every curve is a
+    return, else the one column's name, else "value".
 
     Args:
         run_dirs: the run directories, each holding a ``progress.csv``.
@@ -447,18 +459,26 @@ def plot_runs(
         for i, (name, points) in enumerate(columns.items()):
             curves.append(_Curve(f"{label}: {name}", points, run, "-" if i == 0 else "--"))
             plotted.add(name)
-    if len(plotted) == 1:
-        y_label = plotted.pop()
-    else:
-        y_label = "return" if all("return" in name for name in plotted) else "value"
     return _draw(
         curves,
         x=x,
-        y=y_label,
+        y=_y_label(sorted(plotted)),
         title="",
         legend=True,
         path=Path(path),
     )
+
+
+def _y_label(names: Sequence[str]) -> str:
+    """What the curves of columns ``names`` are, for the y axis.
+
+    "return" when every one is a return (``eval_return_mean``,
+    ``train_return_mean``), else the column's name when there is one, else
+    "value". ``plot_csv`` and ``plot_runs`` (``rlstruct plot``) label alike.
+    """
+    if all("return" in name for name in names):
+        return "return"
+    return names[0] if len(names) == 1 else "value"
 
 
 class _Curve(NamedTuple):
@@ -522,7 +542,7 @@ def _draw(curves: Sequence[_Curve], *, x: str, y: str, title: str, legend: bool,
     for curve in curves:
         xs, ys = zip(*curve.points, strict=True)
         axes.plot(xs, ys, label=curve.label, color=f"C{curve.color}", linestyle=curve.style)
-    axes.set_xlabel(x)
+    axes.set_xlabel(AXIS_LABELS.get(x, x))
     axes.set_ylabel(y)
     if title:
         axes.set_title(title)

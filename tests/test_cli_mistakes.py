@@ -58,6 +58,11 @@ TRAIN_MISTAKES = [
         "rlstruct: --memory must be one of 'gru', 'lstm', got 'foo'",
     ),
     (["ppo", *CARTPOLE, "--gamma", "1.5"], "rlstruct: --gamma must be in [0, 1], got 1.5"),
+    (["dqn", *CARTPOLE, "--stop-patience", "-1"], "rlstruct: --stop-patience must be at least 0, got -1"),
+    (
+        ["a2c", *CARTPOLE, "--stop-at-return", "nan"],
+        "rlstruct: --stop-at-return must be in (-inf, inf), got nan",
+    ),
     # tuned settings for Pendulum-v1: the mistake comes alone, before they are listed
     (["ppo", "--env", "Pendulum-v1", "--gamma", "1.5"], "rlstruct: --gamma must be in [0, 1], got 1.5"),
     (["a2c", *CARTPOLE, "--gae-lambda", "-0.1"], "rlstruct: --gae-lambda must be in [0, 1], got -0.1"),
@@ -206,6 +211,39 @@ def rlstruct(tmp_path: Path, debug: str | None) -> subprocess.CompletedProcess[s
     return subprocess.run(
         [sys.executable, "-m", "rlstruct.cli", *argv], capture_output=True, text=True, env=env, timeout=120
     )
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "line"),
+    [
+        ("ppo", ["--total-steps", "-5"], "rlstruct: --total-steps must be in (0, inf), got -5"),
+        ("a2c", ["--gamma", "2"], "rlstruct: --gamma must be in [0, 1], got 2.0"),
+        (
+            "dqn",
+            ["--n-envs", "3", "--n-processes", "2"],
+            "rlstruct: --n-envs (3) must be a multiple of --n-processes (2)",
+        ),
+        (
+            "impala",
+            ["--checkpoint-every", "10"],
+            "rlstruct: impala: --checkpoint-every is not supported: its stream "
+            "collection is asynchronous, so no checkpoint could be continued bit-identically; got 10",
+        ),
+        ("sac", ["--tau", "0"], "rlstruct: --tau must be in (0, inf), got 0.0"),
+    ],
+)
+def test_python_m_an_algorithm_reports_a_mistake_as_rlstruct_train_does(
+    module: str, argv: list[str], line: str, tmp_path: Path
+) -> None:
+    env = ["--env", "Pendulum-v1"] if module == "sac" else CARTPOLE
+    done = subprocess.run(
+        [sys.executable, "-m", f"rlstruct.algos.{module}", *env, *argv, "--run-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", line + "\n")
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("debug", [None, "", "0"])

@@ -34,6 +34,7 @@ from rlstruct.algos.config import (
     set_learning_rate,
 )
 from rlstruct.algos.evaluation import EnvSpaces
+from rlstruct.algos.hooks import Hook, check_hooks
 from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor
@@ -129,13 +130,21 @@ def check(config: Config) -> EnvSpaces:
         return check_env("a2c", config.env)
 
 
-def train(config: Config) -> dict[str, Any]:
+def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
     """Train A2C as ``config`` says; returns the final evaluation (see ``Run.finish``).
+
+    Args:
+        config: the run's configuration.
+        hooks: callables called with a ``TrainingEvent`` after each logged
+            iteration and evaluation, which may log scalars of their own and
+            stop the run (see ``rlstruct.algos.hooks``).
 
     Raises:
         ConfigError: for a config that ``check`` refuses, before anything starts.
         UnknownEnvironment: for an environment id gymnasium cannot make.
+        TypeError: if ``hooks`` is not a list or tuple of callables, before anything starts.
     """
+    check_hooks(hooks)
     spaces = check(config)
     per_iteration = config.n_envs * config.n_steps
     config, device, spaces = prepare(config, spaces)
@@ -144,14 +153,14 @@ def train(config: Config) -> dict[str, Any]:
     policy = cast(OnPolicyAgent, model)
     optimizer = torch.optim.RMSprop(model.parameters(), lr=config.lr, alpha=0.99, eps=1e-5)
 
-    with Run("a2c", config, type(agent), agent_args) as run:  # closes its batcher too, even on failure
+    with Run("a2c", config, type(agent), agent_args, hooks) as run:  # closes its batcher too, even on failure
         run.collector(device, config.n_envs, config.n_steps)
         episodes = EpisodeReturns(config.n_envs)
         scaler = RewardScaler(config.n_envs, config.gamma).to(device) if config.scale_rewards else None
         scaled: dict[str, Any] = {} if scaler is None else {"reward_scaler": scaler}
         env_steps = run.restore(model.generator, model=model, optimizer=optimizer, reward_scaler=scaler)
         run.start(model)
-        while env_steps + per_iteration <= config.total_steps:
+        while env_steps + per_iteration <= config.total_steps and not run.stopped:
             run.batcher.execute()
             batch = run.batcher.get()
             steps = batch.trajectories
@@ -227,5 +236,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return train(parse_config(Config, argv, prog="rlstruct train a2c"))
 
 
-if __name__ == "__main__":
-    main(sys.argv[1:])
+if __name__ == "__main__":  # through the command line's entry, whose mistakes are one line (exit status 2)
+    from rlstruct.cli import main as command_line
+
+    sys.exit(command_line(["train", "a2c", *sys.argv[1:]]))

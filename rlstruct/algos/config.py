@@ -34,7 +34,7 @@ from typing import Any, NoReturn, TypeVar
 import torch
 
 from rlstruct.algos.evaluation import EnvSpaces, UnknownEnvironment, env_spaces
-from rlstruct.checks import check_choice, check_number
+from rlstruct.checks import check_choice, check_int, check_number
 from rlstruct.errors import AgentError, ConfigError
 from rlstruct.learning.actor_critic import MEMORIES
 
@@ -107,6 +107,12 @@ class TrainConfig:
     """Train your own Agent instead of the built-in network: "module:Class" or "path/to/file.py:Class" (every algorithm; see docs/agents.md)."""
     agent_args: dict[str, Any] | None = None
     """Keyword arguments of ``agent``'s class, a JSON object on the command line ('{"hidden": 128}')."""
+    stop_at_return: float | None = None
+    """Stop training once an evaluation's mean return reaches this (``EarlyStop``); the final evaluation, checkpoint and plot still follow."""
+    stop_patience: int = 0
+    """Stop training after this many evaluations in a row without a better mean return (``EarlyStop``; 0: never)."""
+    save_best: bool = False
+    """Save the weights of the best evaluation as best.pt in the run directory (``SaveBest``); rlstruct eval RUN_DIR/best.pt plays them."""
 
 
 def annealed(value: float, env_steps: int, total_steps: int, anneal: bool = True) -> float:
@@ -131,9 +137,10 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
 def check_config(config: TrainConfig, **positive: int | float) -> None:
     """Raise naming the first common field that is wrong (then the first of ``positive`` that is not positive).
 
-    ``env`` must be set, the common sizes positive, ``checkpoint_every`` an
-    int >= 0, ``device`` one this torch can use (``check_device``),
-    ``run_dir`` a folder (or none yet) and ``json`` a file in an existing folder.
+    ``env`` must be set, the common sizes positive, ``checkpoint_every`` and
+    ``stop_patience`` ints >= 0, ``stop_at_return`` finite (or None),
+    ``device`` one this torch can use (``check_device``), ``run_dir`` a
+    folder (or none yet) and ``json`` a file in an existing folder.
 
     Raises:
         TypeError: for a field that is not a number.
@@ -155,6 +162,9 @@ def check_config(config: TrainConfig, **positive: int | float) -> None:
         raise ValueError(
             f"config.checkpoint_every must be an int >= 0 (0: no checkpoint before the end), got {every!r}"
         )
+    if config.stop_at_return is not None:
+        check_number("config", "stop_at_return", config.stop_at_return)
+    check_int("config", "stop_patience", config.stop_patience, 0)
     check_device(config.device)
     if Path(config.run_dir).exists() and not Path(config.run_dir).is_dir():
         raise ValueError(f"config.run_dir must be a folder (or one to make), got the file {config.run_dir!r}")

@@ -39,6 +39,7 @@ from rlstruct.algos.config import (
     set_learning_rate,
 )
 from rlstruct.algos.evaluation import EnvSpaces
+from rlstruct.algos.hooks import Hook, check_hooks
 from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
 from rlstruct.checks import check_int, check_number
@@ -192,13 +193,21 @@ def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]
     return QNetwork(**agent_args), agent_args
 
 
-def train(config: Config) -> dict[str, Any]:
+def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
     """Train DQN as ``config`` says; returns the final evaluation (see ``Run.finish``).
+
+    Args:
+        config: the run's configuration.
+        hooks: callables called with a ``TrainingEvent`` after each logged
+            iteration and evaluation, which may log scalars of their own and
+            stop the run (see ``rlstruct.algos.hooks``).
 
     Raises:
         ConfigError: for a config that ``check`` refuses, before anything starts.
         UnknownEnvironment: for an environment id gymnasium cannot make.
+        TypeError: if ``hooks`` is not a list or tuple of callables, before anything starts.
     """
+    check_hooks(hooks)
     spaces = check(config)
     config, device, spaces = prepare(config, spaces)
     agent, agent_args = make_agent(config, spaces)
@@ -217,7 +226,7 @@ def train(config: Config) -> dict[str, Any]:
     else:
         buffer = ReplayBuffer(config.buffer_size, device=device, generator=generator)
 
-    with Run("dqn", config, type(agent), agent_args) as run:  # closes its batcher too, even on failure
+    with Run("dqn", config, type(agent), agent_args, hooks) as run:  # closes its batcher too, even on failure
         run.collector(device, config.n_envs, config.n_steps)
         episodes = EpisodeReturns(config.n_envs)
         per_iteration = config.n_envs * config.n_steps
@@ -259,7 +268,7 @@ def train(config: Config) -> dict[str, Any]:
                 stats["lr"] = optimizer.param_groups[0]["lr"]
                 grad_steps += n_updates
             run.step(env_steps, model, **stats)
-            if not more:
+            if not more or run.stopped:  # the budget is spent, or a hook asked to stop
                 break
             if run.checkpoint_due(env_steps):  # the batch in flight is dropped, in a resumed run alike
                 run.checkpoint(
@@ -349,5 +358,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return train(parse_config(Config, argv, prog="rlstruct train dqn"))
 
 
-if __name__ == "__main__":
-    main(sys.argv[1:])
+if __name__ == "__main__":  # through the command line's entry, whose mistakes are one line (exit status 2)
+    from rlstruct.cli import main as command_line
+
+    sys.exit(command_line(["train", "dqn", *sys.argv[1:]]))

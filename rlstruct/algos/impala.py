@@ -42,6 +42,7 @@ from rlstruct.algos.config import (
     set_learning_rate,
 )
 from rlstruct.algos.evaluation import EnvSpaces
+from rlstruct.algos.hooks import Hook, check_hooks
 from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor
@@ -164,13 +165,21 @@ def check(config: Config) -> EnvSpaces:
         return check_env("impala", config.env)
 
 
-def train(config: Config) -> dict[str, Any]:
+def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
     """Train IMPALA as ``config`` says; returns the final evaluation (see ``Run.finish``).
+
+    Args:
+        config: the run's configuration.
+        hooks: callables called with a ``TrainingEvent`` after each logged
+            iteration and evaluation, which may log scalars of their own and
+            stop the run (see ``rlstruct.algos.hooks``).
 
     Raises:
         ConfigError: for a config that ``check`` refuses, before anything starts.
         UnknownEnvironment: for an environment id gymnasium cannot make.
+        TypeError: if ``hooks`` is not a list or tuple of callables, before anything starts.
     """
+    check_hooks(hooks)
     spaces = check(config)
     per_worker = config.n_envs // config.n_processes
     per_update = config.batch_slots * per_worker * config.n_steps
@@ -180,14 +189,17 @@ def train(config: Config) -> dict[str, Any]:
     policy = cast(OnPolicyAgent, model)
     optimizer = torch.optim.RMSprop(model.parameters(), lr=config.lr, alpha=0.99, eps=1e-5)
 
-    with Run("impala", config, type(agent), agent_args) as run:  # closes its batcher too, even on failure
+    with Run(
+        "impala", config, type(agent), agent_args, hooks
+    ) as run:  # closes its batcher too, even on failure
         run.collector(device, config.n_envs, config.n_steps, mode="stream", n_slots=config.n_slots)
         # A slot holds the rows of one worker; the row index (in z, unused by the agent) tells which,
         # so that training episodes are followed across the slots of each worker.
         episodes = [EpisodeReturns(per_worker) for _ in range(config.n_processes)]
         env_steps = 0
         run.start(model, agent_info=DictTensor({"row": torch.arange(config.n_envs)}))
-        while env_steps + per_update <= config.total_steps:  # never more steps than the budget
+        # never more steps than the budget; a hook may stop the run sooner (run.stopped)
+        while env_steps + per_update <= config.total_steps and not run.stopped:
             pieces: list[Trajectories] = []
             for _ in range(config.batch_slots):
                 piece = run.batcher.get()
@@ -247,5 +259,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return train(parse_config(Config, argv, prog="rlstruct train impala"))
 
 
-if __name__ == "__main__":
-    main(sys.argv[1:])
+if __name__ == "__main__":  # through the command line's entry, whose mistakes are one line (exit status 2)
+    from rlstruct.cli import main as command_line
+
+    sys.exit(command_line(["train", "impala", *sys.argv[1:]]))

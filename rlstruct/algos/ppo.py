@@ -45,6 +45,7 @@ from rlstruct.algos.config import (
     set_learning_rate,
 )
 from rlstruct.algos.evaluation import EnvSpaces
+from rlstruct.algos.hooks import Hook, check_hooks
 from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
 from rlstruct.learning.metrics import EpisodeReturns, explained_variance
@@ -164,13 +165,21 @@ def _check_minibatch(config: Config) -> None:
         )
 
 
-def train(config: Config) -> dict[str, Any]:
+def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
     """Train PPO as ``config`` says; returns the final evaluation (see ``Run.finish``).
+
+    Args:
+        config: the run's configuration.
+        hooks: callables called with a ``TrainingEvent`` after each logged
+            iteration and evaluation, which may log scalars of their own and
+            stop the run (see ``rlstruct.algos.hooks``).
 
     Raises:
         ConfigError: for a config that ``check`` refuses, before anything starts.
         UnknownEnvironment: for an environment id gymnasium cannot make.
+        TypeError: if ``hooks`` is not a list or tuple of callables, before anything starts.
     """
+    check_hooks(hooks)
     spaces = check(config)
     config, device, spaces = prepare(config, spaces)
     agent, agent_args = make_agent(config, spaces)
@@ -181,7 +190,7 @@ def train(config: Config) -> dict[str, Any]:
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, eps=1e-5, fused=fused)
     generator = torch.Generator(device).manual_seed(config.seed)
 
-    with Run("ppo", config, type(agent), agent_args) as run:  # closes its batcher too, even on failure
+    with Run("ppo", config, type(agent), agent_args, hooks) as run:  # closes its batcher too, even on failure
         run.collector(device, config.n_envs, config.n_steps)
         episodes = EpisodeReturns(config.n_envs)
         scaler = RewardScaler(config.n_envs, config.gamma).to(device) if config.scale_rewards else None
@@ -191,7 +200,8 @@ def train(config: Config) -> dict[str, Any]:
             generator, model.generator, model=model, optimizer=optimizer, reward_scaler=scaler
         )
         run.start(model)
-        while env_steps + per_iteration <= config.total_steps:  # never more steps than the budget
+        # never more steps than the budget; a hook may stop the run sooner (run.stopped)
+        while env_steps + per_iteration <= config.total_steps and not run.stopped:
             run.batcher.execute()
             batch = run.batcher.get()
             steps = batch.trajectories
@@ -296,5 +306,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return train(config)
 
 
-if __name__ == "__main__":
-    main(sys.argv[1:])
+if __name__ == "__main__":  # through the command line's entry, whose mistakes are one line (exit status 2)
+    from rlstruct.cli import main as command_line
+
+    sys.exit(command_line(["train", "ppo", *sys.argv[1:]]))

@@ -7,11 +7,11 @@ rest the same way for all of them. Every script has one shape::
     config, device, spaces = prepare(config, spaces)
     agent, agent_args = make_agent(config, spaces)
     model, optimizer = agent.to(device), ...
-    with Run("ppo", config, type(agent), agent_args) as run:
+    with Run("ppo", config, type(agent), agent_args, hooks) as run:
         run.collector(device, config.n_envs, config.n_steps)
         env_steps = run.restore(model=model, optimizer=optimizer)  # 0 for a new run
         run.start(model)
-        while env_steps + per_iteration <= config.total_steps:
+        while env_steps + per_iteration <= config.total_steps and not run.stopped:
             run.batcher.execute()
             batch = run.batcher.get()
             env_steps += per_iteration
@@ -32,6 +32,9 @@ rest the same way for all of them. Every script has one shape::
 - evaluations every ``eval_every`` env steps, running in a worker while
   training goes on (``Evaluator``), logged when they finish;
 - the returns of the training episodes, read from the collected batches;
+- the hooks given to ``train`` and those the config asks for (``hooks``):
+  called after each logged iteration and evaluation, they may log scalars
+  into the row and ask the run to stop (``stopped``, which ends the loop);
 - at the end, a final greedy evaluation of ``eval_episodes`` episodes: the
   figure the run reports, in the returned dict and in ``--json``.
 """
@@ -51,6 +54,7 @@ from rlstruct.agent import Agent
 from rlstruct.algos.agents import with_agent_name
 from rlstruct.algos.config import TrainConfig
 from rlstruct.algos.evaluation import EnvSpaces, EvalResult, Evaluator, env_spaces, eval_seed
+from rlstruct.algos.hooks import Hook, HookRunner, check_hooks, config_hooks
 from rlstruct.batchers import MultiprocessBatcher, cpu_weights
 from rlstruct.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlstruct.dicttensor import DictTensor
@@ -109,6 +113,13 @@ class Run:
         config: the run's configuration (written to ``config.json``).
         agent_factory: makes the agent the evaluator runs (greedy).
         agent_args: keyword arguments for ``agent_factory``.
+        hooks: callables taking a ``TrainingEvent`` (see
+            ``rlstruct.algos.hooks``), called after those the config asks
+            for (``config_hooks``).
+
+    Raises:
+        TypeError: if ``hooks`` is not a list or tuple of callables, before
+            anything is made.
     """
 
     def __init__(
@@ -117,7 +128,10 @@ class Run:
         config: TrainConfig,
         agent_factory: Callable[..., Agent],
         agent_args: Mapping[str, Any],
+        hooks: Sequence[Hook] = (),
     ) -> None:
+        self._created = time.monotonic()  # total_s counts from here
+        hooks = (*config_hooks(config), *check_hooks(hooks))
         self.algo, self.config = algo, config
         self.agent_factory, self.agent_args = agent_factory, dict(agent_args)
         self._started = time.monotonic()  # wall_s and sps count from here (begin() moves it)
@@ -138,6 +152,14 @@ class Run:
             total_steps=config.total_steps,
             purge_step=None if self.resumed is None else int(self.resumed["env_steps"]) + 1,
         )
+        self.hooks = HookRunner(
+            hooks,
+            algo=algo,
+            run_dir=self.dir,
+            total_steps=config.total_steps,
+            resumed_from=None if self.resumed is None else int(self.resumed["env_steps"]),
+        )
+        """The run's hooks: false when there is none, and then no event is made."""
         try:
             self.evaluator = Evaluator(
                 agent_factory,
@@ -163,6 +185,7 @@ class Run:
         self.last_eval: EvalResult | None = None
         self.episode_return: float | None = None
         self._new_return: float | None = None  # a training return not logged yet
+        self._evaluating: dict[str, torch.Tensor] = {}  # the weights of the running evaluation, for the hooks
         self.setup_s = 0.0
 
     def begin(self) -> None:
@@ -264,13 +287,22 @@ class Run:
         return int(self.resumed["env_steps"])
 
     def checkpoint_due(self, env_steps: int) -> bool:
-        """Whether a checkpoint is due after ``env_steps`` (every ``checkpoint_every``, never at the end)."""
+        """Whether a checkpoint is due after ``env_steps`` (every ``checkpoint_every``, never at the end).
+
+        A run a hook stopped (``stopped``) is at its end: none is due.
+        """
         every = self.config.checkpoint_every
         return (
             every > 0
             and env_steps < self.config.total_steps
             and env_steps // every > self._last_checkpoint // every
+            and not self.stopped
         )
+
+    @property
+    def stopped(self) -> bool:
+        """Whether a hook asked the run to stop (``TrainingEvent.stop``): the training loop ends then."""
+        return self.hooks.stop_reason is not None
 
     def checkpoint(
         self,
@@ -346,31 +378,50 @@ class Run:
         return cpu_weights(model)
 
     def step(self, env_steps: int, model: torch.nn.Module, **scalars: float) -> None:
-        """Log ``scalars`` at ``env_steps``, collect a finished evaluation, start the next one when due."""
+        """Log ``scalars`` at ``env_steps``, collect a finished evaluation, start the next one when due.
+
+        The hooks are called with the finished evaluation ("evaluation"
+        event), then with the iteration ("iteration" event), each before its
+        row is written; a stop they ask for shows in ``stopped``.
+        """
         if (result := self.evaluator.poll()) is not None:
-            self._log_eval(result)
-        if env_steps >= self._next_eval and self.evaluator.start(self.weights(model), env_steps):
-            self._next_eval = env_steps + self.config.eval_every
+            self._log_eval(result, model)
+        if env_steps >= self._next_eval:
+            weights = self._for_evaluation(model)
+            if self.evaluator.start(weights, env_steps):
+                self._next_eval = env_steps + self.config.eval_every
+                self._evaluating = weights
         wall = time.monotonic() - self._started
         if self._new_return is not None:
             scalars = {"train_return_mean": self._new_return, **scalars}
             self._new_return = None
-        self.logger.log(
-            env_steps, env_steps=env_steps, wall_s=wall, sps=env_steps / max(wall, 1e-9), **scalars
-        )
+        row = {"env_steps": env_steps, "wall_s": wall, "sps": env_steps / max(wall, 1e-9), **scalars}
+        if self.hooks:
+            row |= self.hooks.iteration(env_steps, row, model)
+        self.logger.log(env_steps, **row)
         shown = {} if self.episode_return is None else {"return": self.episode_return}
         if self.last_eval is not None:
             shown["eval"] = self.last_eval.mean
         self.logger.progress(env_steps, **shown)
 
-    def _log_eval(self, result: EvalResult) -> None:
+    def _for_evaluation(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The model's weights for the evaluator; with hooks, a copy (CPU weights share the model's storage)."""
+        weights = self.weights(model)
+        if self.hooks:
+            weights = {key: value.clone() for key, value in weights.items()}
+        return weights
+
+    def _log_eval(self, result: EvalResult, model: torch.nn.Module, *, final: bool = False) -> None:
+        """Log an evaluation's row, after the hooks' "evaluation" event (the weights it played in it)."""
         self.last_eval = result
-        self.logger.log(
-            result.env_steps,
-            env_steps=result.env_steps,
-            eval_return_mean=result.mean,
-            eval_return_std=result.std,
-        )
+        row: dict[str, float] = {
+            "env_steps": result.env_steps,
+            "eval_return_mean": result.mean,
+            "eval_return_std": result.std,
+        }
+        if self.hooks:
+            row |= self.hooks.evaluation(result, self._evaluating, row, model, final=final)
+        self.logger.log(result.env_steps, **row)
 
     def finish(self, model: torch.nn.Module, env_steps: int, **checkpoint: Any) -> dict[str, Any]:
         """Final evaluation, checkpoint, plot and JSON; returns the results.
@@ -382,17 +433,30 @@ class Run:
 
         Returns:
             ``{"algo", "env", "eval_return_mean", "eval_return_std", "env_steps",
-            "wall_s", "setup_s", "run_dir"}``: ``wall_s`` is the training time
-            from ``begin()`` (the final evaluation not counted), ``setup_s`` the
-            time before it (starting the worker processes).
+            "wall_s", "setup_s", "total_s", "stopped_early", "stop_reason",
+            "run_dir"}``. ``wall_s`` is the training time, from ``begin()`` to
+            the end of the training loop (the final evaluation not counted);
+            ``setup_s`` the time before ``begin()``, from the run's
+            construction (starting the worker processes); ``total_s`` the
+            whole run, from its construction to the end of ``finish`` (the
+            final evaluation, checkpoint and plot included).
+            ``stopped_early`` says whether a hook asked the run to stop while
+            it trained (``env_steps`` is then where it stopped),
+            ``stop_reason`` why (None when none asked).
         """
         wall = time.monotonic() - self._started  # training time: the final evaluation is not counted
+        self.hooks.finishing()  # a stop asked from now on changes nothing
         if (result := self.evaluator.wait()) is not None:
-            self._log_eval(result)
-        final = self.evaluator.evaluate(self.weights(model), env_steps)
-        self._log_eval(final)
+            self._log_eval(result, model)
+        self._evaluating = self._for_evaluation(model)
+        final = self.evaluator.evaluate(self._evaluating, env_steps)
+        self._log_eval(final, model, final=True)
         self._save(env_steps, model, finished=True, **checkpoint)
         self.logger.close()
+        curves = ["eval_return_mean"] + (["train_return_mean"] if self.episode_return is not None else [])
+        plot = self.logger.plot(curves, x="env_steps")
+        total = time.monotonic() - self._created
+        stop_reason = self.hooks.stop_reason
         results: dict[str, Any] = {
             "algo": self.algo,
             "env": self.config.env,
@@ -401,15 +465,23 @@ class Run:
             "env_steps": env_steps,
             "wall_s": round(wall, 3),
             "setup_s": round(self.setup_s, 3),
+            "total_s": round(total, 3),
+            "stopped_early": stop_reason is not None,
+            "stop_reason": stop_reason,
             "run_dir": str(self.dir),
         }
-        curves = ["eval_return_mean"] + (["train_return_mean"] if self.episode_return is not None else [])
-        plot = self.logger.plot(curves, x="step")
         if self.config.json is not None:
             Path(self.config.json).write_text(json.dumps(results, indent=2) + "\n")
+        stopped = (
+            ""
+            if stop_reason is None
+            else f"stopped early at {env_steps} of {self.config.total_steps} env steps: {stop_reason}\n"
+        )
         print(
             f"{self.algo} on {self.config.env}: final greedy return {final.mean:.1f} +- {final.std:.1f} "
-            f"over {len(final.returns)} episodes after {env_steps} env steps in {wall:.1f} s\n"
+            f"over {len(final.returns)} episodes after {env_steps} env steps "
+            f"(training {wall:.1f} s, set-up {self.setup_s:.1f} s, total {total:.1f} s)\n"
+            f"{stopped}"
             f"run directory: {self.dir} (progress.csv, TensorBoard: tensorboard --logdir {self.dir}, "
             f"checkpoint {self.logger.checkpoint_path.name}, plot {plot.name})"
         )

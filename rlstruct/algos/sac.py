@@ -41,6 +41,7 @@ from rlstruct.algos.config import (
     parse_config,
 )
 from rlstruct.algos.evaluation import EnvSpaces
+from rlstruct.algos.hooks import Hook, check_hooks
 from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
 from rlstruct.checks import check_int, check_number
@@ -202,13 +203,21 @@ def check(config: Config) -> EnvSpaces:
         return check_env("sac", config.env)
 
 
-def train(config: Config) -> dict[str, Any]:
+def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
     """Train SAC as ``config`` says; returns the final evaluation (see ``Run.finish``).
+
+    Args:
+        config: the run's configuration.
+        hooks: callables called with a ``TrainingEvent`` after each logged
+            iteration and evaluation, which may log scalars of their own and
+            stop the run (see ``rlstruct.algos.hooks``).
 
     Raises:
         ConfigError: for a config that ``check`` refuses, before anything starts.
         UnknownEnvironment: for an environment id gymnasium cannot make.
+        TypeError: if ``hooks`` is not a list or tuple of callables, before anything starts.
     """
+    check_hooks(hooks)
     spaces = check(config)
     per_iteration = config.n_envs * config.n_steps
     config, device, spaces = prepare(config, spaces)
@@ -239,7 +248,7 @@ def train(config: Config) -> dict[str, Any]:
         keys=observed,
     )
 
-    with Run("sac", config, type(agent), agent_args) as run:  # closes its batcher too, even on failure
+    with Run("sac", config, type(agent), agent_args, hooks) as run:  # closes its batcher too, even on failure
         run.collector(device, config.n_envs, config.n_steps)
         episodes = EpisodeReturns(config.n_envs)
         policy.uniform.fill_(config.learning_starts > 0)  # a resumed run restores the value it had reached
@@ -278,7 +287,7 @@ def train(config: Config) -> dict[str, Any]:
                     stats = learner.step(buffer.sample(config.batch_size).rows)
                     owed -= 1
             run.step(env_steps, actor, **{k: float(v) for k, v in stats.items()})
-            if not more:
+            if not more or run.stopped:  # the budget is spent, or a hook asked to stop
                 break
             if run.checkpoint_due(env_steps):  # the batch in flight is dropped, in a resumed run alike
                 run.checkpoint(
@@ -315,5 +324,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return train(config)
 
 
-if __name__ == "__main__":
-    main(sys.argv[1:])
+if __name__ == "__main__":  # through the command line's entry, whose mistakes are one line (exit status 2)
+    from rlstruct.cli import main as command_line
+
+    sys.exit(command_line(["train", "sac", *sys.argv[1:]]))

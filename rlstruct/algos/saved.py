@@ -12,7 +12,10 @@ a GIF. ``rlstruct eval RUN_DIR`` does all this from the command line.
 
 From Python, ``load_run("runs/ppo-CartPole-v1-s0-...").evaluate()`` returns
 the ``EvalResult`` of the run's final evaluation again (``.mean``, ``.std``,
-``.returns``).
+``.returns``). Given a checkpoint file of the run directory instead, such as
+the ``best.pt`` that the ``SaveBest`` hook writes, ``load_run`` loads its
+weights: ``load_run("runs/ppo-.../best.pt").evaluate()`` replays the best
+evaluation.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ class SavedRun:
     agent_args: dict[str, Any]
     """The keyword arguments that make the agent: ``type(agent)(**agent_args)``."""
     env_steps: int
-    """The env steps the run trained for (the checkpoint's ``env_steps``)."""
+    """The env steps the run trained for (the checkpoint's ``env_steps``: for ``best.pt``, those of its weights)."""
 
     def eval_seed(self, seed: int | None = None) -> int:
         """The seed of the first evaluation environment for a run seeded ``seed`` (None: this run's seed).
@@ -153,7 +156,9 @@ def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> Sav
 
     Args:
         run_dir: the run's directory, holding ``config.json`` and
-            ``checkpoint.pt``.
+            ``checkpoint.pt``; or a checkpoint file in a run directory, whose
+            ``model`` weights are loaded instead of ``checkpoint.pt``'s, such
+            as the ``best.pt`` of ``rlstruct.algos.hooks.SaveBest``.
         algo: the algorithm; None finds it from the fields of
             ``config.json`` (each algorithm's Config has fields of its own),
             or else from the directory's name (``<algo>-<env>-s<seed>-...``).
@@ -175,9 +180,12 @@ def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> Sav
     path = Path(run_dir)
     if not path.exists():
         raise FileNotFoundError(f"run directory {str(path)!r} does not exist")
+    checkpoint_path = path / CHECKPOINT_NAME
+    if path.is_file():  # a checkpoint of the run directory it is in (best.pt)
+        path, checkpoint_path = path.parent, path
     if not path.is_dir():
         raise FileNotFoundError(f"run directory {str(path)!r} is not a directory")
-    config_path, checkpoint_path = path / CONFIG_NAME, path / CHECKPOINT_NAME
+    config_path = path / CONFIG_NAME
     if not config_path.is_file():
         raise FileNotFoundError(
             f"run directory {str(path)!r} has no {CONFIG_NAME} (rlstruct train writes it when a run starts)"
