@@ -35,6 +35,12 @@ directory that does not exist or lacks its ``config.json``, ``checkpoint.pt``
 or ``progress.csv``, a column a ``progress.csv`` does not have, an
 environment that cannot render a GIF.
 
+A run whose losses or training return stop being finite ends with one line naming
+them and the run directory, exit status 1 (``TrainingDiverged``).
+
+Modules named by ``--env module:Id`` and ``--agent module:Class`` are looked
+for in the current directory first, as ``python -m`` does.
+
 With the environment variable ``RLSTRUCT_DEBUG`` set (to anything but empty
 or ``0``), a mistake that the checks report with an exception (all but
 argparse's and the unknown command or algorithm) raises it instead, with its
@@ -58,7 +64,7 @@ from typing import Any
 from rlstruct.algos import ALGORITHMS
 from rlstruct.algos.config import OneLineParser
 from rlstruct.algos.evaluation import UnknownEnvironment
-from rlstruct.algos.run import CannotResume, RunInterrupted
+from rlstruct.algos.run import CannotResume, RunInterrupted, TrainingDiverged
 from rlstruct.errors import AgentError, ConfigError
 from rlstruct.version import __version__
 
@@ -118,6 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] in (["-h"], ["--help"]) or args[:2] in (["train", "-h"], ["train", "--help"]):
         print(help_text())
         return 0
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        # as `python -m` does: --env mymodule:Id and --agent mymodule:Class find ./mymodule.py
+        sys.path.insert(0, os.getcwd())
     if args[:1] in (["-V"], ["--version"]):
         print(f"rlstruct {__version__}")
         return 0
@@ -157,6 +166,11 @@ def _train(algo: str, args: list[str]) -> int:
         if _debug():
             raise
         return _mistake(f"rlstruct: {_as_flags(str(error), fields)}")
+    except TrainingDiverged as error:  # not a mistake on the command line: exit code 1
+        if _debug():
+            raise
+        print(f"rlstruct: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM: one line naming the run, if one began
         if _debug():
             raise

@@ -57,3 +57,24 @@ for _kind in OBSERVATIONS:
         _id = f"SpacesTest/{_kind}{_suffix}-v0"
         if _id not in gym.registry:
             gym.register(_id, entry_point=SpacesEnv, kwargs={"kind": _kind, "continuous": _continuous})
+
+
+class NaNRewardEnv(SpacesEnv):
+    """``SpacesEnv`` whose rewards turn NaN after its 20th step: what a training run must not go on with."""
+
+    def __init__(self) -> None:
+        super().__init__("Box")
+        self.steps = 0
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        observation, reward, terminated, truncated, info = super().step(action)
+        self.steps += 1
+        return observation, (float("nan") if self.steps > 20 else reward), terminated, truncated, info
+
+
+class NaNRewardContinuousEnv(NaNRewardEnv):
+    """``NaNRewardEnv`` with a continuous action."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)

@@ -306,3 +306,25 @@ def test_a_gpu_that_torch_does_not_see_is_refused(monkeypatch: pytest.MonkeyPatc
         ValueError, match=re.escape("config.device is 'cuda:1' but torch sees 1 GPU(s): cuda:0")
     ):
         check_device("cuda:1")
+
+
+def test_the_rlstruct_command_finds_a_module_of_the_current_directory(tmp_path: Path) -> None:
+    """``--env module:Id`` imports ./module.py, as ``python -m`` would (here it registers CartPole)."""
+    (tmp_path / "mine.py").write_text(
+        'import gymnasium as gym\n\ngym.register("Mine-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv")\n'
+    )
+    command = Path(sys.executable).parent / "rlstruct"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(command), "train", "sac", "--env", "mine:Mine-v0"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "rlstruct: sac needs continuous (Box) actions; --env 'mine:Mine-v0' has Discrete(2): "
+        "try a2c, dqn, impala or ppo\n"
+    )

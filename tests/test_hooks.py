@@ -7,6 +7,7 @@ the learning curve's axis labels (``Run.finish``, ``rlstruct.logger``).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import multiprocessing
@@ -21,6 +22,7 @@ from algo_helpers import message
 from rlstruct.algos import a2c, dqn, impala, load_run, ppo, sac
 from rlstruct.algos.evaluation import EvalResult
 from rlstruct.algos.hooks import EarlyStop, HookRunner, SaveBest, TrainingEvent, check_hooks
+from rlstruct.algos.run import TrainingDiverged
 from rlstruct.checkpoint import load_checkpoint, save_checkpoint
 from rlstruct.cli import main as cli_main
 from rlstruct.logger import plot_csv, plot_runs
@@ -437,3 +439,49 @@ def test_plot_labels_name_the_columns_as_the_command_line_does(
         ("step", "value"),
         ("training wall time (s)", "loss"),
     ]
+
+
+# ---------------------------------------------------------------------------- a run that diverges
+
+
+@pytest.mark.parametrize("algo", [a2c, dqn, impala, ppo, sac], ids=lambda m: m.__name__.split(".")[-1])
+def test_a_run_whose_losses_stop_being_finite_ends_with_one_error_naming_them(
+    algo: Any, tmp_path: Path
+) -> None:
+    env = "spaces_envs:NaNRewardContinuousEnv" if algo is sac else "spaces_envs:NaNRewardEnv"
+    config = dataclasses.replace(small_config(algo, tmp_path), env=env, total_steps=2048)
+    with pytest.raises(TrainingDiverged) as raised:
+        algo.train(config)
+    error, name = raised.value, algo.__name__.split(".")[-1]
+    assert error.env_steps < 2048 and error.run_dir.parent == tmp_path
+    assert error.values and all(math.isnan(v) for v in error.values.values())
+    first = next(iter(error.values))
+    assert re.search(rf"{name}: training diverged at \d+ env steps \({first} is nan", str(error))
+    last = rows(error.run_dir)[-1]  # the row that holds them is written first
+    assert int(last["env_steps"]) == error.env_steps
+    assert all(last[key] == "nan" for key in error.values)
+    assert not multiprocessing.active_children()
+
+
+def test_rlstruct_train_reports_a_diverged_run_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--env", "spaces_envs:NaNRewardEnv", "--run-dir", str(tmp_path), "--total-steps", "2048"]
+    small = ["--n-processes", "1", "--n-envs", "2", "--n-steps", "32", "--minibatch-size", "32"]
+    status = cli_main(["train", "ppo", *args, *small, "--no-progress"])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert err.count("\n") == 1 and err.startswith("rlstruct: ppo: training diverged at "), err
+
+
+def test_a_metric_that_may_be_nan_alone_ends_nothing() -> None:
+    """explained_variance is NaN when the value targets do not vary: a healthy run goes on."""
+    from rlstruct.algos.run import _diverged
+
+    assert _diverged({"value_loss": 0.5, "explained_variance": math.nan}) == []
+    assert _diverged({"value_loss": math.inf, "explained_variance": math.nan}) == [
+        "explained_variance",
+        "value_loss",
+    ]
+    assert _diverged({"loss": 1.0, "train_return_mean": math.nan}) == ["train_return_mean"]
+    assert _diverged({"loss": -math.inf}) == ["loss"]

@@ -25,6 +25,7 @@ field of ``Config``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any, cast
@@ -266,6 +267,8 @@ def update(
                 vf_coef=config.vf_coef,
                 ent_coef=config.ent_coef,
             )
+            if not all(map(math.isfinite, terms.values())):
+                return terms  # no step on them: Run.step ends the run (TrainingDiverged), naming them
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             clip_gradients(

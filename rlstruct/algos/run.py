@@ -42,6 +42,7 @@ rest the same way for all of them. Every script has one shape::
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -63,7 +64,7 @@ from rlstruct.learning.metrics import EpisodeReturns
 from rlstruct.logger import CHECKPOINT_NAME, Logger, make_run_dir
 from rlstruct.seeding import derive_seed
 
-__all__ = ["CannotResume", "Run", "RunInterrupted", "ScriptConfig", "prepare"]
+__all__ = ["CannotResume", "Run", "RunInterrupted", "ScriptConfig", "TrainingDiverged", "prepare"]
 
 
 class ScriptConfig(Protocol):
@@ -383,22 +384,30 @@ class Run:
         The hooks are called with the finished evaluation ("evaluation"
         event), then with the iteration ("iteration" event), each before its
         row is written; a stop they ask for shows in ``stopped``.
+
+        Raises:
+            TrainingDiverged: when a loss (``loss`` or a name ending in
+                ``_loss``) or the training return is NaN or infinite, once
+                its row is written (no evaluation is started with it).
         """
+        if self._new_return is not None:
+            scalars = {"train_return_mean": self._new_return, **scalars}
+            self._new_return = None
+        diverged = _diverged(scalars)
         if (result := self.evaluator.poll()) is not None:
             self._log_eval(result, model)
-        if env_steps >= self._next_eval:
+        if env_steps >= self._next_eval and not diverged:
             weights = self._for_evaluation(model)
             if self.evaluator.start(weights, env_steps):
                 self._next_eval = env_steps + self.config.eval_every
                 self._evaluating = weights
         wall = time.monotonic() - self._started
-        if self._new_return is not None:
-            scalars = {"train_return_mean": self._new_return, **scalars}
-            self._new_return = None
         row = {"env_steps": env_steps, "wall_s": wall, "sps": env_steps / max(wall, 1e-9), **scalars}
         if self.hooks:
             row |= self.hooks.iteration(env_steps, row, model)
         self.logger.log(env_steps, **row)
+        if diverged:  # the row that shows them is written first
+            raise TrainingDiverged(self.algo, self.dir, env_steps, {key: row[key] for key in diverged})
         shown = {} if self.episode_return is None else {"return": self.episode_return}
         if self.last_eval is not None:
             shown["eval"] = self.last_eval.mean
@@ -535,6 +544,44 @@ class RunInterrupted(KeyboardInterrupt):
                 f"rlstruct train {algo} --resume {run_dir}"
             )
         super().__init__(f"interrupted; run directory {run_dir}: {then}")
+
+
+def _diverged(scalars: Mapping[str, float]) -> list[str]:
+    """The scalars that are not finite, when a loss or the training return is among them; else none.
+
+    Other metrics may be NaN in a healthy run (``explained_variance`` of a
+    target that does not vary), so they alone end nothing.
+    """
+    bad = sorted(key for key, value in scalars.items() if not math.isfinite(value))
+    if any(key == "loss" or key.endswith("_loss") or key == "train_return_mean" for key in bad):
+        return bad
+    return []
+
+
+class TrainingDiverged(FloatingPointError):
+    """A run whose logged losses or training return stopped being finite (NaN or infinite).
+
+    Raised by ``Run.step`` once the row holding them is written to
+    ``progress.csv``, instead of training on with weights that are no longer
+    numbers. ``rlstruct train`` reports it in one line on standard error
+    (exit code 1). docs/troubleshooting.md says where NaNs come from.
+
+    Attributes:
+        algo: the algorithm's name.
+        run_dir: the run's directory.
+        env_steps: the env steps of the row that holds them.
+        values: the scalars that are not finite, by name.
+    """
+
+    def __init__(self, algo: str, run_dir: Path, env_steps: int, values: dict[str, float]) -> None:
+        self.algo, self.run_dir, self.env_steps, self.values = algo, run_dir, env_steps, values
+        named = ", ".join(f"{key} is {value}" for key, value in values.items())
+        super().__init__(
+            f"{algo}: training diverged at {env_steps} env steps ({named}); run directory {run_dir} "
+            f"(progress.csv holds the rows up to it). The usual causes: NaN or huge rewards or "
+            f"observations from the environment, or too large a learning rate (see the docs' Tips "
+            f"and troubleshooting)"
+        )
 
 
 class CannotResume(ValueError):
