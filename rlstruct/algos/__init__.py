@@ -10,11 +10,13 @@ rlstruct.algos.ALGO``. The hooks of ``train`` (``rlstruct.algos.hooks``:
 ``EarlyStop``, ``SaveBest``, or callables of yours taking a
 ``TrainingEvent``) are called after each logged iteration and evaluation.
 ``load_run(run_dir)`` rebuilds the trained agent of a run's directory
-(``rlstruct eval RUN_DIR``).
+(``rlstruct eval RUN_DIR``); ``Policy`` acts with an agent on one raw
+observation at a time, outside a batcher, and exports it for deployment.
 """
 
 from rlstruct.algos.config import ALGORITHMS
 from rlstruct.algos.hooks import EarlyStop, SaveBest, TrainingEvent
+from rlstruct.algos.policy import Policy
 from rlstruct.algos.saved import SavedRun, load_run
 
-__all__ = ["ALGORITHMS", "EarlyStop", "SaveBest", "SavedRun", "TrainingEvent", "load_run"]
+__all__ = ["ALGORITHMS", "EarlyStop", "Policy", "SaveBest", "SavedRun", "TrainingEvent", "load_run"]
