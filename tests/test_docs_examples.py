@@ -324,6 +324,21 @@ def test_a_not_run_block_has_no_output_to_compare() -> None:
     assert not page_script(text).strip()
 
 
+def run_page(text: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Run ``text``'s python blocks as the page test does; returns the process and the file of the script's prints."""
+    (tmp_path / "page.py").write_text(page_script(text))
+    stdout = tmp_path / "stdout.txt"
+    result = subprocess.run(
+        [sys.executable, "page.py"],
+        cwd=tmp_path,
+        env={**os.environ, STDOUT: str(stdout)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return result, stdout
+
+
 def test_the_printed_text_is_cut_at_the_markers(tmp_path: Path) -> None:
     text = (
         "# A page\n"
@@ -340,15 +355,7 @@ def test_the_printed_text_is_cut_at_the_markers(tmp_path: Path) -> None:
         "print()\n"
         "```\n"
     )
-    (tmp_path / "page.py").write_text(page_script(text))
-    stdout = tmp_path / "stdout.txt"
-    result = subprocess.run(
-        [sys.executable, "page.py"],
-        cwd=tmp_path,
-        env={**os.environ, STDOUT: str(stdout)},
-        capture_output=True,
-        text=True,
-    )
+    result, stdout = run_page(text, tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""  # the main script prints into the file
     assert printed_by_block(stdout.read_text()) == {3: "one", 6: "", 9: "three\n"}
@@ -371,15 +378,7 @@ def test_other_processes_print_to_the_standard_output(tmp_path: Path) -> None:
         "print('after')\n"
         "```\n"
     )
-    (tmp_path / "page.py").write_text(page_script(text))
-    stdout = tmp_path / "stdout.txt"
-    result = subprocess.run(
-        [sys.executable, "page.py"],
-        cwd=tmp_path,
-        env={**os.environ, STDOUT: str(stdout)},
-        capture_output=True,
-        text=True,
-    )
+    result, stdout = run_page(text, tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "forked\nstarted\n"
     assert printed_by_block(stdout.read_text()) == {3: "before\nafter"}
