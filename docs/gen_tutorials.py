@@ -8,12 +8,24 @@ what it printed on standard output. An image the script writes into its
 working directory (``.png``, ``.gif``, ``.svg``) is copied next to the page and
 shown under the output.
 
+What varies from one run or machine to the next (wall times, steps per second,
+dated run directories, temporary paths, and what depends on which worker
+process finished first: policy lags, and what an asynchronous learner learnt)
+is written as ``...`` in the output: ``VARIES`` holds, per tutorial, the regular
+expressions that find it, each with why it varies. Everything else, the figures
+a seed decides (losses and returns of synchronous runs), is written as printed.
+A line longer than the site's code blocks (88 characters) is wrapped, continued
+4 spaces in.
+
 Usage:
     python docs/gen_tutorials.py [NAME ...]
 
 With names (``05``, ``05_a2c_from_scratch``), only those pages are written.
-tests/test_tutorials.py checks that every tutorial has a page and that each
-page holds its script byte for byte: run this again after editing a tutorial.
+tests/test_tutorials.py checks that every tutorial has a page, that each page
+holds its script byte for byte, and that what the script prints matches the
+page's output block (with the matcher of tests/test_docs_examples.py, for which
+``...`` in a line stands for any text in it): run this again after editing a
+tutorial, and add to ``VARIES`` what a rerun shows to vary.
 """
 
 from __future__ import annotations
@@ -35,6 +47,60 @@ IMAGE_SUFFIXES = (".png", ".gif", ".svg")
 NOT_RUN = "<!-- not run: tests/test_tutorials.py runs the script itself -->"
 TIMEOUT_S = 900
 WIDTH = 88  # the longest line of a code block the site shows without cutting it
+ELLIPSIS = "..."  # in a page's output block: any text within the line
+
+# What varies between runs or machines, by tutorial (the "NN" of NN_name.py): regular
+# expressions searched in every line the tutorial prints; the text of each of their
+# groups is written as "...". Each must match some line: if a tutorial no longer
+# prints it, writing its page fails until the entry is updated. Figures that a seed
+# decides (losses, returns, episode lengths of synchronous runs) are not listed: the
+# page keeps them exact, and a change of them is a change to look at.
+VARIES: dict[str, list[str]] = {
+    "04": [
+        # How many training batches arrived before the evaluation in the background
+        # finished: a race between the worker processes of two batchers.
+        r"^(\d+) training batches of ",
+        # Streaming: the slot finished first, and the weights its worker had loaded,
+        # depend on how the worker processes were scheduled.
+        r"trajectories, policy lag (\d+)$",
+        # Throughput: wall time.
+        r"^(\d+) env steps/s consumed$",
+    ],
+    "06": [
+        # IMPALA on the streaming batcher: which slot the learner takes, and so its
+        # policy lag and the value loss computed on it, depends on which actor finished
+        # first. (Updates, env steps and policy versions are counted: they stay.)
+        r"  lag of this slot (\d+)  value loss (\S+)$",
+        # Throughput (wall time), and the policy lags, as above.
+        r"^\d+ updates, (\d+) env steps/s; policy lag mean (\S+), max (\d+)$",
+        # The weights learnt depend on the order the slots came in.
+        r"^greedy return over 8 episodes: (\S+) ",
+    ],
+    "08": [
+        # Wall time and throughput.
+        r" env steps in (\S+) s \((\d+)/s\), ",
+        # The models are saved in a temporary directory.
+        r"^\w+: saved to (.+)/\w+\.pt$",
+        # PPO, synchronous: a gradient worker's batch joins the rollouts of its two
+        # collection workers in the order they finished, so its minibatches, and what
+        # it learns, depend on that order. (Env steps, updates, and the policy lag and
+        # gradient asynchrony of a synchronous scheme, 0, stay.)
+        r"^ppo: training return (\S+), ",
+        r"^ppo: greedy evaluation (\S+) \+- (\S+) over ",
+        # IMPALA, asynchronous: a step applies every gradient that has arrived, so the
+        # run can end past its 4096 env steps with more updates; the lags, and what it
+        # learns, depend on which worker finished first.
+        r"^impala: (\d+) env steps in .*, (\d+) updates,$",
+        r"^impala: training return (\S+), policy lag (\S+), gradient asynchrony (\S+),$",
+        r"^impala: greedy evaluation (\S+) \+- (\S+) over ",
+    ],
+    "09": [
+        # Wall times of ppo.train's final line.
+        r"\(training (\S+) s, set-up (\S+) s, total (\S+) s\)$",
+        # The run directory is named after the date and time it was made.
+        r"runs/\S+?-(\d{8}-\d{6})\b",
+    ],
+}
 
 
 def tutorials() -> list[Path]:
@@ -70,6 +136,52 @@ def intro(docstring: str) -> tuple[str, str]:
     return first.rstrip("."), "\n".join(out).strip()
 
 
+def varies(script: Path) -> list[re.Pattern[str]]:
+    """The expressions of ``VARIES`` for ``script`` (none when its number is not there)."""
+    patterns = [re.compile(pattern) for pattern in VARIES.get(script.name[:2], [])]
+    for pattern in patterns:
+        if not pattern.groups:
+            raise ValueError(f"VARIES[{script.name[:2]!r}]: {pattern.pattern!r} has no group to write as ...")
+    return patterns
+
+
+def unvarying(script: Path, output: str) -> tuple[str, bool]:
+    """``output`` with what varies between runs (``VARIES``) written as ``...``; and whether any was.
+
+    Raises:
+        ValueError: if an expression of ``VARIES`` matches no line (the tutorial
+            changed: update it), or would leave a line that is only ``...`` (which
+            the test takes for any number of lines).
+    """
+    patterns = varies(script)
+    used: set[str] = set()
+    lines = []
+    for line in output.splitlines():
+        spans: list[tuple[int, int]] = []
+        for pattern in patterns:
+            for match in pattern.finditer(line):
+                used.add(pattern.pattern)
+                spans += [match.span(g) for g in range(1, pattern.groups + 1) if match.start(g) >= 0]
+        merged: list[list[int]] = []
+        for start, end in sorted(spans):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        for start, end in reversed(merged):
+            line = line[:start] + ELLIPSIS + line[end:]
+        if merged and line.strip() == ELLIPSIS:
+            raise ValueError(f"{script.name}: VARIES would leave a line that is only {ELLIPSIS}")
+        lines.append(line)
+    unused = [pattern.pattern for pattern in patterns if pattern.pattern not in used]
+    if unused:
+        raise ValueError(
+            f"VARIES[{script.name[:2]!r}]: {unused} matched no line of what {script.name} printed: "
+            f"update them\n{output}"
+        )
+    return "\n".join(lines), bool(used)
+
+
 def run(script: Path, workdir: Path) -> str:
     """Run a tutorial with ``--quick`` in ``workdir``; return its standard output."""
     done = subprocess.run(
@@ -90,11 +202,12 @@ def wrap(output: str) -> tuple[str, bool]:
     """``output`` with every line longer than ``WIDTH`` wrapped, continued 4 spaces in; and whether any was."""
     lines = []
     for line in output.splitlines():
+        line = line.rstrip()
         if len(line) <= WIDTH:
             lines.append(line)
             continue
         lines += textwrap.wrap(line, WIDTH, subsequent_indent="    ", break_on_hyphens=False)
-    return "\n".join(lines), lines != output.splitlines()
+    return "\n".join(lines), any(len(line.rstrip()) > WIDTH for line in output.splitlines())
 
 
 def page(script: Path, output: str, images: list[str]) -> str:
@@ -105,8 +218,13 @@ def page(script: Path, output: str, images: list[str]) -> str:
         raise ValueError(f"{script.name} has no module docstring to take the page's title from")
     title, text = intro(docstring)
     shown = " ".join(command(script))
-    output, wrapped = wrap(re.sub(r"\n{3,}", "\n\n", output.strip("\n")))
-    said = f" Lines longer than {WIDTH} characters are wrapped, continued 4 spaces in." if wrapped else ""
+    output, varied = unvarying(script, output.strip("\n"))
+    output, wrapped = wrap(output)
+    said = ""
+    if varied:
+        said += f" `{ELLIPSIS}` stands for what changes from run to run (timings, and what depends on them)."
+    if wrapped:
+        said += f" Lines longer than {WIDTH} characters are wrapped, continued 4 spaces in."
     parts = [
         f"# {title}",
         text,
