@@ -20,6 +20,10 @@
   ``./learning_curves.png``, whose path is printed): ``eval_return_mean``,
   and ``train_return_mean`` for the runs that logged it, or the one column
   ``--y`` names; against env steps or the training wall time (``wall_s``).
+- ``rlstruct export RUN_DIR OUT [--batch-size N] [--best]`` writes the run's
+  greedy policy (``best.pt``'s with ``--best``) as a ``torch.export``
+  program that ``torch.export.load(OUT).module()`` runs without rlstruct
+  (``rlstruct.algos.Policy.export``), and prints its path.
 
 ``rlstruct --help`` and ``rlstruct COMMAND --help`` print the usage and exit
 with status 0. Every mistake ends the command with one line on standard
@@ -74,6 +78,7 @@ USAGE = (
     f"usage: rlstruct train {{{','.join(ALGORITHMS)}}} --env ENV_ID [options]  (--help after ALGO for them)\n"
     "       rlstruct eval RUN_DIR [--episodes N] [--seed S] [--gif PATH] [--json]\n"
     "       rlstruct plot RUN_DIR [RUN_DIR ...] [--out PATH] [--x {env_steps,wall_time}] [--y COLUMN]\n"
+    "       rlstruct export RUN_DIR OUT [--batch-size N] [--best]\n"
     "       rlstruct --version\n"
     "       (rlstruct COMMAND --help for a command's options)"
 )
@@ -85,6 +90,10 @@ COMMANDS = (
     ),
     ("eval RUN_DIR", "play a trained run's greedy episodes (--gif records one as an animated GIF)"),
     ("plot RUN_DIR [RUN_DIR ...]", "overlay runs' learning curves in one PNG"),
+    (
+        "export RUN_DIR OUT",
+        "write a run's greedy policy as a torch.export program (.pt2), to run without rlstruct",
+    ),
 )
 """The commands and what each does, for ``rlstruct --help``."""
 
@@ -95,7 +104,7 @@ def help_text() -> str:
     commands = "\n".join(f"  {command:<{width}}  {what}" for command, what in COMMANDS)
     algorithms = "\n".join(f"  {name:<6}  {_summary(name)}" for name in ALGORITHMS)
     return (
-        "rlstruct: train reinforcement-learning agents from the command line, then evaluate and plot the runs.\n\n"
+        "rlstruct: train reinforcement-learning agents from the command line, then evaluate, plot and export the runs.\n\n"
         f"commands:\n{commands}\n\nalgorithms (rlstruct train ALGO --help lists the flags of each):\n"
         f"{algorithms}\n\n{USAGE}"
     )
@@ -134,9 +143,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(_eval, _eval_parser(), args[1:])
     if args[:1] == ["plot"]:
         return _run(_plot, _plot_parser(), args[1:])
+    if args[:1] == ["export"]:
+        return _run(_export, _export_parser(), args[1:])
     if not args or args[0] != "train":
         given = f"unknown command {args[0]!r}" if args else "no command given"
-        return _mistake(f"rlstruct: {given}; choose train, eval or plot (rlstruct --help lists them)")
+        return _mistake(f"rlstruct: {given}; choose train, eval, plot or export (rlstruct --help lists them)")
     if len(args) < 2 or args[1] not in ALGORITHMS:
         named = len(args) > 1 and not args[1].startswith("-")
         given = f"unknown algorithm {args[1]!r}" if named else "no algorithm given"
@@ -342,6 +353,50 @@ def _eval(options: argparse.Namespace) -> int:
     )
     if gif is not None:
         print(f"gif: {gif['path']} ({gif['frames']} frames, episode return {gif['return']:.1f})")
+    return 0
+
+
+def _export_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="rlstruct export",
+        description=(
+            "Write the greedy policy of a run directory as a torch.export program (.pt2), which "
+            "torch.export.load(OUT).module() runs without rlstruct (see rlstruct.algos.Policy.export)."
+        ),
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by rlstruct train")
+    parser.add_argument(
+        "out", metavar="OUT", help="the file to write (.pt2 by convention); replaced if it exists"
+    )
+    parser.add_argument(
+        "--batch-size",
+        metavar="N",
+        type=_positive_int,
+        default=1,
+        help="the rows of every call of the program (default: 1)",
+    )
+    parser.add_argument(
+        "--best", action="store_true", help="export the weights of the best evaluation (best.pt, --save-best)"
+    )
+    return parser
+
+
+def _export(options: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rlstruct.algos.policy import Policy
+
+    source = Path(options.run_dir) / "best.pt" if options.best else options.run_dir
+    if options.best and Path(options.run_dir).is_dir() and not Path(source).is_file():
+        return _mistake(f"rlstruct export: --best: {options.run_dir} has no best.pt (train with --save-best)")
+    try:
+        policy = Policy.from_run(source)
+        path = policy.export(options.out, batch_size=options.batch_size)
+    except (FileNotFoundError, ValueError, OSError) as error:
+        if _debug():
+            raise
+        return _mistake(f"rlstruct export: {' '.join(str(error).split())}")
+    print(f"{path} (batch size {options.batch_size}): torch.export.load({str(path)!r}).module()")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""``rlstruct eval`` and ``rlstruct plot``: saved runs rebuilt (``load_run``), evaluated, recorded and plotted.
+"""``rlstruct eval``, ``rlstruct plot`` and ``rlstruct export``: saved runs rebuilt (``load_run``), evaluated, recorded, plotted and exported.
 
 The runs are trained once per module with tiny budgets through the command
 line; the tests then read their directories as a user would.
@@ -363,5 +363,49 @@ def test_help_at_every_level_prints_the_usage_and_exits_0(
 def test_an_unknown_command_is_one_line_and_exits_2(capsys: Capture) -> None:
     assert cli_main(["evaluate", "runs/x"]) == 2
     assert one_line_error(capsys) == (
-        "rlstruct: unknown command 'evaluate'; choose train, eval or plot (rlstruct --help lists them)\n"
+        "rlstruct: unknown command 'evaluate'; choose train, eval, plot or export (rlstruct --help lists them)\n"
     )
+
+
+# ---------------------------------------------------------------------------- rlstruct export
+
+
+def test_export_writes_a_program_that_acts_as_the_policy(
+    ppo_run: tuple[Path, dict[str, Any]], tmp_path: Path, capsys: Capture
+) -> None:
+    from rlstruct.algos import Policy
+
+    run_dir, _ = ppo_run
+    out = tmp_path / "policy.pt2"
+    assert cli_main(["export", str(run_dir), str(out), "--batch-size", "1"]) == 0
+    assert capsys.readouterr().out == f"{out} (batch size 1): torch.export.load({str(out)!r}).module()\n"
+    program = torch.export.load(out).module()
+    policy = Policy.from_run(run_dir)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        observation = torch.rand(4, generator=generator) * 0.2 - 0.1
+        exported = program({"observation": observation[None]})
+        assert int(exported[0]) == int(policy.act(observation.numpy()))
+
+
+def test_export_mistakes_are_one_line(
+    ppo_run: tuple[Path, dict[str, Any]], tmp_path: Path, capsys: Capture
+) -> None:
+    run_dir, _ = ppo_run
+    out = str(tmp_path / "p.pt2")
+    cases = [
+        (["nowhere", out], "rlstruct export: run directory 'nowhere' does not exist\n"),
+        (
+            [str(run_dir), out, "--best"],
+            f"rlstruct export: --best: {run_dir} has no best.pt (train with --save-best)\n",
+        ),
+        (
+            [str(run_dir), out, "--batch-size", "0"],
+            "rlstruct export: argument --batch-size: must be a positive int, got 0 "
+            "(rlstruct export --help lists the flags)\n",
+        ),
+    ]
+    for argv, line in cases:
+        assert cli_main(["export", *argv]) == 2
+        assert capsys.readouterr().err == line
+    assert not Path(out).exists()

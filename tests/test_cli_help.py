@@ -15,7 +15,7 @@ def test_the_top_level_help_says_what_each_command_and_algorithm_is(
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("rlstruct: train reinforcement-learning agents")
-    for command in ("train ALGO --env ENV_ID", "eval RUN_DIR", "plot RUN_DIR"):
+    for command in ("train ALGO --env ENV_ID", "eval RUN_DIR", "plot RUN_DIR", "export RUN_DIR OUT"):
         assert f"\n  {command} " in out
     lines = out.splitlines()
     for algo in ALGORITHMS:  # one line each: the name, then the first line of its module's docstring

@@ -139,10 +139,10 @@ def test_a_train_mistake_is_one_line_and_makes_no_run_directory(
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
-        ([], "rlstruct: no command given; choose train, eval or plot (rlstruct --help lists them)"),
+        ([], "rlstruct: no command given; choose train, eval, plot or export (rlstruct --help lists them)"),
         (
             ["frob"],
-            "rlstruct: unknown command 'frob'; choose train, eval or plot (rlstruct --help lists them)",
+            "rlstruct: unknown command 'frob'; choose train, eval, plot or export (rlstruct --help lists them)",
         ),
         (
             ["train"],
