@@ -61,14 +61,17 @@ def test_local_batcher_get_on_cuda_equals_the_cpu_batch(mode: str) -> None:
     gpu = LocalBatcher(LinearAgent, {}, GymEnv, ENV, mode=mode, device="cuda", **ARGS)  # type: ignore[arg-type]
     cpu = LocalBatcher(LinearAgent, {}, GymEnv, ENV, mode=mode, **ARGS)  # type: ignore[arg-type]
     with gpu, cpu:
-        assert gpu.device == torch.device("cuda")
+        # the device as tensors report it: "cuda" is the current CUDA device, with its index
+        assert gpu.device == torch.device("cuda", torch.cuda.current_device())
         gpu.reset()
         cpu.reset()
         for _ in range(4):  # "stream": each group twice
             if mode == "fixed":
                 gpu.execute()
                 cpu.execute()
-            assert_on_cuda_and_equal(gpu.get(), cpu.get())
+            got = gpu.get()
+            assert got.trajectories.device == gpu.device
+            assert_on_cuda_and_equal(got, cpu.get())
 
 
 def test_a_cuda_batch_survives_the_next_execute() -> None:

@@ -196,6 +196,24 @@ def test_n_windows_cross_execute_calls_but_not_episode_starts() -> None:
     }
 
 
+@pytest.mark.parametrize("batcher_class", [LocalBatcher, MultiprocessBatcher])
+def test_the_recorded_window_is_empty_where_step_0_starts_an_episode(batcher_class: Any) -> None:
+    """Row 0's episode of 4 ends at the last step of the first run: the second run's step 0 starts one."""
+    with batcher_class(
+        WindowAgent, {"history": 2}, CounterEnv, {}, n_envs=2, n_timesteps=4, n_processes=1
+    ) as batcher:
+        batcher.reset(env_info=DictTensor({"length": ints(4, 5)}))
+        batcher.execute()
+        batcher.get()
+        batcher.execute()
+        second = batcher.get()
+    assert second.trajectories["t"][:, 0].tolist() == [0, 4]
+    assert second.trajectories["window_length"][:, 0].tolist() == [0, 2]  # what the agent saw
+    assert second.info["history_length"].tolist() == [0, 2]  # what the batch records agrees
+    assert second.info["history/action"].tolist() == [[0, 0], [12, 13]]
+    assert second.info["history/t"].tolist() == [[0, 0], [2, 3]]
+
+
 def test_true_windows_hold_the_episode_since_the_start_of_the_execute_call() -> None:
     first, second = collect(LocalBatcher, True, n_batches=2)
     # row 0: t = 0 1 2 0 | 1 2 0 1; row 1: t = 0 1 2 3 | 4 0 1 2 (as above)

@@ -445,8 +445,7 @@ class Group:
         if windows is not None:
             before = windows.begin(n_timesteps)
             if before is not None:  # history=n: the window carries over; the trajectory records it
-                info = info | before.to_dicttensor().prepend_key("history/")
-                info.set("history_length", before.lengths)
+                info = info | self._recorded_window(before)
         direct = self._direct(slot)
         with torch.no_grad():
             if direct is None:
@@ -466,6 +465,28 @@ class Group:
         return info, TemporalDictTensor(
             DictTensor.unchecked(storage, n, torch.device("cpu")), lengths, n_timesteps=n_timesteps
         )
+
+    def _recorded_window(self, before: TemporalDictTensor) -> DictTensor:
+        """``history/<k>`` and ``history_length`` of a run: the window before its step 0, as the agent sees it.
+
+        A row whose step 0 starts an episode (it auto-reset at the end of the
+        previous run) has an empty window there: length 0, zeros.
+        """
+        window, lengths = before.to_dicttensor(), before.lengths
+        starts = self.observation["initial_state"]
+        if bool(starts.any()):
+            window = DictTensor.unchecked(
+                {
+                    k: torch.where(starts.view(-1, *[1] * (v.dim() - 1)), torch.zeros((), dtype=v.dtype), v)
+                    for k, v in window.items()
+                },
+                self.n_envs,
+                torch.device("cpu"),
+            )
+            lengths = torch.where(starts, 0, lengths)
+        recorded = window.prepend_key("history/")
+        recorded.set("history_length", lengths)
+        return recorded
 
     def _steps(self, n_timesteps: int, slot: int | None, lengths: torch.Tensor) -> tuple[int, list[bool]]:
         """The steps of ``run`` through ``Environment.step``: every value checked and copied into the slot.

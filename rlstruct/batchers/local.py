@@ -71,7 +71,9 @@ class LocalBatcher:
             made, and the first ``execute()`` warns if the agent has any
             parameters or buffers and ``update()`` was not called before it.
         device: where ``get()`` puts the trajectories (dtypes kept). The
-            agents act on the CPU whatever the device.
+            agents act on the CPU whatever the device. ``self.device`` is it
+            as tensors report it (``"cuda"`` becomes ``cuda:0``, the current
+            CUDA device).
         layout: how the trajectories are stored while they are made: "full"
             writes every key at every step; "compact" writes the ``next/``
             keys only at the steps where they differ from the following

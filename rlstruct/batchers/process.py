@@ -168,6 +168,8 @@ class MultiprocessBatcher:
         device: where ``get()`` puts the trajectories, checked here: a device
             this machine cannot use raises at once. From CUDA, they go
             through pinned staging buffers with ``non_blocking=True``.
+            ``self.device`` is it as tensors report it (``"cuda"`` becomes
+            ``cuda:0``, the current CUDA device).
         weights: the weights every worker's agent copy loads
             (``load_state_dict``) before it acts, normally the learner's
             ``model.state_dict()`` (on any device); checked as ``update()``
