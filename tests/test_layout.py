@@ -10,7 +10,7 @@ import torch
 from mp_helpers import HistorySumAgent
 
 from rlstruct import DictTensor, GymEnv, LocalBatcher, MultiprocessBatcher, Trajectories
-from rlstruct.batchers._group import STORED, Group, full_layout
+from rlstruct.batchers._group import STORED, Group, GroupSpec, full_layout
 from rlstruct.testing import CounterEnv, CountingAgent, RandomAgent
 
 PAIRS = [
@@ -142,7 +142,7 @@ def test_a_compact_layout_refuses_a_next_key_unlike_its_observation_key() -> Non
 
 def test_a_compact_group_skips_the_next_keys_where_the_next_step_holds_them() -> None:
     """Written only at the last step and where an episode ended (length 3: steps 2 and 5 of 8)."""
-    group = Group(CountingAgent, {}, CounterEnv, {"length": 3}, 2, 0, 0, "group", layout="compact")
+    group = Group(CountingAgent, CounterEnv, GroupSpec(0, "group", {}, {"length": 3}, 2, 0, "compact"))
     group.reset(DictTensor(batch_size=2), DictTensor(batch_size=2), auto_reset=True)
     storage = {
         "count": torch.zeros(2, 8, dtype=torch.int64),

@@ -21,7 +21,7 @@ from rlstruct import (
     TemporalDictTensor,
     Trajectories,
 )
-from rlstruct.batchers._group import Group
+from rlstruct.batchers._group import Group, GroupSpec
 from rlstruct.testing import CounterEnv, RandomAgent
 
 
@@ -184,7 +184,7 @@ class CountedGymEnv(GymEnv):
 
 @pytest.mark.parametrize("auto_reset", [True, False])
 def test_a_group_steps_in_place_after_one_checked_run_in_auto_reset_mode_only(auto_reset: bool) -> None:
-    group = Group(RandomAgent, {}, CountedGymEnv, {"env": "CartPole-v1"}, 2, 0, 0, "group")
+    group = Group(RandomAgent, CountedGymEnv, GroupSpec(0, "group", {}, {"env": "CartPole-v1"}, 2, 0))
     group.reset(DictTensor(batch_size=2), DictTensor(batch_size=2), auto_reset)
     for _ in range(3):
         group.run(10)
@@ -200,10 +200,10 @@ def test_a_group_steps_in_place_after_one_checked_run_in_auto_reset_mode_only(au
 
 
 def test_a_subclass_that_overrides_step_alone_is_stepped_through_step() -> None:
-    group = Group(RandomAgent, {}, StepOnlyGymEnv, {"env": "CartPole-v1"}, 2, 0, 0, "group")
+    group = Group(RandomAgent, StepOnlyGymEnv, GroupSpec(0, "group", {}, {"env": "CartPole-v1"}, 2, 0))
     assert not group.steps_into
     group.close()
-    assert Group(RandomAgent, {}, CountedGymEnv, {"env": "CartPole-v1"}, 2, 0, 0, "g").steps_into
+    assert Group(RandomAgent, CountedGymEnv, GroupSpec(0, "g", {}, {"env": "CartPole-v1"}, 2, 0)).steps_into
 
 
 def batches(batcher: Any, n: int) -> list[Trajectories]:

@@ -8,6 +8,7 @@ why they produce the same trajectories for the same seeds and layout.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -18,6 +19,7 @@ from rlstruct.dicttensor import DictTensor
 from rlstruct.env import REQUIRED_KEYS, Environment
 from rlstruct.errors import describe
 from rlstruct.history import Spec, StepHistory, empty_window
+from rlstruct.seeding import derive_seed
 from rlstruct.specs import Specs, TensorSpec
 from rlstruct.temporal import TemporalDictTensor
 
@@ -170,35 +172,67 @@ def _writes_in_place(cls: type[Environment]) -> bool:
     return owner["step_into"] is not Environment and issubclass(owner["step_into"], owner["step"])
 
 
-class Group:
-    """An agent and an environment, stepped together over whole batches.
+@dataclass(frozen=True)
+class GroupSpec:
+    """What one group of a batcher is made with, besides its factories.
 
-    Args:
-        agent_factory, agent_args: ``agent_factory(**agent_args)`` makes the agent.
-        env_factory, env_args: ``env_factory(n_envs=n_envs, seed=env_seed, **env_args)``
-            makes the environment.
+    The seeds derive from the batcher's: instance i of group g is seeded
+    ``derive_seed(seed, "env") + g * n_envs + i`` and the agent of group g
+    ``derive_seed(seed, "agent") + g``, so that a batcher's trajectories
+    depend only on its seed and layout, not on which batcher runs the groups.
+
+    Attributes:
+        index: the group's index g in its batcher (its rows of z and w are
+            ``g * n_envs`` onwards).
+        name: how errors refer to the group ("group 1", "worker 1", "probe").
+        agent_args: the keyword arguments of the agent factory.
+        env_args: the keyword arguments of the environment factory, besides
+            ``n_envs`` and ``seed``, which the group sets.
         n_envs: the number of environment instances.
-        env_seed: the seed of the first instance (the env root of the base seed + its global index).
-        agent_seed: the seed of the agent's generator.
-        name: how errors refer to this group (for example "worker 1").
+        seed: the batcher's seed.
         layout: "full" writes every key at every step; "compact" writes the
             ``next/`` keys only at the steps where they differ from the next
             step's keys (an instance was reset or ended there, or the step is
             the last), and records which in ``STORED``.
     """
 
+    index: int
+    name: str
+    agent_args: Mapping[str, Any]
+    env_args: Mapping[str, Any]
+    n_envs: int
+    seed: int
+    layout: Layout = "full"
+
+    @property
+    def env_seed(self) -> int:
+        """The seed of the group's first environment instance."""
+        return derive_seed(self.seed, "env") + self.index * self.n_envs
+
+    @property
+    def agent_seed(self) -> int:
+        """The seed of the group's agent's generator."""
+        return derive_seed(self.seed, "agent") + self.index
+
+
+class Group:
+    """An agent and an environment, stepped together over whole batches.
+
+    Args:
+        agent_factory: ``agent_factory(**spec.agent_args)`` makes the agent.
+        env_factory: ``env_factory(n_envs=spec.n_envs, seed=spec.env_seed,
+            **spec.env_args)`` makes the environment.
+        spec: the group's arguments and seeds.
+    """
+
     def __init__(
         self,
         agent_factory: Callable[..., Agent],
-        agent_args: Mapping[str, Any],
         env_factory: Callable[..., Environment],
-        env_args: Mapping[str, Any],
-        n_envs: int,
-        env_seed: int,
-        agent_seed: int,
-        name: str,
-        layout: Layout = "full",
+        spec: GroupSpec,
     ) -> None:
+        name, n_envs, env_args, layout = spec.name, spec.n_envs, spec.env_args, spec.layout
+        agent_args, env_seed, agent_seed = spec.agent_args, spec.env_seed, spec.agent_seed
         self.name = name
         self.compact = layout == "compact"
         self.n_envs = n_envs

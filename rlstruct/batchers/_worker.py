@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from rlstruct.batchers._group import Group, Layout
+from rlstruct.batchers._group import Group, GroupSpec
 from rlstruct.batchers._shared import SharedBuffers, SharedWeights
 from rlstruct.batchers._slots import WAIT_S, SlotBoard
 from rlstruct.dicttensor import DictTensor
@@ -62,11 +62,8 @@ class WorkerSpec:
     Attributes:
         index: the worker's index, which names it in errors.
         factories: ``pickle.dumps((agent_factory, env_factory))``.
-        agent_args, env_args: their keyword arguments.
-        n_envs: the environment instances of its group.
+        group: the rest of what its group is made with (arguments, seeds, layout).
         n_timesteps: T.
-        env_seed: the seed of its first instance (the env root of the base seed + its global index).
-        agent_seed: the seed of its agent's generator.
         weights: the shared weights its agent loads.
         board: the slot board, in "stream" mode.
         parent: the main process's id.
@@ -74,23 +71,17 @@ class WorkerSpec:
         inherited: file descriptors of the main process's pipe ends that a
             forked worker inherited and must close, so that the main
             process's death reaches it as end-of-file.
-        layout: the storage layout its group writes ("full" or "compact").
     """
 
     index: int
     factories: bytes
-    agent_args: dict[str, Any]
-    env_args: dict[str, Any]
-    n_envs: int
+    group: GroupSpec
     n_timesteps: int
-    env_seed: int
-    agent_seed: int
     weights: SharedWeights
     board: SlotBoard | None
     parent: int
     timeout: float
     inherited: tuple[int, ...] = ()
-    layout: Layout = "full"
 
 
 def worker_main(spec: WorkerSpec, conn: Connection) -> None:
@@ -124,17 +115,7 @@ class _Worker:
     def __init__(self, spec: WorkerSpec, conn: Connection, parent: int) -> None:
         self.spec, self.conn, self.parent = spec, conn, parent
         agent_factory, env_factory = pickle.loads(spec.factories)
-        self.group = Group(
-            agent_factory,
-            spec.agent_args,
-            env_factory,
-            spec.env_args,
-            spec.n_envs,
-            spec.env_seed,
-            spec.agent_seed,
-            f"worker {spec.index}",
-            layout=spec.layout,
-        )
+        self.group = Group(agent_factory, env_factory, spec.group)
         self.loaded = -1  # the weights counter this agent's weights come from
         try:
             self.load_weights()

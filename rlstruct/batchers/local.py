@@ -15,11 +15,10 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.batchers import _checks
-from rlstruct.batchers._group import Group, Layout, full_layout
+from rlstruct.batchers._group import Group, GroupSpec, Layout, full_layout
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
 from rlstruct.errors import describe
-from rlstruct.seeding import derive_seed
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
 
@@ -150,19 +149,8 @@ class LocalBatcher:
         self._groups: list[Group] = []
         try:
             for g in range(n_processes):
-                self._groups.append(
-                    Group(
-                        agent_factory,
-                        agent_args,
-                        env_factory,
-                        env_args,
-                        n_envs,
-                        env_seed=derive_seed(seed, "env") + g * n_envs,
-                        agent_seed=derive_seed(seed, "agent") + g,
-                        name=f"group {g}",
-                        layout=layout,
-                    )
-                )
+                spec = GroupSpec(g, f"group {g}", agent_args, env_args, n_envs, seed, layout)
+                self._groups.append(Group(agent_factory, env_factory, spec))
         except BaseException:
             self.close()
             raise

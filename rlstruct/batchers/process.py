@@ -13,6 +13,7 @@ each allows); any failure of a worker closes it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import os
 import pickle
@@ -33,14 +34,13 @@ import torch.multiprocessing as mp
 
 from rlstruct.agent import Agent
 from rlstruct.batchers import _checks
-from rlstruct.batchers._group import STORED, Group, Layout, filled_next, full_layout
+from rlstruct.batchers._group import STORED, Group, GroupSpec, Layout, filled_next, full_layout
 from rlstruct.batchers._shared import SharedBuffers, SharedWeights
 from rlstruct.batchers._slots import WAIT_S, SlotBoard
 from rlstruct.batchers._worker import WorkerSpec, worker_main
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
 from rlstruct.errors import WorkerError, WorkerTimeout, describe
-from rlstruct.seeding import derive_seed
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
 
@@ -264,8 +264,11 @@ class MultiprocessBatcher:
             _checks.picklable(NAME, name, value)
         self.mode: Mode = mode
         self.n_slots = n_slots if n_slots is not None else n_processes
-        self._factories = (agent_factory, dict(agent_args), env_factory, dict(env_args))
-        self._seed = seed
+        self._factories = (agent_factory, env_factory)
+        self._specs = [
+            GroupSpec(w, f"worker {w}", dict(agent_args), dict(env_args), n_envs, seed, layout)
+            for w in range(n_processes)
+        ]
 
         agent = agent_factory(**agent_args)
         if not isinstance(agent, Agent):
@@ -302,18 +305,13 @@ class MultiprocessBatcher:
             spec = WorkerSpec(
                 index=w,
                 factories=factories,
-                agent_args=dict(agent_args),
-                env_args=dict(env_args),
-                n_envs=n_envs,
+                group=self._specs[w],
                 n_timesteps=n_timesteps,
-                env_seed=derive_seed(seed, "env") + w * n_envs,
-                agent_seed=derive_seed(seed, "agent") + w,
                 weights=self._weights,
                 board=self._board,
                 parent=os.getpid(),
                 timeout=self.timeout,
                 inherited=inherited,
-                layout=layout,
             )
             process = ctx.Process(  # type: ignore[attr-defined]
                 target=worker_main, args=(spec, there), name=f"rlstruct-worker-{w}", daemon=True
@@ -451,18 +449,8 @@ class MultiprocessBatcher:
 
     def _probe(self, agent_info: DictTensor, env_info: DictTensor) -> tuple[DictTensor, DictTensor]:
         """One step of worker 0's rows in this process: the info and steps every buffer is shaped after."""
-        agent_factory, agent_args, env_factory, env_args = self._factories
-        probe = Group(
-            agent_factory,
-            agent_args,
-            env_factory,
-            env_args,
-            self.n_envs,
-            derive_seed(self._seed, "env"),
-            derive_seed(self._seed, "agent"),
-            "probe",
-            layout=self.layout,
-        )
+        agent_factory, env_factory = self._factories
+        probe = Group(agent_factory, env_factory, dataclasses.replace(self._specs[0], name="probe"))
         try:
             rows = slice(0, self.n_envs)
             probe.reset(agent_info[rows], env_info[rows], auto_reset=self.mode != "episodes")
