@@ -10,7 +10,8 @@ import torch
 from mp_helpers import HistorySumAgent
 
 from rlstruct import DictTensor, GymEnv, LocalBatcher, MultiprocessBatcher, Trajectories
-from rlstruct.batchers._group import STORED, Group, GroupSpec, full_layout
+from rlstruct.batchers._group import Group, GroupSpec
+from rlstruct.batchers._storage import STORED, full_layout
 from rlstruct.testing import CounterEnv, CountingAgent, RandomAgent
 
 PAIRS = [

@@ -15,7 +15,8 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.batchers import _checks
-from rlstruct.batchers._group import Group, GroupSpec, Layout, full_layout
+from rlstruct.batchers._group import Group, GroupSpec
+from rlstruct.batchers._storage import Layout, full_layout
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
 from rlstruct.errors import describe

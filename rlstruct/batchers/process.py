@@ -34,9 +34,10 @@ import torch.multiprocessing as mp
 
 from rlstruct.agent import Agent
 from rlstruct.batchers import _checks
-from rlstruct.batchers._group import STORED, Group, GroupSpec, Layout, filled_next, full_layout
+from rlstruct.batchers._group import Group, GroupSpec
 from rlstruct.batchers._shared import SharedBuffers, SharedWeights
 from rlstruct.batchers._slots import WAIT_S, SlotBoard
+from rlstruct.batchers._storage import STORED, Layout, filled_next, full_layout
 from rlstruct.batchers._worker import WorkerSpec, worker_main
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
