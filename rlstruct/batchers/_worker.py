@@ -9,20 +9,10 @@ killing the process before it runs. Their arguments are pickled by
 multiprocessing as the process starts, which shares what it can share (an
 ``Event``, a tensor in shared memory).
 
-The protocol: the worker speaks first, then answers each command with one
-message.
-
-| command | answer |
-|---|---|
-| (start) | `("ready",)` once its agent and environments are made and hold the shared weights; `("error", traceback)` if it could not start, and it exits |
-| `("attach", buffers, slots)` | `("ok",)`: the `SharedBuffers` to write into and the slots it fills; sent once |
-| `("reset", agent_info, env_info, auto_reset)` | `("ok",)` |
-| `("run", slot, restart)` | `("done", slot)` once the trajectories of ``slot`` are written (after new episodes if ``restart``) |
-| `("stream",)` | nothing: keeps claiming free slots of the `SlotBoard`, filling and publishing them, until `("stop",)`, answered `("stopped",)` |
-| `("close",)` | the worker exits |
-
-After start, an exception becomes `("error", traceback)` and the worker
-waits for the next command (normally `close`). The worker exits on its own
+The protocol (``rlstruct.batchers._messages``): the worker speaks first
+(``Ready``), then answers each command with one message. After start, an
+exception becomes ``Failed(traceback)`` and the worker waits for the next
+command (normally ``Close``). The worker exits on its own
 when the main process dies: the connection reaches end-of-file, or the
 parent's process id changes (checked twice a second while idle or waiting
 for a slot, and while waiting for half-written weights). SIGINT is ignored,
@@ -48,9 +38,22 @@ from typing import Any
 import torch
 
 from rlstruct.batchers._group import Group, GroupSpec
+from rlstruct.batchers._messages import (
+    Answer,
+    Attach,
+    Close,
+    Done,
+    Failed,
+    Ok,
+    Ready,
+    Reset,
+    Run,
+    Stop,
+    Stopped,
+    Stream,
+)
 from rlstruct.batchers._shared import SharedBuffers, SharedWeights
 from rlstruct.batchers._slots import WAIT_S, SlotBoard
-from rlstruct.dicttensor import DictTensor
 
 IDLE_POLL_S = 0.5  # how often an idle worker checks that its parent is alive
 
@@ -98,10 +101,10 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         worker = _Worker(spec, conn, parent)
     except Exception:
         with contextlib.suppress(OSError):
-            conn.send(("error", traceback.format_exc()))
+            conn.send(Failed(traceback.format_exc()))
         return
     try:
-        conn.send(("ready",))
+        conn.send(Ready())
         worker.serve()
     except (EOFError, BrokenPipeError, ConnectionResetError):
         return  # the main process is gone
@@ -135,12 +138,12 @@ class _Worker:
         )
 
     def serve(self) -> None:
-        """Answer commands until ``close``."""
-        handlers: dict[str, Callable[..., tuple[Any, ...]]] = {
-            "attach": self.attach,
-            "reset": self.reset,
-            "run": self.run,
-            "stream": self.stream,
+        """Answer commands until ``Close``."""
+        handlers: dict[type, Callable[[Any], Answer]] = {
+            Attach: self.attach,
+            Reset: self.reset,
+            Run: self.run,
+            Stream: self.stream,
         }
         while True:
             if not self.conn.poll(IDLE_POLL_S):
@@ -148,32 +151,32 @@ class _Worker:
                     return
                 continue
             command = self.conn.recv()
-            if command[0] == "close":
+            if isinstance(command, Close):
                 return
             try:
-                handler = handlers.get(command[0])
+                handler = handlers.get(type(command))
                 if handler is None:
-                    raise ValueError(f"unknown command {command[0]!r}")
-                self.conn.send(handler(*command[1:]))
+                    raise ValueError(f"unknown command {command!r}")
+                self.conn.send(handler(command))
             except (EOFError, BrokenPipeError, ConnectionResetError):
                 raise
             except Exception:
-                self.conn.send(("error", traceback.format_exc()))
+                self.conn.send(Failed(traceback.format_exc()))
 
-    def attach(self, buffers: SharedBuffers, slots: list[int]) -> tuple[Any, ...]:
-        self.group.attach({s: buffers.slot_steps(s) for s in slots})
-        self.buffers = buffers
-        return ("ok",)
+    def attach(self, command: Attach) -> Answer:
+        self.group.attach({s: command.buffers.slot_steps(s) for s in command.slots})
+        self.buffers = command.buffers
+        return Ok()
 
-    def reset(self, agent_info: DictTensor, env_info: DictTensor, auto_reset: bool) -> tuple[Any, ...]:
-        self.group.reset(agent_info, env_info, auto_reset)
-        return ("ok",)
+    def reset(self, command: Reset) -> Answer:
+        self.group.reset(command.agent_info, command.env_info, command.auto_reset)
+        return Ok()
 
-    def run(self, slot: int, restart: bool) -> tuple[Any, ...]:
-        if restart:  # "episodes" mode: every batch starts new episodes
+    def run(self, command: Run) -> Answer:
+        if command.restart:  # "episodes" mode: every batch starts new episodes
             self.group.reset(self.group.agent_info, self.group.env_info, self.group.auto_reset)
-        self.fill(slot)
-        return ("done", slot)
+        self.fill(command.slot)
+        return Done(command.slot)
 
     def fill(self, slot: int) -> None:
         """Run one trajectory per environment into ``slot``, with the latest weights."""
@@ -183,19 +186,19 @@ class _Worker:
         info, steps = self.group.run(self.spec.n_timesteps, slot)
         self.buffers.finish(slot, info, steps.lengths, self.loaded // 2)
 
-    def stream(self) -> tuple[Any, ...]:
-        """Fill free slots until the main process sends ``stop``; when none is free, wait (back-pressure)."""
+    def stream(self, command: Stream) -> Answer:
+        """Fill free slots until the main process sends ``Stop``; when none is free, wait (back-pressure)."""
         board, index = self.spec.board, self.spec.index
         if board is None:
-            raise RuntimeError("'stream' without a slot board")
+            raise RuntimeError("'Stream' without a slot board")
         board.beat(index)
         last_check = time.monotonic()
         while True:
             if self.conn.poll():
-                command = self.conn.recv()
-                if command[0] != "stop":
-                    raise ValueError(f"unexpected command {command[0]!r} while streaming")
-                return ("stopped",)
+                received = self.conn.recv()
+                if not isinstance(received, Stop):
+                    raise ValueError(f"unexpected command {received!r} while streaming")
+                return Stopped()
             slot = board.claim(WAIT_S)  # blocks until the learner frees a slot, or WAIT_S passed
             if slot is not None:
                 self.fill(slot)

@@ -35,6 +35,21 @@ import torch.multiprocessing as mp
 from rlstruct.agent import Agent
 from rlstruct.batchers import _checks
 from rlstruct.batchers._group import Group, GroupSpec
+from rlstruct.batchers._messages import (
+    Answer,
+    Attach,
+    Close,
+    Command,
+    Done,
+    Failed,
+    Ok,
+    Ready,
+    Reset,
+    Run,
+    Stop,
+    Stopped,
+    Stream,
+)
 from rlstruct.batchers._shared import SharedBuffers, SharedWeights
 from rlstruct.batchers._slots import WAIT_S, SlotBoard
 from rlstruct.batchers._storage import STORED, Layout, filled_next, full_layout
@@ -114,7 +129,7 @@ def _shutdown(processes: list[Any], conns: list[Connection], grace: float) -> No
     """Ask every worker to exit, then terminate and kill the ones that do not. Safe to call twice."""
     for conn in conns:
         with contextlib.suppress(OSError, ValueError):
-            conn.send(("close",))
+            conn.send(Close())
     deadline = time.monotonic() + grace
     for process in processes:
         process.join(max(0.0, deadline - time.monotonic()))
@@ -326,12 +341,12 @@ class MultiprocessBatcher:
             self._processes.append(process)  # only started processes: the finalizer joins them
             self._conns.append(here)
             there.close()
-        self._started = [False] * n_processes  # which workers said "ready"
+        self._started = [False] * n_processes  # which workers said Ready
         self._info_spec: _checks.InfoSpec | None = None  # z and w as every later reset must give them
         self._buffers_spec: _checks.InfoSpec | None = None  # z and w as the buffers were made for
         self._buffers: SharedBuffers | None = None
         self._episodes_run = False  # "episodes" mode: the current episodes were run, the next batch restarts
-        self._pending: set[int] = set()  # RUNNING: the workers whose "done" was not read yet
+        self._pending: set[int] = set()  # RUNNING: the workers whose Done was not read yet
         self._deadline = 0.0  # RUNNING: when the batch must be ready
         self._staging: dict[Any, torch.Tensor] = {}  # CUDA: pinned buffers get() copies through
         self._copied: Any = None  # CUDA: the event after the last copy out of the staging buffers
@@ -369,7 +384,7 @@ class MultiprocessBatcher:
         self._processes[w].kill()
         return self._fail(WorkerTimeout(what, w, self._envs(w)))
 
-    def _read(self, w: int) -> tuple[Any, ...] | None:
+    def _read(self, w: int) -> Answer | None:
         """The message worker ``w`` has sent, if any (None while it runs quietly).
 
         Raises:
@@ -380,15 +395,17 @@ class MultiprocessBatcher:
                 if self._processes[w].is_alive():
                     return None
                 raise self._fail(self._died(w))
-            message: tuple[Any, ...] = self._conns[w].recv()
+            message: Answer = self._conns[w].recv()
         except (EOFError, OSError):
             raise self._fail(self._died(w)) from None
-        if message[0] == "error":
+        if isinstance(message, Failed):
             what = "raised an exception" if self._started[w] else "could not start"
-            raise self._fail(WorkerError(what, w, self._envs(w), message[1]))
+            raise self._fail(WorkerError(what, w, self._envs(w), message.traceback))
         return message
 
-    def _gather(self, workers: set[int], answer: str, deadline: float, blocking: bool = True) -> bool:
+    def _gather(
+        self, workers: set[int], answer: type[Answer], deadline: float, blocking: bool = True
+    ) -> bool:
         """Read ``answer`` from each of ``workers``, taking each out of the set as it answers.
 
         All are watched at once (pipes and process sentinels), so an error or
@@ -413,9 +430,9 @@ class MultiprocessBatcher:
                 message = self._read(w)
                 if message is None:
                     continue
-                if message[0] != answer:
+                if not isinstance(message, answer):
                     raise self._fail(
-                        WorkerError(f"answered {message[0]!r} instead of {answer!r}", w, self._envs(w))
+                        WorkerError(f"answered {message!r} instead of {answer.__name__}", w, self._envs(w))
                     )
                 workers.discard(w)
             if workers and not ready:
@@ -430,13 +447,13 @@ class MultiprocessBatcher:
                     return False
         return True
 
-    def _send(self, w: int, command: tuple[Any, ...]) -> None:
+    def _send(self, w: int, command: Command) -> None:
         try:
             self._conns[w].send(command)
         except (OSError, ValueError):
             raise self._fail(self._died(w)) from None
 
-    def _all(self, commands: list[tuple[Any, ...]], answer: str) -> None:
+    def _all(self, commands: list[Command], answer: type[Answer]) -> None:
         """Send one command to each worker and wait for each to answer ``answer``."""
         for w, command in enumerate(commands):
             self._send(w, command)
@@ -473,15 +490,15 @@ class MultiprocessBatcher:
         """The first reset: probe, wait for the workers to start, allocate the buffers and attach them."""
         info, steps = self._probe(agent_info, env_info)  # while the workers start
         self._gather(
-            {w for w in range(self.n_processes) if not self._started[w]}, "ready", self._start_deadline
+            {w for w in range(self.n_processes) if not self._started[w]}, Ready, self._start_deadline
         )
         self._started = [True] * self.n_processes
         self._buffers = SharedBuffers.allocate(info, steps, self.n_slots, self.n_timesteps)
-        commands: list[tuple[Any, ...]] = []
+        commands: list[Command] = []
         for w in range(self.n_processes):
             slots = list(range(self.n_slots)) if self.mode == "stream" else [w]
-            commands.append(("attach", self._buffers, slots))
-        self._all(commands, "ok")
+            commands.append(Attach(self._buffers, slots))
+        self._all(commands, Ok)
 
     def _copy_out(self, slots: slice) -> Trajectories:
         """A copy of some slots of the shared buffers, on ``self.device``."""
@@ -573,28 +590,28 @@ class MultiprocessBatcher:
         spec = _checks.same_info(NAME, self._info_spec, agent_info, env_info)
         if self.state is State.STREAMING:
             for w in range(self.n_processes):
-                self._send(w, ("stop",))
-            self._on_board("wake", self.n_processes)  # workers waiting for a free slot read "stop" now
-            self._gather(set(range(self.n_processes)), "stopped", time.monotonic() + self.timeout)
+                self._send(w, Stop())
+            self._on_board("wake", self.n_processes)  # workers waiting for a free slot read Stop now
+            self._gather(set(range(self.n_processes)), Stopped, time.monotonic() + self.timeout)
         elif self.state is State.RUNNING:  # the answers of a batch that was never taken
-            self._gather(self._pending, "done", self._deadline)
+            self._gather(self._pending, Done, self._deadline)
         self.state = State.NEEDS_RESET  # until this reset succeeds
         if self._buffers is None or spec != self._buffers_spec:  # no batch yet: z and w may still change
             self._start(agent_info, env_info)
             self._buffers_spec = spec
         auto_reset = self.mode != "episodes"
-        commands: list[tuple[Any, ...]] = []
+        commands: list[Command] = []
         for w in range(self.n_processes):
             part = slice(w * self.n_envs, (w + 1) * self.n_envs)
-            commands.append(("reset", agent_info[part].clone(), env_info[part].clone(), auto_reset))
-        self._all(commands, "ok")
+            commands.append(Reset(agent_info[part].clone(), env_info[part].clone(), auto_reset))
+        self._all(commands, Ok)
         self._episodes_run = False
         self.state = State.READY
         if self._board is not None:
             self._warn_if_initial_weights()
             self._on_board("clear")
             for w in range(self.n_processes):
-                self._send(w, ("stream",))
+                self._send(w, Stream())
             self.state = State.STREAMING
 
     def _warn_if_initial_weights(self) -> None:
@@ -633,7 +650,7 @@ class MultiprocessBatcher:
         self._warn_if_initial_weights()
         restart = self.mode == "episodes" and self._episodes_run
         for w in range(self.n_processes):
-            self._send(w, ("run", w, restart))
+            self._send(w, Run(w, restart))
         self._pending = set(range(self.n_processes))
         self._deadline = time.monotonic() + self.timeout
         self._episodes_run = True
@@ -681,7 +698,7 @@ class MultiprocessBatcher:
             raise ValueError(f"{NAME}.get: max_staleness is for mode='stream' only")
         if self.state is not State.RUNNING:
             raise RuntimeError(f"{NAME}: get() without a pending execute(); call execute() first")
-        if not self._gather(self._pending, "done", self._deadline, blocking):
+        if not self._gather(self._pending, Done, self._deadline, blocking):
             return None
         self.state = State.READY
         return self._copy_out(slice(0, self.n_processes))
@@ -744,7 +761,7 @@ class MultiprocessBatcher:
         for w in range(self.n_processes):
             message = self._read(w)
             if message is not None:
-                raise self._fail(WorkerError(f"sent {message[0]!r} while streaming", w, self._envs(w)))
+                raise self._fail(WorkerError(f"sent {message!r} while streaming", w, self._envs(w)))
         silent = self._slot_board().silent(self.timeout)
         if silent:
             others = f" (so did workers {silent[1:]})" if len(silent) > 1 else ""
@@ -782,7 +799,7 @@ class MultiprocessBatcher:
         if self.state is State.STREAMING:
             for conn in self._conns:
                 with contextlib.suppress(OSError, ValueError):
-                    conn.send(("stop",))
+                    conn.send(Stop())
             if self._board is not None:
                 self._board.wake(self.n_processes)  # no worker waits out its WAIT_S for a free slot
         self.state = State.CLOSED
