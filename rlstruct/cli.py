@@ -54,6 +54,7 @@ traceback, for a bug report.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -62,7 +63,8 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from rlstruct.algos import ALGORITHMS
@@ -133,18 +135,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] in (["-h"], ["--help"]) or args[:2] in (["train", "-h"], ["train", "--help"]):
         print(help_text())
         return 0
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        # as `python -m` does: --env mymodule:Id and --agent mymodule:Class find ./mymodule.py
-        sys.path.insert(0, os.getcwd())
     if args[:1] in (["-V"], ["--version"]):
         print(f"rlstruct {__version__}")
         return 0
-    if args[:1] == ["eval"]:
-        return _run(_eval, _eval_parser(), args[1:])
     if args[:1] == ["plot"]:
         return _run(_plot, _plot_parser(), args[1:])
-    if args[:1] == ["export"]:
-        return _run(_export, _export_parser(), args[1:])
+    with _current_directory_importable():
+        if args[:1] == ["eval"]:
+            return _run(_eval, _eval_parser(), args[1:])
+        if args[:1] == ["export"]:
+            return _run(_export, _export_parser(), args[1:])
+        return _train_command(args)
+
+
+@contextlib.contextmanager
+def _current_directory_importable() -> Iterator[None]:
+    """As ``python -m`` does: ``--env mymodule:Id`` and ``--agent mymodule:Class`` find ./mymodule.py.
+
+    ``sys.path`` is as before once the command returns (``main`` may be
+    called from Python); worker processes started meanwhile inherit it.
+    """
+    cwd = os.getcwd()
+    if cwd in sys.path or "" in sys.path:
+        yield
+        return
+    sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(cwd)
+
+
+def _train_command(args: list[str]) -> int:
+    """``rlstruct train ALGO ...``, or the line that says the command or the algorithm is unknown."""
     if not args or args[0] != "train":
         given = f"unknown command {args[0]!r}" if args else "no command given"
         return _mistake(f"rlstruct: {given}; choose train, eval, plot or export (rlstruct --help lists them)")
@@ -382,13 +406,18 @@ def _export_parser() -> argparse.ArgumentParser:
 
 
 def _export(options: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    from rlstruct.algos.hooks import BEST_NAME
     from rlstruct.algos.policy import Policy
 
-    source = Path(options.run_dir) / "best.pt" if options.best else options.run_dir
-    if options.best and Path(options.run_dir).is_dir() and not Path(source).is_file():
-        return _mistake(f"rlstruct export: --best: {options.run_dir} has no best.pt (train with --save-best)")
+    if not Path(options.run_dir).is_dir():
+        return _mistake(f"rlstruct export: run directory {options.run_dir!r} does not exist")
+    if not Path(options.out).resolve().parent.is_dir():
+        return _mistake(f"rlstruct export: OUT's folder {str(Path(options.out).parent)!r} does not exist")
+    source = Path(options.run_dir) / BEST_NAME if options.best else options.run_dir
+    if options.best and not Path(source).is_file():
+        return _mistake(
+            f"rlstruct export: --best: {options.run_dir} has no {BEST_NAME} (train with --save-best)"
+        )
     try:
         policy = Policy.from_run(source)
         path = policy.export(options.out, batch_size=options.batch_size)

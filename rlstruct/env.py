@@ -9,7 +9,7 @@ environment's own keys plus these, which batchers rely on:
 
 | key | dtype | meaning |
 |---|---|---|
-| `reward` | float32 | the reward received on arriving at this observation (0 at the first observation of an episode) |
+| `reward` | float32 (or another floating dtype the environment chooses, as `GymEnv`'s `reward_dtype`) | the reward received on arriving at this observation (0 at the first observation of an episode) |
 | `terminated` | bool | the episode ended in a terminal state: do not bootstrap |
 | `truncated` | bool | the episode was cut short (a time limit): bootstrap |
 | `done` | bool | `terminated` or `truncated` |
@@ -57,7 +57,7 @@ import numpy as np
 
 from rlstruct.dicttensor import DictTensor
 
-__all__ = ["REQUIRED_KEYS", "Environment"]
+__all__ = ["REQUIRED_KEYS", "Environment", "writes_in_place"]
 
 REQUIRED_KEYS = ("reward", "terminated", "truncated", "done", "initial_state")
 """The keys every observation of an ``Environment`` holds (see the module docstring)."""
@@ -134,3 +134,19 @@ class Environment(ABC):
 
     def close(self) -> None:  # noqa: B027  (optional hook, nothing to release by default)
         """Release the instances' resources. Safe to call twice."""
+
+
+def writes_in_place(cls: type[Environment]) -> bool:
+    """Whether batchers step ``cls`` through ``step_into``: it implements it, where ``step`` is or below.
+
+    A subclass that overrides ``step`` alone is stepped through its ``step``
+    (see the module's docstring, "Writing in place").
+
+    Examples:
+        >>> from rlstruct import GymEnv
+        >>> from rlstruct.testing import CounterEnv
+        >>> writes_in_place(GymEnv), writes_in_place(CounterEnv)
+        (True, False)
+    """
+    owner = {name: next(c for c in cls.__mro__ if name in vars(c)) for name in ("step", "step_into")}
+    return owner["step_into"] is not Environment and issubclass(owner["step_into"], owner["step"])

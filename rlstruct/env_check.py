@@ -8,7 +8,7 @@ written in ``rlstruct.env``:
 | rule | where |
 |---|---|
 | a DictTensor of ``n_envs`` rows, every key on the CPU | every result |
-| the keys of ``REQUIRED_KEYS``, one value per row: ``reward`` float32, the others bool | every result |
+| the keys of ``REQUIRED_KEYS``, one value per row: ``reward`` of a floating dtype, the others bool | every result |
 | ``done`` equals ``terminated \\| truncated`` | every result |
 | the same keys, dtypes and per-row shapes as the first observation | every result |
 | ``initial_state`` True, ``reward`` 0, ``terminated``, ``truncated`` and ``done`` False | ``reset`` |
@@ -54,7 +54,7 @@ import torch
 
 from rlstruct.checks import check_int
 from rlstruct.dicttensor import DictTensor
-from rlstruct.env import REQUIRED_KEYS, Environment
+from rlstruct.env import REQUIRED_KEYS, Environment, writes_in_place
 from rlstruct.errors import describe
 
 __all__ = ["EnvironmentCheckError", "check_env"]
@@ -147,19 +147,19 @@ def check_env(
         >>> import torch
         >>> from rlstruct import DictTensor
         >>> from rlstruct.testing import CounterEnv
-        >>> class Float64Reward(CounterEnv):  # a reward of the wrong dtype
+        >>> class IntReward(CounterEnv):  # a reward of the wrong dtype
         ...     def step(self, action):
         ...         reached, observation = super().step(action)
-        ...         reached.set("reward", reached["reward"].double())
+        ...         reached.set("reward", reached["reward"].long())
         ...         return reached, observation
         >>> zeros = DictTensor({"action": torch.zeros(2, dtype=torch.int64)})
         >>> check_env(CounterEnv(n_envs=2), action=zeros)  # quiet: the contract holds
         >>> try:
-        ...     check_env(Float64Reward(n_envs=2), action=zeros, n_steps=3)
+        ...     check_env(IntReward(n_envs=2), action=zeros, n_steps=3)
         ... except EnvironmentCheckError as error:
         ...     print(error)
-        Float64Reward breaks the Environment contract (rlstruct.env) in 1 way:
-        - step 1 (auto_reset=False), reached: key 'reward' must have dtype torch.float32, got torch.float64 (and 5 more times)
+        IntReward breaks the Environment contract (rlstruct.env) in 1 way:
+        - step 1 (auto_reset=False), reached: key 'reward' must have a floating dtype (float32 unless the environment chooses another), got torch.int64 (and 5 more times)
     """
     if not isinstance(env, Environment):
         raise TypeError(f"check_env: env must be an rlstruct Environment, got {describe(env)}")
@@ -285,7 +285,7 @@ class _Checker:
     def _auto_reset(self, n_steps: int) -> None:
         mode = "auto_reset=True"
         observation = self._reset(mode)
-        into = _writes_in_place(type(self.env))
+        into = writes_in_place(type(self.env))
         for t in range(1, n_steps + 1):
             where = f"step {t} ({mode})"
             action = self._action(observation)
@@ -431,7 +431,14 @@ class _Checker:
             if key not in batch:
                 continue
             value = batch[key]
-            if value.dtype != dtype:
+            if key == "reward" and not value.dtype.is_floating_point:
+                problems.add(
+                    ("dtype", kind, key),
+                    f"{where}: key 'reward' must have a floating dtype (float32 unless the environment "
+                    f"chooses another), got {value.dtype}",
+                )
+                usable = False
+            elif key != "reward" and value.dtype != dtype:
                 problems.add(
                     ("dtype", kind, key), f"{where}: key {key!r} must have dtype {dtype}, got {value.dtype}"
                 )
@@ -620,12 +627,6 @@ def _check_action(action: object, n: int) -> None:
         raise ValueError(f"check_env: action must have {n} rows (env.n_envs), got {action.n_elems()}")
     if "action" not in action:
         raise ValueError(f"check_env: action must hold the key 'action', got keys {list(action.keys())}")
-
-
-def _writes_in_place(cls: type[Environment]) -> bool:
-    """Whether batchers step ``cls`` through ``step_into``: it implements it, where ``step`` is or below."""
-    owner = {name: next(c for c in cls.__mro__ if name in vars(c)) for name in ("step", "step_into")}
-    return owner["step_into"] is not Environment and issubclass(owner["step_into"], owner["step"])
 
 
 def _deep_copy(env: Environment) -> Environment | None:

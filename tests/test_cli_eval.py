@@ -395,6 +395,11 @@ def test_export_mistakes_are_one_line(
     out = str(tmp_path / "p.pt2")
     cases = [
         (["nowhere", out], "rlstruct export: run directory 'nowhere' does not exist\n"),
+        (["nowhere", out, "--best"], "rlstruct export: run directory 'nowhere' does not exist\n"),
+        (
+            [str(run_dir), str(tmp_path / "missing" / "p.pt2")],
+            f"rlstruct export: OUT's folder {str(tmp_path / 'missing')!r} does not exist\n",
+        ),
         (
             [str(run_dir), out, "--best"],
             f"rlstruct export: --best: {run_dir} has no best.pt (train with --save-best)\n",

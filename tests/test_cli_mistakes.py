@@ -328,3 +328,10 @@ def test_the_rlstruct_command_finds_a_module_of_the_current_directory(tmp_path: 
         "rlstruct: sac needs continuous (Box) actions; --env 'mine:Mine-v0' has Discrete(2): "
         "try a2c, dqn, impala or ppo\n"
     )
+
+
+def test_main_leaves_sys_path_as_it_found_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    before = list(sys.path)
+    assert main(["train", "ppo", *CARTPOLE, "--total-steps", "-5"]) == 2
+    assert sys.path == before

@@ -111,19 +111,24 @@ def test_a_missing_key_is_named() -> None:
     )
 
 
-class Float64Reward(CounterEnv):
+class IntReward(CounterEnv):
     def step(self, action: DictTensor) -> tuple[DictTensor, DictTensor]:
         reached, observation = super().step(action)
-        reached.set("reward", reached["reward"].double())
+        reached.set("reward", reached["reward"].long())
         return reached, observation
 
 
-def test_a_float64_reward_is_named() -> None:
-    problems = problems_of(Float64Reward(N))
+def test_an_integer_reward_is_named() -> None:
+    problems = problems_of(IntReward(N))
     assert problems[0] == (
-        "step 1 (auto_reset=False), reached: key 'reward' must have dtype torch.float32, got torch.float64 "
-        "(and 23 more times)"
+        "step 1 (auto_reset=False), reached: key 'reward' must have a floating dtype (float32 unless the "
+        "environment chooses another), got torch.int64 (and 23 more times)"
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+def test_a_reward_of_another_floating_dtype_keeps_the_contract(dtype: torch.dtype) -> None:
+    check_env(GymEnv(n_envs=2, seed=0, env="CartPole-v1", reward_dtype=dtype))
 
 
 class DoneWithoutEnd(CounterEnv):
@@ -392,8 +397,8 @@ def test_an_environment_that_raises_is_named_and_its_exception_is_the_cause() ->
     assert isinstance(caught.value.__cause__, RuntimeError)
 
 
-class TwoMistakes(Float64Reward, NewKey):
-    """A float64 reward, and a key that appears after reset."""
+class TwoMistakes(IntReward, NewKey):
+    """An integer reward, and a key that appears after reset."""
 
 
 def test_the_error_is_a_value_error_listing_every_problem() -> None:
@@ -401,8 +406,8 @@ def test_the_error_is_a_value_error_listing_every_problem() -> None:
         check_env(TwoMistakes(N), LENGTHS, action=ZEROS, n_steps=12)
     assert str(caught.value).splitlines() == [
         "TwoMistakes breaks the Environment contract (rlstruct.env) in 2 ways:",
-        "- step 1 (auto_reset=False), reached: key 'reward' must have dtype torch.float32, got torch.float64 "
-        "(and 23 more times)",
+        "- step 1 (auto_reset=False), reached: key 'reward' must have a floating dtype (float32 unless the "
+        "environment chooses another), got torch.int64 (and 23 more times)",
         "- step 1 (auto_reset=False), reached: key 'info' was not there at reset(auto_reset=False); the keys "
         "must stay the same at every step (and 23 more times)",
     ]

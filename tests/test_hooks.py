@@ -230,9 +230,24 @@ def test_early_stop_takes_up_a_resumed_runs_evaluations_up_to_its_checkpoint(tmp
     assert (stop.best, stop.since_best) == (30.0, 2)
     hooks.evaluation(*an_evaluation(29.0, 400))
     assert hooks.stop_reason is not None and "not beaten 30.0 for 3 evaluations" in hooks.stop_reason
-    fresh = tmp_path / "other"  # a run directory it has not seen: a fresh state
+    fresh = tmp_path / "other"  # another call of train: a fresh state
     runner([stop], fresh).evaluation(*an_evaluation(1.0, 100))
     assert (stop.best, stop.since_best) == (1.0, 0)
+    # the same instance resuming the same directory again (the run crashed after 400): the rows
+    # past the checkpoint are purged, and it takes up the state at the checkpoint, not its own
+    again = runner([stop], tmp_path, resumed_from=300)
+    again.iteration(310, {"env_steps": 310}, torch.nn.Linear(1, 1))
+    assert (stop.best, stop.since_best) == (30.0, 2)
+    assert again.stop_reason is None
+
+
+def test_early_stop_counts_an_evaluation_that_is_not_a_number_as_no_improvement(tmp_path: Path) -> None:
+    stop = EarlyStop(patience=2)
+    hooks = runner([stop], tmp_path)
+    for steps, mean in ((100, math.nan), (200, 10.0), (300, 20.0)):
+        hooks.evaluation(*an_evaluation(mean, steps))
+    assert (stop.best, stop.since_best) == (20.0, 0)
+    assert hooks.stop_reason is None
 
 
 def test_the_command_line_stops_early_and_saves_the_best_model(
@@ -476,12 +491,12 @@ def test_rlstruct_train_reports_a_diverged_run_in_one_line(
 
 def test_a_metric_that_may_be_nan_alone_ends_nothing() -> None:
     """explained_variance is NaN when the value targets do not vary: a healthy run goes on."""
-    from rlstruct.algos.run import _diverged
+    from rlstruct.algos.run import diverged
 
-    assert _diverged({"value_loss": 0.5, "explained_variance": math.nan}) == []
-    assert _diverged({"value_loss": math.inf, "explained_variance": math.nan}) == [
+    assert diverged({"value_loss": 0.5, "explained_variance": math.nan}) == []
+    assert diverged({"value_loss": math.inf, "explained_variance": math.nan}) == [
         "explained_variance",
         "value_loss",
     ]
-    assert _diverged({"loss": 1.0, "train_return_mean": math.nan}) == ["train_return_mean"]
-    assert _diverged({"loss": -math.inf}) == ["loss"]
+    assert diverged({"loss": 1.0, "train_return_mean": math.nan}) == ["train_return_mean"]
+    assert diverged({"loss": -math.inf}) == ["loss"]

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -120,6 +121,10 @@ class TrainingEvent:
     """True for the final evaluation, made after the training loop with the trained weights."""
     resumed_from: int | None = None
     """The env steps of the checkpoint a ``--resume`` run continues from; None for a new run."""
+    run_id: int = 0
+    """A number of this call of ``train``, the same in all its events and new at every call (a resumed
+    run, even of the same directory from the same checkpoint, gets a new one): a hook that keeps state
+    per run starts afresh when it changes, as the ready hooks do."""
     _asked: _Asked = dataclasses.field(default_factory=_Asked, init=False, repr=False, compare=False)
 
     def stop(self, reason: str) -> None:
@@ -198,6 +203,10 @@ def check_hooks(hooks: object) -> tuple[Hook, ...]:
     return tuple(hooks)
 
 
+_RUN_IDS = itertools.count(1)
+"""``TrainingEvent.run_id``: one number per ``HookRunner``, that is per call of ``train``."""
+
+
 class HookRunner:
     """The hooks of one run: makes the events, calls the hooks, gathers what they ask.
 
@@ -228,6 +237,7 @@ class HookRunner:
             "run_dir": run_dir,
             "total_steps": total_steps,
             "resumed_from": resumed_from,
+            "run_id": next(_RUN_IDS),
         }
         self.stop_reason: str | None = None
         """The first stop a hook asked for while the run trained; None if none did."""
@@ -328,9 +338,11 @@ class EarlyStop:
     trained by then, which have moved on from those that reached the target
     (``SaveBest`` keeps those).
 
-    Its state (``best``, ``since_best``) belongs to one run: a run directory
-    it has not seen starts it afresh; a resumed run takes it up from the
-    evaluations ``progress.csv`` logged up to the checkpoint.
+    Its state (``best``, ``since_best``) belongs to one call of ``train``
+    (``TrainingEvent.run_id``): each call starts it afresh, and a resumed run
+    takes it up from the evaluations ``progress.csv`` logged up to the
+    checkpoint, so one instance may be passed again to resume. An evaluation
+    whose mean is not a number counts as one that did not improve.
 
     Args:
         target: the mean evaluation return to stop at; None for none.
@@ -362,15 +374,15 @@ class EarlyStop:
         """The best mean evaluation return so far in the run."""
         self.since_best = 0
         """The evaluations since the best one."""
-        self._run_dir: Path | None = None
+        self._run_id = 0
 
     def __repr__(self) -> str:
         return f"EarlyStop(target={self.target}, patience={self.patience}, min_delta={self.min_delta})"
 
     def __call__(self, event: TrainingEvent) -> None:
         """Read an evaluation's mean return; ask the run to stop when it reaches the target or stalls."""
-        if event.run_dir != self._run_dir:  # a new run: the state of the run directory's evaluations
-            self._run_dir, self.best, self.since_best = event.run_dir, None, 0
+        if event.run_id != self._run_id:  # a new run: the state of the run directory's evaluations
+            self._run_id, self.best, self.since_best = event.run_id, None, 0
             if event.resumed_from is not None:
                 for mean in _logged_evaluations(event.run_dir, event.resumed_from):
                     self._add(mean)
@@ -390,6 +402,9 @@ class EarlyStop:
             )
 
     def _add(self, mean: float) -> None:
+        if not math.isfinite(mean):  # no evaluation to beat (a diverged run ends on its own)
+            self.since_best += 1
+            return
         if self.best is None or mean > self.best + self.min_delta:
             self.best, self.since_best = mean, 0
         else:
@@ -414,9 +429,10 @@ class SaveBest:
     ``checkpoint.pt`` (the last weights, and everything ``--resume`` needs)
     is left alone.
 
-    Its state (``best``, ``env_steps``) belongs to one run: a run directory
-    it has not seen starts it afresh, from the return its file holds there
-    (a resumed run's ``best.pt``), else from none.
+    Its state (``best``, ``env_steps``) belongs to one call of ``train``
+    (``TrainingEvent.run_id``): each call starts it afresh, from the return
+    its file holds in the run directory (a resumed run's ``best.pt``), else
+    from none.
 
     Args:
         filename: the file's name in the run directory.
@@ -445,7 +461,7 @@ class SaveBest:
         """The best mean evaluation return saved so far in the run."""
         self.env_steps: int | None = None
         """The env steps of the weights saved (None: none yet, or taken up from the file)."""
-        self._run_dir: Path | None = None
+        self._run_id = 0
 
     def __repr__(self) -> str:
         return f"SaveBest(filename={self.filename!r})"
@@ -453,8 +469,8 @@ class SaveBest:
     def __call__(self, event: TrainingEvent) -> None:
         """Save the evaluated weights when their mean return beats the best so far."""
         path = event.run_dir / self.filename
-        if event.run_dir != self._run_dir:  # a new run: the best its file holds, if any
-            self._run_dir, self.best, self.env_steps = event.run_dir, None, None
+        if event.run_id != self._run_id:  # a new run: the best its file holds, if any
+            self._run_id, self.best, self.env_steps = event.run_id, None, None
             if path.exists():
                 stored = load_checkpoint(path, map_location="cpu")
                 self.best, self.env_steps = float(stored["eval_return_mean"]), int(stored["env_steps"])

@@ -25,7 +25,6 @@ field of ``Config``.
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 from collections.abc import Sequence
 from typing import Any, cast
@@ -47,7 +46,7 @@ from rlstruct.algos.config import (
 )
 from rlstruct.algos.evaluation import EnvSpaces
 from rlstruct.algos.hooks import Hook, check_hooks
-from rlstruct.algos.run import Run, prepare
+from rlstruct.algos.run import Run, diverged, prepare
 from rlstruct.checkpoint import rng_state
 from rlstruct.learning.metrics import EpisodeReturns, explained_variance
 from rlstruct.learning.on_policy import add_advantages, ppo_minibatch_loss, ppo_minibatches
@@ -267,7 +266,7 @@ def update(
                 vf_coef=config.vf_coef,
                 ent_coef=config.ent_coef,
             )
-            if not all(map(math.isfinite, terms.values())):
+            if diverged(terms):
                 return terms  # no step on them: Run.step ends the run (TrainingDiverged), naming them
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -64,7 +64,7 @@ from rlstruct.learning.metrics import EpisodeReturns
 from rlstruct.logger import CHECKPOINT_NAME, Logger, make_run_dir
 from rlstruct.seeding import derive_seed
 
-__all__ = ["CannotResume", "Run", "RunInterrupted", "ScriptConfig", "TrainingDiverged", "prepare"]
+__all__ = ["CannotResume", "Run", "RunInterrupted", "ScriptConfig", "TrainingDiverged", "diverged", "prepare"]
 
 
 class ScriptConfig(Protocol):
@@ -393,10 +393,10 @@ class Run:
         if self._new_return is not None:
             scalars = {"train_return_mean": self._new_return, **scalars}
             self._new_return = None
-        diverged = _diverged(scalars)
+        not_finite = diverged(scalars)
         if (result := self.evaluator.poll()) is not None:
             self._log_eval(result, model)
-        if env_steps >= self._next_eval and not diverged:
+        if env_steps >= self._next_eval and not not_finite:
             weights = self._for_evaluation(model)
             if self.evaluator.start(weights, env_steps):
                 self._next_eval = env_steps + self.config.eval_every
@@ -406,8 +406,8 @@ class Run:
         if self.hooks:
             row |= self.hooks.iteration(env_steps, row, model)
         self.logger.log(env_steps, **row)
-        if diverged:  # the row that shows them is written first
-            raise TrainingDiverged(self.algo, self.dir, env_steps, {key: row[key] for key in diverged})
+        if not_finite:  # the row that shows them is written first
+            raise TrainingDiverged(self.algo, self.dir, env_steps, {key: row[key] for key in not_finite})
         shown = {} if self.episode_return is None else {"return": self.episode_return}
         if self.last_eval is not None:
             shown["eval"] = self.last_eval.mean
@@ -546,11 +546,18 @@ class RunInterrupted(KeyboardInterrupt):
         super().__init__(f"interrupted; run directory {run_dir}: {then}")
 
 
-def _diverged(scalars: Mapping[str, float]) -> list[str]:
+def diverged(scalars: Mapping[str, float]) -> list[str]:
     """The scalars that are not finite, when a loss or the training return is among them; else none.
 
     Other metrics may be NaN in a healthy run (``explained_variance`` of a
-    target that does not vary), so they alone end nothing.
+    target that does not vary), so they alone end nothing. ``Run.step``
+    ends a run on it, and PPO takes no step on a minibatch it names.
+
+    Examples:
+        >>> diverged({"value_loss": float("nan"), "explained_variance": float("nan")})
+        ['explained_variance', 'value_loss']
+        >>> diverged({"value_loss": 0.5, "explained_variance": float("nan")})
+        []
     """
     bad = sorted(key for key, value in scalars.items() if not math.isfinite(value))
     if any(key == "loss" or key.endswith("_loss") or key == "train_return_mean" for key in bad):

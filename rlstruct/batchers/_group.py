@@ -17,21 +17,12 @@ import torch
 from rlstruct.agent import Agent, history_length, reset_finished_states
 from rlstruct.batchers._storage import PARTS, STORED, Direct, Field, Layout, Slot, direct_views, slot_views
 from rlstruct.dicttensor import DictTensor
-from rlstruct.env import REQUIRED_KEYS, Environment
+from rlstruct.env import REQUIRED_KEYS, Environment, writes_in_place
 from rlstruct.errors import describe
 from rlstruct.history import Spec, StepHistory, empty_window
 from rlstruct.seeding import derive_seed
 from rlstruct.specs import Specs, TensorSpec
 from rlstruct.temporal import TemporalDictTensor
-
-
-def _writes_in_place(cls: type[Environment]) -> bool:
-    """Whether batchers step ``cls`` through ``step_into``: it implements it, where ``step`` is or below.
-
-    A subclass that overrides ``step`` alone is stepped through its ``step``.
-    """
-    owner = {name: next(c for c in cls.__mro__ if name in vars(c)) for name in ("step", "step_into")}
-    return owner["step_into"] is not Environment and issubclass(owner["step_into"], owner["step"])
 
 
 @dataclass(frozen=True)
@@ -124,7 +115,7 @@ class Group:
         self.n_timesteps = 0
         # the environment's step_into (see _steps_into): whether it has one, the views of each slot,
         # whether a run through step has checked the keys since the last reset, and the last step's buffers
-        self.steps_into = _writes_in_place(type(self.env))
+        self.steps_into = writes_in_place(type(self.env))
         self.directs: dict[int | None, Direct | None] = {}
         self.verified = False
         self.carry: DictTensor | None = None
