@@ -36,10 +36,10 @@ Examples:
     >>> hooks = check_hooks([EarlyStop(target=475.0), print])
     >>> len(hooks)
     2
-    >>> check_hooks(print)
+    >>> check_hooks(EarlyStop(target=475.0))
     Traceback (most recent call last):
         ...
-    TypeError: hooks must be a list or tuple of callables, each taking a TrainingEvent (hooks=[f] for one); got a builtin_function_or_method
+    TypeError: hooks must be a list or tuple of callables, each taking a TrainingEvent (hooks=[f] for one); got an EarlyStop
 """
 
 from __future__ import annotations
