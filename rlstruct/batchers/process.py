@@ -21,11 +21,8 @@ import sys
 import threading
 import time
 import warnings
-import weakref
 from collections.abc import Callable, Mapping
-from multiprocessing import connection as mp_connection
 from multiprocessing import resource_sharer
-from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any, Literal, overload
 
@@ -38,10 +35,8 @@ from rlstruct.batchers._group import Group, GroupSpec
 from rlstruct.batchers._messages import (
     Answer,
     Attach,
-    Close,
     Command,
     Done,
-    Failed,
     Ok,
     Ready,
     Reset,
@@ -50,13 +45,14 @@ from rlstruct.batchers._messages import (
     Stopped,
     Stream,
 )
+from rlstruct.batchers._pool import WorkerPool
 from rlstruct.batchers._shared import SharedBuffers, SharedWeights
 from rlstruct.batchers._slots import WAIT_S, SlotBoard
 from rlstruct.batchers._storage import STORED, Layout, filled_next, full_layout
-from rlstruct.batchers._worker import WorkerSpec, worker_main
+from rlstruct.batchers._worker import WorkerSpec
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
-from rlstruct.errors import WorkerError, WorkerTimeout, describe
+from rlstruct.errors import WorkerError, describe
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
 
@@ -64,7 +60,6 @@ __all__ = ["MultiprocessBatcher", "choose_start_method"]
 
 Mode = Literal["fixed", "episodes", "stream"]
 NAME = "MultiprocessBatcher"
-EXIT_WAIT_S = 5.0  # how long a worker whose pipe closed may take to exit, for its exit code
 
 
 class State(enum.Enum):
@@ -123,25 +118,6 @@ def _other_threads() -> list[threading.Thread]:
         return threading.enumerate()
     sharer = getattr(getattr(resource_sharer, "_resource_sharer", None), "_thread", None)
     return [t for t in threading.enumerate() if t is not threading.main_thread() and t is not sharer]
-
-
-def _shutdown(processes: list[Any], conns: list[Connection], grace: float) -> None:
-    """Ask every worker to exit, then terminate and kill the ones that do not. Safe to call twice."""
-    for conn in conns:
-        with contextlib.suppress(OSError, ValueError):
-            conn.send(Close())
-    deadline = time.monotonic() + grace
-    for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-            process.join(1.0)
-        if process.is_alive():
-            process.kill()
-            process.join(1.0)
-    for conn in conns:
-        conn.close()
 
 
 class MultiprocessBatcher:
@@ -305,20 +281,13 @@ class MultiprocessBatcher:
         """The start method of the workers: the one given, or what "auto" chose at construction."""
         ctx = mp.get_context(self.start_method)
         self._board = SlotBoard(self.n_slots, n_processes, ctx, self.timeout) if mode == "stream" else None
-        self._processes: list[Any] = []
-        self._conns: list[Connection] = []
-        self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._conns, 5.0)
         self.state = State.NEEDS_RESET
-        self._start_deadline = time.monotonic() + self.start_timeout
         # The factories travel as bytes the worker unpickles itself, so that one it cannot import is
         # reported with its traceback; their arguments go through multiprocessing (Events, shared tensors).
         factories = pickle.dumps((agent_factory, env_factory))
-        for w in range(n_processes):
-            here, there = ctx.Pipe()
-            inherited = (
-                (*(c.fileno() for c in self._conns), here.fileno()) if self.start_method == "fork" else ()
-            )
-            spec = WorkerSpec(
+
+        def spec(w: int, inherited: tuple[int, ...]) -> WorkerSpec:
+            return WorkerSpec(
                 index=w,
                 factories=factories,
                 group=self._specs[w],
@@ -329,19 +298,9 @@ class MultiprocessBatcher:
                 timeout=self.timeout,
                 inherited=inherited,
             )
-            process = ctx.Process(  # type: ignore[attr-defined]
-                target=worker_main, args=(spec, there), name=f"rlstruct-worker-{w}", daemon=True
-            )
-            try:
-                process.start()
-            except BaseException:  # the workers started so far are stopped by the finalizer
-                here.close()
-                there.close()
-                raise
-            self._processes.append(process)  # only started processes: the finalizer joins them
-            self._conns.append(here)
-            there.close()
-        self._started = [False] * n_processes  # which workers said Ready
+
+        self._pool = WorkerPool(ctx, spec, n_processes, n_envs, self.timeout, self.start_timeout)
+        self._processes, self._conns = self._pool.processes, self._pool.conns
         self._info_spec: _checks.InfoSpec | None = None  # z and w as every later reset must give them
         self._buffers_spec: _checks.InfoSpec | None = None  # z and w as the buffers were made for
         self._buffers: SharedBuffers | None = None
@@ -357,101 +316,36 @@ class MultiprocessBatcher:
         """The number of rows a ``get()`` returns: ``n_processes * n_envs``, or ``n_envs`` in "stream" mode."""
         return self.n_envs if self.mode == "stream" else self.n_processes * self.n_envs
 
-    def _envs(self, w: int) -> range:
-        return range(w * self.n_envs, (w + 1) * self.n_envs)
-
     def _fail(self, error: WorkerError) -> WorkerError:
         """Close everything, and return ``error`` for the caller to raise."""
         self.close()
         return error
 
-    def _died(self, w: int) -> WorkerError:
-        """The error of a worker whose pipe closed or whose process is gone, with its exit code."""
-        process = self._processes[w]
-        process.join(EXIT_WAIT_S)
-        code = "unknown: it has not exited" if process.exitcode is None else str(process.exitcode)
-        if self._started[w]:
-            return WorkerError(f"died (exit code {code})", w, self._envs(w))
-        return WorkerError(
-            f"died before it started (exit code {code}); the reason, if it gave one, is on the "
-            "standard error",
-            w,
-            self._envs(w),
-        )
-
     def _timed_out(self, w: int, what: str) -> WorkerError:
-        """Kill worker ``w`` (it would not answer "close" either) and close everything."""
-        self._processes[w].kill()
-        return self._fail(WorkerTimeout(what, w, self._envs(w)))
+        """Kill worker ``w`` (it would not answer ``Close`` either) and close everything."""
+        return self._fail(self._pool.timed_out(w, what))
 
     def _read(self, w: int) -> Answer | None:
-        """The message worker ``w`` has sent, if any (None while it runs quietly).
-
-        Raises:
-            WorkerError: if the message is an error, or the worker died.
-        """
+        """The message worker ``w`` has sent, if any; a failure closes the batcher (see ``WorkerPool.read``)."""
         try:
-            if not self._conns[w].poll(0):
-                if self._processes[w].is_alive():
-                    return None
-                raise self._fail(self._died(w))
-            message: Answer = self._conns[w].recv()
-        except (EOFError, OSError):
-            raise self._fail(self._died(w)) from None
-        if isinstance(message, Failed):
-            what = "raised an exception" if self._started[w] else "could not start"
-            raise self._fail(WorkerError(what, w, self._envs(w), message.traceback))
-        return message
+            return self._pool.read(w)
+        except WorkerError as error:
+            raise self._fail(error) from error.__cause__
 
     def _gather(
         self, workers: set[int], answer: type[Answer], deadline: float, blocking: bool = True
     ) -> bool:
-        """Read ``answer`` from each of ``workers``, taking each out of the set as it answers.
-
-        All are watched at once (pipes and process sentinels), so an error or
-        a death is reported as it happens, whichever worker it is.
-
-        Returns:
-            True once all answered; False if ``blocking`` is False and some
-            have not, before ``deadline`` (time.monotonic).
-
-        Raises:
-            WorkerError: if one sent an error, another answer, or died.
-            WorkerTimeout: once ``deadline`` passed, naming the first that has not answered.
-        """
-        while workers:
-            handles: dict[Any, int] = {}
-            for w in workers:
-                handles[self._conns[w]] = w
-                handles[self._processes[w].sentinel] = w
-            wait = max(0.0, deadline - time.monotonic()) if blocking else 0.0
-            ready = mp_connection.wait(list(handles), timeout=wait)
-            for w in sorted({handles[handle] for handle in ready}):
-                message = self._read(w)
-                if message is None:
-                    continue
-                if not isinstance(message, answer):
-                    raise self._fail(
-                        WorkerError(f"answered {message!r} instead of {answer.__name__}", w, self._envs(w))
-                    )
-                workers.discard(w)
-            if workers and not ready:
-                if time.monotonic() >= deadline:
-                    w = min(workers)
-                    if not self._started[w]:
-                        raise self._timed_out(
-                            w, f"did not start within start_timeout={self.start_timeout:g} s"
-                        )
-                    raise self._timed_out(w, f"no answer within {self.timeout:g} s (hung or too slow)")
-                if not blocking:
-                    return False
-        return True
+        """``WorkerPool.gather``; a failure closes the batcher."""
+        try:
+            return self._pool.gather(workers, answer, deadline, blocking)
+        except WorkerError as error:
+            raise self._fail(error) from error.__cause__
 
     def _send(self, w: int, command: Command) -> None:
         try:
-            self._conns[w].send(command)
-        except (OSError, ValueError):
-            raise self._fail(self._died(w)) from None
+            self._pool.send(w, command)
+        except WorkerError as error:
+            raise self._fail(error) from None
 
     def _all(self, commands: list[Command], answer: type[Answer]) -> None:
         """Send one command to each worker and wait for each to answer ``answer``."""
@@ -490,9 +384,11 @@ class MultiprocessBatcher:
         """The first reset: probe, wait for the workers to start, allocate the buffers and attach them."""
         info, steps = self._probe(agent_info, env_info)  # while the workers start
         self._gather(
-            {w for w in range(self.n_processes) if not self._started[w]}, Ready, self._start_deadline
+            {w for w in range(self.n_processes) if not self._pool.started[w]},
+            Ready,
+            self._pool.start_deadline,
         )
-        self._started = [True] * self.n_processes
+        self._pool.started = [True] * self.n_processes
         self._buffers = SharedBuffers.allocate(info, steps, self.n_slots, self.n_timesteps)
         commands: list[Command] = []
         for w in range(self.n_processes):
@@ -761,7 +657,7 @@ class MultiprocessBatcher:
         for w in range(self.n_processes):
             message = self._read(w)
             if message is not None:
-                raise self._fail(WorkerError(f"sent {message!r} while streaming", w, self._envs(w)))
+                raise self._fail(WorkerError(f"sent {message!r} while streaming", w, self._pool.rows(w)))
         silent = self._slot_board().silent(self.timeout)
         if silent:
             others = f" (so did workers {silent[1:]})" if len(silent) > 1 else ""
@@ -803,7 +699,7 @@ class MultiprocessBatcher:
             if self._board is not None:
                 self._board.wake(self.n_processes)  # no worker waits out its WAIT_S for a free slot
         self.state = State.CLOSED
-        self._finalizer()
+        self._pool.shutdown()
         self._buffers = None
         self._staging = {}
         self._board = None  # its lock is a named semaphore in /dev/shm until it is freed
