@@ -31,6 +31,7 @@ from rlstruct.returns import discounted_returns, gae, td_lambda, vtrace
 from rlstruct.seeding import derive_seed
 from rlstruct.specs import Specs, TensorSpec
 from rlstruct.temporal import TemporalDictTensor
+from rlstruct.torch_env import TorchEnv
 from rlstruct.trajectories import Trajectories
 from rlstruct.version import __version__ as __version__
 
@@ -54,6 +55,7 @@ __all__ = [
     "Specs",
     "TemporalDictTensor",
     "TensorSpec",
+    "TorchEnv",
     "Trajectories",
     "WorkerError",
     "WorkerTimeout",

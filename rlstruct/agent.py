@@ -176,13 +176,14 @@ def reset_finished_states(
     """Replace the state of the rows that start an episode with ``agent.initial_state``.
 
     Rows whose ``observation["initial_state"]`` is True get a fresh state; the
-    others keep theirs. Returns ``state`` itself when no row starts an episode
-    or the agent is stateless.
+    others keep theirs. Returns ``state`` itself when the agent is stateless,
+    or, on the CPU, when no row starts an episode (on another device the
+    rows are selected without asking the device whether any starts).
     """
     if state.empty():
         return state
     starting = observation["initial_state"]
-    if not bool(starting.any()):
+    if starting.device.type == "cpu" and not bool(starting.any()):  # elsewhere: no wait for the device
         return state
     return DictTensor.where(starting, agent.initial_state(agent_info, state.n_elems()), state)
 

@@ -4,7 +4,9 @@ The contract every environment fulfils, so that batchers can drive any of them
 with whole-batch operations only.
 
 **Observations.** ``reset`` and ``step`` return DictTensors with one row per
-instance (``n_envs`` rows, always all of them, on the CPU), holding the
+instance (``n_envs`` rows, always all of them, on the environment's
+``device``: the CPU unless it says otherwise, as a ``TorchEnv`` on a GPU
+does), holding the
 environment's own keys plus these, which batchers rely on:
 
 | key | dtype | meaning |
@@ -54,6 +56,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import torch
 
 from rlstruct.dicttensor import DictTensor
 
@@ -72,9 +75,14 @@ class Environment(ABC):
     Attributes:
         n_envs: the number of instances, which is also the number of rows of
             every env_info, action and observation.
+        device: where the observations are, and where the actions must be:
+            the CPU unless a subclass sets another. Batchers give the
+            environment its w and the agent its z there, and expect the
+            agent's output there.
     """
 
     n_envs: int
+    device: torch.device = torch.device("cpu")
 
     @abstractmethod
     def reset(self, env_info: DictTensor, auto_reset: bool = False) -> DictTensor:

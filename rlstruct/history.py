@@ -190,6 +190,7 @@ class StepHistory:
         spec: the keys of a step.
         batch_size: B.
         n: the window's fixed number of entries, or None for "every step of the run".
+        device: where the windows are kept (the steps pushed must be there).
 
     Examples:
         >>> import torch
@@ -203,13 +204,16 @@ class StepHistory:
         tensor([[11, 12]])
     """
 
-    def __init__(self, spec: Spec, batch_size: int, n: int | None) -> None:
+    def __init__(
+        self, spec: Spec, batch_size: int, n: int | None, device: torch.device | str = "cpu"
+    ) -> None:
         self.spec, self.batch_size, self.n = dict(spec), batch_size, n
+        self.device = torch.device(device)
         self.n_before = n or 0
-        self.carried = empty_window(spec, batch_size, n) if n is not None else None
+        self.carried = empty_window(spec, batch_size, n, self.device) if n is not None else None
         self.timeline: dict[str, torch.Tensor] = {}  # key -> [B, n_before + T + 1, ...]
         self.flat: dict[str, torch.Tensor] = {}  # the same viewed as [B * (n_before + T + 1), ...]
-        self.lengths = torch.zeros(batch_size, dtype=torch.int64)
+        self.lengths = torch.zeros(batch_size, dtype=torch.int64, device=self.device)
         self.before_lengths = self.lengths
 
     def begin(self, n_timesteps: int) -> TemporalDictTensor | None:
@@ -217,7 +221,7 @@ class StepHistory:
         width = self.n_before + n_timesteps + 1  # before, the steps, the zero step
         if not self.timeline or next(iter(self.timeline.values())).shape[1] != width:
             self.timeline = {
-                k: torch.zeros((self.batch_size, width, *shape), dtype=dtype)
+                k: torch.zeros((self.batch_size, width, *shape), dtype=dtype, device=self.device)
                 for k, (dtype, shape) in self.spec.items()
             }
             self.flat = {k: v.flatten(0, 1) for k, v in self.timeline.items()}
@@ -238,7 +242,7 @@ class StepHistory:
         )
         data = _take(self.flat, self.width, positions)
         return TemporalDictTensor.unchecked(
-            DictTensor.unchecked(data, self.batch_size, torch.device("cpu")), self.lengths, width
+            DictTensor.unchecked(data, self.batch_size, self.device), self.lengths, width
         )
 
     def push(self, t: int, step: DictTensor) -> None:
@@ -251,4 +255,4 @@ class StepHistory:
     def end(self, t: int) -> None:
         """The run stopped after ``t`` steps: keep the window before step ``t`` for the next run (n only)."""
         if self.n is not None:
-            self.carried = self.window(t, torch.zeros(self.batch_size, dtype=torch.bool))
+            self.carried = self.window(t, torch.zeros(self.batch_size, dtype=torch.bool, device=self.device))

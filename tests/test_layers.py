@@ -45,7 +45,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("checks", [["checks"]]),
     ("structures", [["dicttensor", "temporal", "trajectories"]]),
     # Interfaces: agents, and environments with the gymnasium adapter, unaware of each other.
-    ("interfaces", [["agent", "history"], ["env", "env_check", "envs", "gym_env"]]),
+    ("interfaces", [["agent", "history"], ["env", "env_check", "envs", "gym_env", "gym_vector_env", "torch_env", "torch_envs"]]),
     # Batchers, and the hand-checkable agents and environments that test them and learners.
     ("batchers", [["batchers"], ["testing"]]),
     # Learning blocks: pure maths, replay buffers, normalisers.
@@ -61,6 +61,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
 GYMNASIUM_USERS = {
     # The gymnasium adapter and the tasks it registers.
     "rlstruct.gym_env",
+    "rlstruct.gym_vector_env",
     "rlstruct.envs",
     # The algorithms make environments from gymnasium ids and record their frames; a Policy
     # reads an environment's raw observations by its observation space.

@@ -105,6 +105,11 @@ class Group:
         if self.env.n_envs != n_envs:
             self.close()
             raise ValueError(f"env_factory was asked for {n_envs} instances but made {self.env.n_envs}")
+        self.device = self.env.device
+        """Where the environment's rows are: the agent acts there, and the group's own storage is there."""
+        if not isinstance(self.device, torch.device):
+            self.close()
+            raise TypeError(f"{name}: the environment's device must be a torch.device, got {describe(self.device)}")
         self.history = history_length(self.agent)
         # key -> (dtype, step shape) of the history window: the observation and output keys of a step,
         # read from the attached storage or learnt by a probe call at the first reset (see _probe)
@@ -115,7 +120,7 @@ class Group:
         self.n_timesteps = 0
         # the environment's step_into (see _steps_into): whether it has one, the views of each slot,
         # whether a run through step has checked the keys since the last reset, and the last step's buffers
-        self.steps_into = writes_in_place(type(self.env))
+        self.steps_into = writes_in_place(type(self.env)) and self.device.type == "cpu"
         self.directs: dict[int | None, Direct | None] = {}
         self.verified = False
         self.carry: DictTensor | None = None
@@ -157,6 +162,12 @@ class Group:
                 raise ValueError(
                     f"{self.name}: the agent's {what} has {dt.n_elems()} rows, expected {self.n_envs}"
                 )
+        elsewhere = {k: str(v.device) for k, v in (output | state).items() if v.device != self.device}
+        if elsewhere:
+            raise ValueError(
+                f"{self.name}: the agent's output and state must be on the environment's device "
+                f"{self.device}, got {elsewhere}; make the agent act where the environment is"
+            )
         clash = [k for k in output if k in observation]
         if clash:
             raise ValueError(
@@ -224,9 +235,11 @@ class Group:
                 for k, v in dt.items()
             }
         )
-        storage = dict(TemporalDictTensor.zeros(specs, self.n_envs, self.n_timesteps, device="cpu").items())
+        storage = dict(
+            TemporalDictTensor.zeros(specs, self.n_envs, self.n_timesteps, device=self.device).items()
+        )
         if self.compact:
-            storage[STORED] = torch.zeros((self.n_envs, self.n_timesteps), dtype=torch.bool)
+            storage[STORED] = torch.zeros((self.n_envs, self.n_timesteps), dtype=torch.bool, device=self.device)
         self.slots[None] = slot_views(storage, self.compact)
         self.directs.pop(None, None)
         return self.slots[None]
@@ -262,8 +275,9 @@ class Group:
     # ------------------------------------------------------------------ acquisition
 
     def reset(self, agent_info: DictTensor, env_info: DictTensor, auto_reset: bool) -> None:
-        """Start new episodes everywhere, with z = ``agent_info`` and w = ``env_info`` (both copied)."""
-        self.agent_info, self.env_info, self.auto_reset = agent_info.clone(), env_info.clone(), auto_reset
+        """Start new episodes everywhere, with z = ``agent_info`` and w = ``env_info`` (both copied to ``device``)."""
+        self.agent_info, self.env_info = self._copy(agent_info), self._copy(env_info)
+        self.auto_reset = auto_reset
         # the environment and the agent get the group's copies: a w or z they keep never changes
         self.observation = self.env.reset(self.env_info, auto_reset)
         self._check_observation(self.observation, "at reset")
@@ -278,8 +292,12 @@ class Group:
             if self.window_spec is None:
                 self.window_spec = self._probe()
             self.windows = StepHistory(
-                self.window_spec, self.n_envs, self.history if self.history > 0 else None
+                self.window_spec, self.n_envs, self.history if self.history > 0 else None, self.device
             )
+
+    def _copy(self, info: DictTensor) -> DictTensor:
+        """A copy of z or w on the group's device."""
+        return info.to(self.device) if info.device not in (None, self.device) else info.clone()
 
     def _probe(self) -> Spec:
         """Learn the agent's output keys from one call whose effects are undone, before any real step.
@@ -290,7 +308,7 @@ class Group:
         generator is restored, so the trajectories are those without it.
         """
         observed = {k: (v.dtype, tuple(v.shape[1:])) for k, v in self.observation.items()}
-        window = empty_window(observed, self.n_envs, max(self.history or 0, 0))
+        window = empty_window(observed, self.n_envs, max(self.history or 0, 0), self.device)
         generator = self.agent.generator.get_state()
         with torch.no_grad():
             output, state = self.agent(self.state.clone(), self.observation, self.agent_info, window)
@@ -327,7 +345,7 @@ class Group:
             | self.env_info.prepend_key("env_info/")
             | self.state.clone().prepend_key("agent_state/")  # a copy: agents may update state in place
         )
-        lengths = torch.full((n,), n_timesteps, dtype=torch.int64)
+        lengths = torch.full((n,), n_timesteps, dtype=torch.int64, device=self.device)
         windows = self.windows  # None (no work per step) for agents without history
         if windows is not None:
             before = windows.begin(n_timesteps)
@@ -342,15 +360,16 @@ class Group:
         if windows is not None:
             windows.end(t + 1)  # the steps taken: fewer than n_timesteps when episodes all ended early
         storage = self.slots[slot].storage
+        device = storage[next(iter(storage))].device  # the group's own, or the batcher's shared memory
         if self.compact:
             storage[STORED].copy_(torch.tensor(stored).expand(n, n_timesteps))
         if not self.auto_reset:
-            padding = torch.arange(n_timesteps).unsqueeze(0) >= lengths.unsqueeze(1)
+            padding = torch.arange(n_timesteps, device=self.device).unsqueeze(0) >= lengths.unsqueeze(1)
             if bool(padding.any()):
                 for value in storage.values():
-                    value[padding] = 0  # zeros past each row's end, not its final step repeated
+                    value[padding.to(value.device)] = 0  # zeros past each row's end, not its final step repeated
         return info, TemporalDictTensor(
-            DictTensor.unchecked(storage, n, torch.device("cpu")), lengths, n_timesteps=n_timesteps
+            DictTensor.unchecked(storage, n, device), lengths.to(device), n_timesteps=n_timesteps
         )
 
     def _recorded_window(self, before: TemporalDictTensor) -> DictTensor:
@@ -368,7 +387,7 @@ class Group:
                     for k, v in window.items()
                 },
                 self.n_envs,
-                torch.device("cpu"),
+                self.device,
             )
             lengths = torch.where(starts, 0, lengths)
         recorded = window.prepend_key("history/")
