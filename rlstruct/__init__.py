@@ -1,10 +1,10 @@
 """rlstruct: reinforcement-learning data structures, agents, environments and batchers on PyTorch.
 
-``import rlstruct`` does not import gymnasium: ``GymEnv`` (and the ``envs``
-module of memory tasks) is imported the first time it is used, as
-``rlstruct.GymEnv`` or ``from rlstruct import GymEnv``. The memory tasks are
-registered as gymnasium ids as soon as gymnasium is imported, before or after
-rlstruct, so that ``gymnasium.make("CartPoleNoVel-v1")`` works after
+``import rlstruct`` does not import gymnasium: ``GymEnv`` and ``GymVectorEnv``
+(and the ``envs`` module of memory tasks) are each imported the first time they
+are used, as ``rlstruct.GymEnv`` or ``from rlstruct import GymEnv``. The memory
+tasks are registered as gymnasium ids as soon as gymnasium is imported, before
+or after rlstruct, so that ``gymnasium.make("CartPoleNoVel-v1")`` works after
 ``import rlstruct`` either way.
 """
 
@@ -43,6 +43,7 @@ __all__ = [
     "DistributedError",
     "Environment",
     "GymEnv",
+    "GymVectorEnv",
     "HindsightReplayBuffer",
     "LocalBatcher",
     "Logger",
@@ -80,9 +81,14 @@ __all__ = [
 if TYPE_CHECKING:
     from rlstruct import envs as envs
     from rlstruct.gym_env import GymEnv
+    from rlstruct.gym_vector_env import GymVectorEnv
 
 # The names whose modules import gymnasium, and the module each one is in (itself, for a module).
-_GYMNASIUM = {"GymEnv": "rlstruct.gym_env", "envs": "rlstruct.envs"}
+_GYMNASIUM = {
+    "GymEnv": "rlstruct.gym_env",
+    "GymVectorEnv": "rlstruct.gym_vector_env",
+    "envs": "rlstruct.envs",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -110,9 +110,13 @@ class TorchEnv(Environment):
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"{owner}: seed must be an int, got {describe(seed)}")
         if max_episode_steps is not None and (
-            not isinstance(max_episode_steps, int) or isinstance(max_episode_steps, bool) or max_episode_steps <= 0
+            not isinstance(max_episode_steps, int)
+            or isinstance(max_episode_steps, bool)
+            or max_episode_steps <= 0
         ):
-            raise ValueError(f"{owner}: max_episode_steps must be an int > 0 or None, got {max_episode_steps!r}")
+            raise ValueError(
+                f"{owner}: max_episode_steps must be an int > 0 or None, got {max_episode_steps!r}"
+            )
         self.n_envs = n_envs
         self.defaults: dict[str, float] = dict(self.parameters)
         """The value of each parameter where w lacks it: ``parameters``, which a constructor may change."""
@@ -139,10 +143,16 @@ class TorchEnv(Environment):
     def advance(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Step every row with ``action`` (``[n_envs, ...]``); return ``(reward, terminated)``, each ``[n_envs]``."""
 
-    def parameter(self, name: str) -> torch.Tensor | float:
-        """w's value of ``name`` for every row (a ``[n_envs]`` tensor), or its default if w lacks it."""
+    def parameter(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor | float:
+        """w's value of ``name`` for every row (a ``[n_envs]`` tensor, in ``dtype`` if given), or its default.
+
+        A task computing in float64 asks for its parameters in float64, so
+        that a float32 w does not round its products.
+        """
         value = self.env_info.tensors.get(name)
-        return self.defaults[name] if value is None else value
+        if value is None:
+            return self.defaults[name]
+        return value if dtype is None else value.to(dtype)
 
     # ------------------------------------------------------------------ the Environment contract
 
@@ -151,7 +161,9 @@ class TorchEnv(Environment):
         if not isinstance(env_info, DictTensor):
             raise TypeError(f"{owner}.reset: env_info must be a DictTensor, got {describe(env_info)}")
         if env_info.n_elems() != self.n_envs:
-            raise ValueError(f"{owner}.reset: env_info must have {self.n_envs} rows, got {env_info.n_elems()}")
+            raise ValueError(
+                f"{owner}.reset: env_info must have {self.n_envs} rows, got {env_info.n_elems()}"
+            )
         unknown = sorted(set(env_info.keys()) - set(self.parameters))
         if unknown:
             raise ValueError(

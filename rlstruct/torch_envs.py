@@ -42,12 +42,15 @@ from typing import Any, ClassVar
 
 import torch
 
+from rlstruct.dicttensor import DictTensor
 from rlstruct.torch_env import TorchEnv
 
 __all__ = ["TORCH_TASKS", "TorchCartPole", "TorchCueMemory", "TorchPendulum", "make_torch_env"]
 
 
-def _uniform(env: TorchEnv, shape: tuple[int, ...], low: float, high: float, dtype: torch.dtype) -> torch.Tensor:
+def _uniform(
+    env: TorchEnv, shape: tuple[int, ...], low: float, high: float, dtype: torch.dtype
+) -> torch.Tensor:
     draw = torch.rand(shape, generator=env.generator, dtype=dtype, device=env.device)
     return draw * (high - low) + low
 
@@ -92,16 +95,22 @@ class TorchCartPole(TorchEnv):
         self.state = torch.zeros((n_envs, 4), dtype=dtype, device=self.device)
 
     def start(self, rows: torch.Tensor) -> None:
+        """Each row in ``rows`` gets a state drawn uniformly in [-0.05, 0.05)^4."""
         new = _uniform(self, (self.n_envs, 4), -0.05, 0.05, self.state.dtype)
         torch.where(rows.unsqueeze(1), new, self.state, out=self.state)
 
     def observe(self) -> dict[str, torch.Tensor]:
+        """``observation``: the state as float32 ``[n_envs, 4]`` (``[n_envs, 2]``, x and theta, without velocities)."""
         if self.velocities:
             return {"observation": self.state.to(torch.float32, copy=True)}
         return {"observation": self.state[:, 0::2].to(torch.float32, copy=True)}
 
     def advance(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        p = self.parameter
+        """One Euler step of 0.02 s pushed by +-force_mag; reward 1, terminated past the bounds."""
+
+        def p(name: str) -> torch.Tensor | float:
+            return self.parameter(name, self.state.dtype)
+
         gravity, masscart, masspole, length = p("gravity"), p("masscart"), p("masspole"), p("length")
         total_mass = masspole + masscart
         polemass_length = masspole * length
@@ -160,22 +169,28 @@ class TorchPendulum(TorchEnv):
         self.state = torch.zeros((n_envs, 2), dtype=dtype, device=self.device)
 
     def start(self, rows: torch.Tensor) -> None:
+        """Each row in ``rows`` gets theta in [-pi, pi) and theta_dot in [-1, 1), uniformly."""
         theta = _uniform(self, (self.n_envs,), -math.pi, math.pi, self.state.dtype)
         theta_dot = _uniform(self, (self.n_envs,), -1.0, 1.0, self.state.dtype)
         torch.where(rows.unsqueeze(1), torch.stack((theta, theta_dot), dim=1), self.state, out=self.state)
 
     def observe(self) -> dict[str, torch.Tensor]:
+        """``observation``: (cos, sin, theta_dot) as float32 ``[n_envs, 3]`` (``[n_envs, 2]`` without velocities)."""
         theta, theta_dot = self.state.unbind(1)
         entries = (theta.cos(), theta.sin(), theta_dot) if self.velocities else (theta.cos(), theta.sin())
         return {"observation": torch.stack(entries, dim=1).to(torch.float32)}
 
     def advance(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        g, m, length = self.parameter("g"), self.parameter("m"), self.parameter("l")
+        """One step of 0.05 s with the clipped torque; the reward is the cost of the state before it, negated."""
+        dtype = self.state.dtype
+        g, m, length = (self.parameter(name, dtype) for name in ("g", "m", "l"))
         theta, theta_dot = self.state.unbind(1)
         u = action[:, 0].clamp(-self.max_torque, self.max_torque)
         costs = _angle_normalize(theta).square() + 0.1 * theta_dot.square() + 0.001 * u.square()
-        u = u.to(self.state.dtype)
-        new_theta_dot = theta_dot + (3 * g / (2 * length) * theta.sin() + 3.0 / (m * length**2) * u) * self.dt
+        # gymnasium scales the torque in the action's dtype (float32) before adding it to its float64
+        # state; so does this, or float64 drifts from it by ~1e-6 over an episode
+        torque = (3.0 / (m * length**2) * u).to(self.state.dtype)
+        new_theta_dot = theta_dot + (3 * g / (2 * length) * theta.sin() + torque) * self.dt
         new_theta_dot = new_theta_dot.clamp(-self.max_speed, self.max_speed)
         self.state = torch.stack((theta + new_theta_dot * self.dt, new_theta_dot), dim=1)
         return -costs, torch.zeros_like(theta, dtype=torch.bool)
@@ -213,18 +228,33 @@ class TorchCueMemory(TorchEnv):
         self.cue = torch.zeros(n_envs, dtype=torch.int64, device=self.device)
         self.t = torch.zeros(n_envs, dtype=torch.int64, device=self.device)
 
+    def reset(self, env_info: DictTensor, auto_reset: bool = False) -> DictTensor:
+        """As ``TorchEnv.reset``; w's ``delay``, if given, must hold integers >= 0.
+
+        Raises:
+            TypeError, ValueError: as ``TorchEnv.reset``, and for a ``delay``
+                that is not integers >= 0.
+        """
+        delay = env_info.tensors.get("delay") if isinstance(env_info, DictTensor) else None
+        if delay is not None and (delay.dtype.is_floating_point or bool((delay < 0).any())):
+            raise ValueError(f"TorchCueMemory.reset: env_info['delay'] must hold integers >= 0, got {delay}")
+        return super().reset(env_info, auto_reset)
+
     def start(self, rows: torch.Tensor) -> None:
+        """Each row in ``rows`` draws a new cue, 0 or 1, and goes back to its first step."""
         cue = torch.randint(0, 2, (self.n_envs,), generator=self.generator, device=self.device)
         torch.where(rows, cue, self.cue, out=self.cue)
         self.t.masked_fill_(rows, 0)
 
     def observe(self) -> dict[str, torch.Tensor]:
+        """``observation``: float32 ``[n_envs, 3]``, the cue one-hot at the first step, the answer flag at the last."""
         shown = self.t == 0
         answer_now = self.t == self.parameter("delay") + 1
         entries = (shown & (self.cue == 0), shown & (self.cue == 1), answer_now)
         return {"observation": torch.stack(entries, dim=1).to(torch.float32)}
 
     def advance(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The answer step pays +1 or -1 and terminates; every other step pays 0."""
         answering = self.t == self.parameter("delay") + 1
         right = torch.where(action == self.cue, 1.0, -1.0)
         self.t += 1

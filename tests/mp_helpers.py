@@ -316,3 +316,50 @@ class StepOnlyGymEnv(GymEnv):
 
     def step(self, action: DictTensor) -> tuple[DictTensor, DictTensor]:
         return super().step(action)
+
+
+class DeviceAgent(Agent):
+    """A small MLP policy acting on ``device``, with nothing that waits for the device.
+
+    It samples by Gumbel-max (no ``torch.multinomial``), draws from a
+    generator on its device, and may carry a state ``h`` (``recurrent``) or
+    read a window of the last ``history`` steps (their number of entries
+    goes to the output ``seen``).
+    """
+
+    def __init__(
+        self, device: str = "cpu", n_inputs: int = 4, recurrent: bool = False, history: int | None = None
+    ) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.device = torch.device(device)
+        self.generator = torch.Generator(self.device)
+        self.net = torch.nn.Sequential(torch.nn.Linear(n_inputs, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+        self.net.to(self.device)
+        self.recurrent, self.history = recurrent, history
+
+    def require_history(self) -> bool | int:
+        return self.history or False
+
+    def initial_state(self, agent_info: DictTensor, n: int) -> DictTensor:
+        if not self.recurrent:
+            return DictTensor(batch_size=n)
+        return DictTensor({"h": torch.zeros(n, 2, device=self.device)})
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        logits = self.net(observation["observation"])
+        if self.recurrent:
+            state = DictTensor({"h": torch.tanh(state["h"] + logits)})
+            logits = logits + state["h"]
+        uniform = torch.rand(logits.shape, generator=self.generator, device=self.device)
+        action = (logits - torch.log(-torch.log(uniform.clamp(min=1e-12)))).argmax(-1)
+        output = DictTensor({"action": action})
+        if history is not None:
+            output.set("seen", history.lengths.clone())
+        return output, state

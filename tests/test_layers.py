@@ -45,7 +45,13 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("checks", [["checks"]]),
     ("structures", [["dicttensor", "temporal", "trajectories"]]),
     # Interfaces: agents, and environments with the gymnasium adapter, unaware of each other.
-    ("interfaces", [["agent", "history"], ["env", "env_check", "envs", "gym_env", "gym_vector_env", "torch_env", "torch_envs"]]),
+    (
+        "interfaces",
+        [
+            ["agent", "history"],
+            ["env", "env_check", "envs", "gym_env", "gym_vector_env", "torch_env", "torch_envs"],
+        ],
+    ),
     # Batchers, and the hand-checkable agents and environments that test them and learners.
     ("batchers", [["batchers"], ["testing"]]),
     # Learning blocks: pure maths, replay buffers, normalisers.
@@ -544,7 +550,7 @@ def test_the_checker_names_an_upward_a_sideways_and_a_facade_import() -> None:
         == "up from layer leaves (specs) to layer structures (dicttensor, temporal, trajectories)"
     )
     assert wrong_way(sideways) == (
-        "sideways within layer interfaces, from interfaces (agent, history) to interfaces (env, env_check, envs, gym_env)"
+        "sideways within layer interfaces, from interfaces (agent, history) to interfaces (env, env_check, envs, gym_env, gym_vector_env, torch_env, torch_envs)"
     )
     assert wrong_way(facade) is not None
     assert wrong_way(down) is None

@@ -36,11 +36,14 @@ import torch
 from rlstruct.algos.evaluation import EnvSpaces, UnknownEnvironment, env_spaces
 from rlstruct.checks import check_choice, check_int, check_number
 from rlstruct.errors import AgentError, ConfigError
+from rlstruct.gym_vector_env import GymVectorEnv
 from rlstruct.learning.actor_critic import MEMORIES
+from rlstruct.torch_envs import TORCH_TASKS
 
 __all__ = [
     "ACTIONS",
     "ALGORITHMS",
+    "ENV_BACKENDS",
     "OneLineParser",
     "TrainConfig",
     "annealed",
@@ -54,6 +57,9 @@ __all__ = [
     "parse_config",
     "set_learning_rate",
 ]
+
+ENV_BACKENDS = ("gymnasium", "vector", "torch")
+"""The values of ``TrainConfig.env_backend``."""
 
 ALGORITHMS = ("a2c", "dqn", "impala", "ppo", "sac")
 """The algorithms ``rlstruct train`` knows, each a module ``rlstruct.algos.<name>``."""
@@ -76,6 +82,8 @@ class TrainConfig:
 
     env: str = ""
     """The environment id, as for ``gymnasium.make`` ("module:EnvId" imports the module first)."""
+    env_backend: str = "gymnasium"
+    """How the training environments are stepped: "gymnasium" (one gymnasium object per environment), "vector" (gymnasium.make_vec, one vector environment per worker: GymVectorEnv) or "torch" (the id written in torch, all of a worker's environments stepped as arrays: rlstruct.torch_envs). Evaluations play gymnasium's own environment either way."""
     total_steps: int = 50_000
     """Environment steps of training (all environments counted)."""
     seed: int = 0
@@ -166,6 +174,23 @@ def check_config(config: TrainConfig, **positive: int | float) -> None:
         check_number("config", "stop_at_return", config.stop_at_return)
     check_int("config", "stop_patience", config.stop_patience, 0)
     check_device(config.device)
+    check_choice("config", "env_backend", config.env_backend, ENV_BACKENDS)
+    if config.env_backend == "torch" and config.env not in TORCH_TASKS:
+        raise ValueError(
+            f"config.env_backend 'torch' needs an id written in torch: one of {sorted(TORCH_TASKS)}, "
+            f"got {config.env!r}"
+        )
+    if config.env_backend == "vector":  # made once, so that a vector env gymnasium cannot give stops here
+        try:
+            GymVectorEnv(config.env, n_envs=1).close()
+        except ValueError as error:
+            if "NEXT_STEP" not in str(error):
+                raise ValueError(f"config.env_backend 'vector': {error}") from error
+            instead = "'torch' or 'gymnasium'" if config.env in TORCH_TASKS else "'gymnasium'"
+            raise ValueError(
+                f"config.env_backend 'vector': gymnasium's vector {config.env!r} resets an ended "
+                f"environment one step late (NEXT_STEP), which rlstruct cannot use; use env_backend {instead}"
+            ) from error
     if Path(config.run_dir).exists() and not Path(config.run_dir).is_dir():
         raise ValueError(f"config.run_dir must be a folder (or one to make), got the file {config.run_dir!r}")
     if config.json is not None and not Path(config.json).parent.is_dir():

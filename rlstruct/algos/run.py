@@ -59,10 +59,13 @@ from rlstruct.algos.hooks import Hook, HookRunner, check_hooks, config_hooks
 from rlstruct.batchers import MultiprocessBatcher, cpu_weights
 from rlstruct.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlstruct.dicttensor import DictTensor
+from rlstruct.env import Environment
 from rlstruct.gym_env import GymEnv
+from rlstruct.gym_vector_env import GymVectorEnv
 from rlstruct.learning.metrics import EpisodeReturns
 from rlstruct.logger import CHECKPOINT_NAME, Logger, make_run_dir
 from rlstruct.seeding import derive_seed
+from rlstruct.torch_envs import make_torch_env
 
 __all__ = ["CannotResume", "Run", "RunInterrupted", "ScriptConfig", "TrainingDiverged", "diverged", "prepare"]
 
@@ -77,6 +80,21 @@ class ScriptConfig(Protocol):
 
 
 C = TypeVar("C", bound=ScriptConfig)
+
+
+def collection_env(config: TrainConfig) -> tuple[Callable[..., Environment], dict[str, Any]]:
+    """The environment factory and arguments of a run's collection batcher, by ``config.env_backend``.
+
+    Examples:
+        >>> collection_env(TrainConfig(env="CartPole-v1", env_backend="torch"))[1]
+        {'env': 'CartPole-v1'}
+    """
+    factories: dict[str, Callable[..., Environment]] = {
+        "gymnasium": GymEnv,
+        "vector": GymVectorEnv,
+        "torch": make_torch_env,
+    }
+    return factories[config.env_backend], {"env": config.env}
 
 
 def prepare(config: C, spaces: EnvSpaces | None = None) -> tuple[C, torch.device, EnvSpaces]:
@@ -211,11 +229,12 @@ class Run:
         """
         config = self.config
         self._collector_args = (device, n_envs, n_timesteps, options)
+        env_factory, env_args = collection_env(config)
         self._batcher = MultiprocessBatcher(
             self.agent_factory,
             self.agent_args,
-            GymEnv,
-            {"env": config.env},
+            env_factory,
+            env_args,
             n_envs=n_envs // config.n_processes,
             n_timesteps=n_timesteps,
             n_processes=config.n_processes,

@@ -109,7 +109,9 @@ class Group:
         """Where the environment's rows are: the agent acts there, and the group's own storage is there."""
         if not isinstance(self.device, torch.device):
             self.close()
-            raise TypeError(f"{name}: the environment's device must be a torch.device, got {describe(self.device)}")
+            raise TypeError(
+                f"{name}: the environment's device must be a torch.device, got {describe(self.device)}"
+            )
         self.history = history_length(self.agent)
         # key -> (dtype, step shape) of the history window: the observation and output keys of a step,
         # read from the attached storage or learnt by a probe call at the first reset (see _probe)
@@ -162,7 +164,12 @@ class Group:
                 raise ValueError(
                     f"{self.name}: the agent's {what} has {dt.n_elems()} rows, expected {self.n_envs}"
                 )
-        elsewhere = {k: str(v.device) for k, v in (output | state).items() if v.device != self.device}
+        elsewhere = {
+            f"{what} {k!r}": str(v.device)
+            for what, dt in (("output", output), ("state", state))
+            for k, v in dt.items()
+            if v.device != self.device
+        }
         if elsewhere:
             raise ValueError(
                 f"{self.name}: the agent's output and state must be on the environment's device "
@@ -239,7 +246,9 @@ class Group:
             TemporalDictTensor.zeros(specs, self.n_envs, self.n_timesteps, device=self.device).items()
         )
         if self.compact:
-            storage[STORED] = torch.zeros((self.n_envs, self.n_timesteps), dtype=torch.bool, device=self.device)
+            storage[STORED] = torch.zeros(
+                (self.n_envs, self.n_timesteps), dtype=torch.bool, device=self.device
+            )
         self.slots[None] = slot_views(storage, self.compact)
         self.directs.pop(None, None)
         return self.slots[None]
@@ -367,9 +376,12 @@ class Group:
             padding = torch.arange(n_timesteps, device=self.device).unsqueeze(0) >= lengths.unsqueeze(1)
             if bool(padding.any()):
                 for value in storage.values():
-                    value[padding.to(value.device)] = 0  # zeros past each row's end, not its final step repeated
-        return info, TemporalDictTensor(
-            DictTensor.unchecked(storage, n, device), lengths.to(device), n_timesteps=n_timesteps
+                    value[padding.to(value.device)] = (
+                        0  # zeros past each row's end, not its final step repeated
+                    )
+        # unchecked: the group made the lengths, and checking them on a GPU would wait for it
+        return info, TemporalDictTensor.unchecked(
+            DictTensor.unchecked(storage, n, device), lengths.to(device), n_timesteps
         )
 
     def _recorded_window(self, before: TemporalDictTensor) -> DictTensor:

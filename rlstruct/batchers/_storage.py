@@ -156,3 +156,41 @@ def fields_of(storage: Mapping[str, torch.Tensor]) -> dict[str, list[Field]]:
         views = [value[:, t] for t in range(value.shape[1])]
         parts[part].append(Field(name, value.dtype, torch.Size((value.shape[0], *value.shape[2:])), views))
     return parts
+
+
+class Staging:
+    """Copies to a CUDA device through pinned buffers made once, without waiting for the transfers.
+
+    Both batchers copy their batches out through one of these. A buffer is
+    refilled only after the transfers out of the previous batch finished: an
+    event recorded after them on the stream they were queued on.
+
+    Args:
+        device: the CUDA device the copies go to.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.buffers: dict[Any, torch.Tensor] = {}
+        self.copied: Any = None  # the event after the last copies, or None
+
+    def to_device(self, tensors: Mapping[Any, torch.Tensor]) -> dict[Any, torch.Tensor]:
+        """The tensors (on the CPU) on ``device``, under the same keys; the transfers may still run."""
+        if self.copied is not None:
+            self.copied.synchronize()
+        out = {}
+        for key, value in tensors.items():
+            staging = self.buffers.get(key)
+            if staging is None or staging.shape != value.shape or staging.dtype != value.dtype:
+                staging = self.buffers[key] = torch.empty_like(value).pin_memory()
+            staging.copy_(value)
+            out[key] = staging.to(self.device, non_blocking=True)
+        self.copied = torch.cuda.Event()
+        self.copied.record(torch.cuda.current_stream(self.device))
+        return out
+
+    def release(self) -> None:
+        """Drop the pinned buffers (after the last transfers finished)."""
+        if self.copied is not None:
+            self.copied.synchronize()
+        self.buffers, self.copied = {}, None

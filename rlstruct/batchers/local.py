@@ -16,7 +16,7 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.batchers import _checks
 from rlstruct.batchers._group import Group, GroupSpec
-from rlstruct.batchers._storage import Layout, full_layout
+from rlstruct.batchers._storage import Layout, Staging, full_layout
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
 from rlstruct.errors import describe
@@ -70,10 +70,15 @@ class LocalBatcher:
             the weights of group 0's agent, the first one ``agent_factory``
             made, and the first ``execute()`` warns if the agent has any
             parameters or buffers and ``update()`` was not called before it.
-        device: where ``get()`` puts the trajectories (dtypes kept). The
-            agents act on the CPU whatever the device. ``self.device`` is it
-            as tensors report it (``"cuda"`` becomes ``cuda:0``, the current
-            CUDA device).
+        device: where ``get()`` puts the trajectories (dtypes kept).
+            ``self.device`` is it as tensors report it (``"cuda"`` becomes
+            ``cuda:0``, the current CUDA device). The agents act where the
+            environment is (its ``device``: the CPU for ``GymEnv``, any
+            device for a ``TorchEnv``), and the trajectories are written
+            there; with an environment and ``device`` on the same GPU, the
+            whole loop runs there and ``get()`` copies nothing across. A
+            batch made on the CPU goes to CUDA through pinned buffers that
+            are reused from one batch to the next.
         layout: how the trajectories are stored while they are made: "full"
             writes every key at every step; "compact" writes the ``next/``
             keys only at the steps where they differ from the following
@@ -145,6 +150,7 @@ class LocalBatcher:
             raise TypeError(f"LocalBatcher: seed must be an int, got {describe(seed)}")
         self.mode: Mode = mode
         self.device = _checks.device(NAME, device)
+        self._staging = Staging(self.device)  # CUDA: the pinned buffers get() copies through
         self.discarded = 0
         self._closed = False
         self._groups: list[Group] = []
@@ -249,12 +255,13 @@ class LocalBatcher:
         if self._info_spec is None:
             self._info_spec = self._reset_spec
         info = DictTensor.cat([p[0] for p in parts])
-        info.set("policy_version", torch.full((info.n_elems(),), self._version, dtype=torch.int64))
+        device = groups[0].device
+        info.set(
+            "policy_version", torch.full((info.n_elems(),), self._version, dtype=torch.int64, device=device)
+        )
         steps = TemporalDictTensor.cat([p[1] for p in parts])
         if self.layout == "compact":
-            data = DictTensor.unchecked(
-                full_layout(steps.to_dicttensor().tensors), steps.n_elems(), torch.device("cpu")
-            )
+            data = DictTensor.unchecked(full_layout(steps.to_dicttensor().tensors), steps.n_elems(), device)
             steps = TemporalDictTensor.unchecked(data, steps.lengths, self.n_timesteps)
         return Trajectories(info, steps)
 
@@ -338,9 +345,28 @@ class LocalBatcher:
         return self._to_device(batch)
 
     def _to_device(self, batch: Trajectories) -> Trajectories:
-        if self.device.type == "cuda":  # as the multiprocess batcher: through pinned memory
-            return batch.pin_memory().to(self.device, non_blocking=True)
-        return batch.to(self.device)
+        """The batch (a copy already) on ``device``: from the CPU to CUDA through the pinned staging buffers."""
+        made_on = batch.trajectories.device
+        if made_on == self.device:  # made there: no copy
+            return batch
+        if self.device.type != "cuda" or made_on.type != "cpu":
+            return batch.to(self.device)
+        info, steps = batch.info, batch.trajectories
+        tensors = {("info", k): v for k, v in info.items()}
+        tensors |= {("steps", k): v for k, v in steps.to_dicttensor().items()}
+        tensors[("lengths", "")] = steps.lengths
+        out = self._staging.to_device(tensors)
+        data = {k: v for (part, k), v in out.items() if part == "steps"}
+        return Trajectories(
+            DictTensor.unchecked(
+                {k: v for (part, k), v in out.items() if part == "info"}, info.n_elems(), self.device
+            ),
+            TemporalDictTensor.unchecked(
+                DictTensor.unchecked(data, steps.n_elems(), self.device),
+                out[("lengths", "")],
+                self.n_timesteps,
+            ),
+        )
 
     def update(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Load new weights into every agent copy (``load_state_dict``) and count one policy version.
@@ -365,6 +391,7 @@ class LocalBatcher:
         if self._closed:
             return
         self._closed = True
+        self._staging.release()
         errors = []
         for group in self._groups:
             try:

@@ -48,7 +48,7 @@ from rlstruct.batchers._messages import (
 from rlstruct.batchers._pool import WorkerPool
 from rlstruct.batchers._shared import SharedBuffers, SharedWeights
 from rlstruct.batchers._slots import WAIT_S, SlotBoard
-from rlstruct.batchers._storage import STORED, Layout, filled_next, full_layout
+from rlstruct.batchers._storage import STORED, Layout, Staging, filled_next, full_layout
 from rlstruct.batchers._worker import WorkerSpec
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
@@ -307,8 +307,7 @@ class MultiprocessBatcher:
         self._episodes_run = False  # "episodes" mode: the current episodes were run, the next batch restarts
         self._pending: set[int] = set()  # RUNNING: the workers whose Done was not read yet
         self._deadline = 0.0  # RUNNING: when the batch must be ready
-        self._staging: dict[Any, torch.Tensor] = {}  # CUDA: pinned buffers get() copies through
-        self._copied: Any = None  # CUDA: the event after the last copy out of the staging buffers
+        self._staging = Staging(self.device)  # CUDA: the pinned buffers get() copies through
 
     # ------------------------------------------------------------------ workers
 
@@ -417,7 +416,7 @@ class MultiprocessBatcher:
         else:  # the compact layout crosses to the device as it is, and is filled in there
             tensors |= {("steps", k): v for k, v in steps.items()}
             if self.device.type == "cuda":
-                out = self._through_pinned_memory(tensors)
+                out = self._staging.to_device(tensors)
             else:
                 out = {k: v.to(self.device) for k, v in tensors.items()}
             steps = {k: v for (part, k), v in out.items() if part == "steps"}
@@ -431,26 +430,6 @@ class MultiprocessBatcher:
             DictTensor.unchecked(steps, n, device), out[("lengths", "")], self.n_timesteps
         )
         return Trajectories(DictTensor.unchecked(info, n, device), trajectories)
-
-    def _through_pinned_memory(self, tensors: dict[Any, torch.Tensor]) -> dict[Any, torch.Tensor]:
-        """To CUDA through pinned staging buffers made once, without waiting for the transfers.
-
-        The staging buffers are refilled only after the previous transfers out
-        of them finished: an event recorded after them on the stream of
-        ``self.device`` they were queued on.
-        """
-        if self._copied is not None:
-            self._copied.synchronize()
-        out = {}
-        for key, value in tensors.items():
-            staging = self._staging.get(key)
-            if staging is None or staging.shape != value.shape or staging.dtype != value.dtype:
-                staging = self._staging[key] = torch.empty_like(value).pin_memory()
-            staging.copy_(value)
-            out[key] = staging.to(self.device, non_blocking=True)
-        self._copied = torch.cuda.Event()
-        self._copied.record(torch.cuda.current_stream(self.device))
-        return out
 
     # ------------------------------------------------------------------ the contract
 
@@ -701,7 +680,7 @@ class MultiprocessBatcher:
         self.state = State.CLOSED
         self._pool.shutdown()
         self._buffers = None
-        self._staging = {}
+        self._staging.release()
         self._board = None  # its lock is a named semaphore in /dev/shm until it is freed
 
     def __enter__(self) -> MultiprocessBatcher:
