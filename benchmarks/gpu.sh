@@ -10,7 +10,7 @@
 set -uo pipefail
 out=$(realpath "${1:-.}")
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name())" || exit 1
 python3 -m pytest -q -rs -p no:cacheprovider -W ignore::pytest.PytestConfigWarning \
     tests/test_cuda.py tests/test_torch_batching.py \

@@ -9,6 +9,7 @@ when asked.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -149,12 +150,14 @@ def test_no_step_waits_for_the_device() -> None:
     with local("cuda", n_envs=1024, n_timesteps=64) as batcher:
         run(batcher, 1)  # the first run checks every key once
         torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            batcher.execute()
-            batch = batcher.get()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # setting the mode warns that it is experimental
+            try:
+                torch.cuda.set_sync_debug_mode("error")
+                batcher.execute()
+                batch = batcher.get()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
     assert_consistent(batch)
 
 

@@ -413,7 +413,7 @@ class Group:
             The last step taken, and (compact) at which steps the ``next/`` keys were written.
         """
         agent, n, windows, window = self.agent, self.n_envs, self.windows, None
-        running = torch.ones(n, dtype=torch.bool)
+        running = torch.ones(n, dtype=torch.bool, device=self.device)
         last, stored = n_timesteps - 1, [False] * n_timesteps
         for t in range(n_timesteps):
             observation = self.observation
