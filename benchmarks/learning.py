@@ -7,6 +7,9 @@ Rows:
   of its own) and env steps until a greedy evaluation of 10 episodes, every ``--eval-every`` env
   steps, first reaches the threshold (475 for PPO, 400 for DQN). Target: wall
   time <= 0.7x Stable-Baselines3's.
+- "ppo-array": PPO on the torch CartPole (``--env-backend torch``), 64
+  environments stepped as arrays, with ``ARRAY_PPO``'s settings, against the
+  same Stable-Baselines3 runs. Target: wall time <= 0.35x theirs.
 - SAC on Pendulum-v1: env steps/s with one gradient step per env step, over the
   same number of steps. Target: >= 1.5x Stable-Baselines3's.
 
@@ -15,10 +18,10 @@ a dependency); without it the rows have no baseline. A threshold that is never
 reached gives the whole budget and "(not reached)" in the row's name.
 ``--quick`` runs tiny budgets of rlstruct alone (for CI). ``--seeds N`` runs
 PPO and DQN on seeds 0 to N-1 on both sides, with a row per seed and the
-targets on the medians; ``--algos`` picks the rows (``ppo,dqn,sac``).
+targets on the medians; ``--algos`` picks the rows (``ppo,ppo-array,dqn,sac``).
 
     python benchmarks/learning.py --json learning.json
-    python benchmarks/learning.py --seeds 3 --algos ppo --json ppo.json
+    python benchmarks/learning.py --seeds 3 --algos ppo,ppo-array --json ppo.json
 """
 
 from __future__ import annotations
@@ -39,6 +42,20 @@ from _common import Row, parse_args, report
 
 THRESHOLDS = {"ppo": 475.0, "dqn": 400.0}
 
+ARRAY_PPO: dict[str, Any] = {
+    "env_backend": "torch",
+    "n_envs": 64,
+    "n_steps": 32,
+    "minibatch_size": 1024,
+    "n_epochs": 4,
+    "lr": 3e-3,
+}
+"""PPO on the torch CartPole: 64 environments stepped as arrays, larger minibatches, fewer epochs.
+
+``rlstruct train ppo --env CartPole-v1 --env-backend torch --n-envs 64 --n-steps 32
+--minibatch-size 1024 --n-epochs 4 --lr 3e-3``; the row "ppo-array" compares it
+with the same Stable-Baselines3 runs as "ppo" (target 0.35x their wall time)."""
+
 
 def first_crossing(run_dir: Path, threshold: float, total: int) -> tuple[int, float, bool]:
     """(env steps, training wall s, reached) at the first evaluation at or above ``threshold``."""
@@ -52,7 +69,7 @@ def first_crossing(run_dir: Path, threshold: float, total: int) -> tuple[int, fl
 
 
 def rlstruct_to_threshold(
-    algo: str, total: int, eval_every: int, root: Path, seed: int = 0
+    algo: str, total: int, eval_every: int, root: Path, seed: int = 0, **overrides: Any
 ) -> tuple[int, float, bool, float]:
     """(env steps, training wall s, reached, set-up s): the clock starts once the workers are up."""
     module = importlib.import_module(f"rlstruct.algos.{algo}")
@@ -63,6 +80,7 @@ def rlstruct_to_threshold(
         run_dir=str(root),
         progress=False,
         seed=seed,
+        **overrides,
     )
     results = module.train(config)
     return (*first_crossing(Path(results["run_dir"]), THRESHOLDS[algo], total), results["setup_s"])
@@ -156,7 +174,10 @@ def _options(parser: argparse.ArgumentParser) -> None:
         "--seeds", type=int, default=1, metavar="N", help="PPO and DQN on seeds 0..N-1, medians (default 1)"
     )
     parser.add_argument(
-        "--algos", default="ppo,dqn,sac", metavar="LIST", help="which rows, comma-separated (default all)"
+        "--algos",
+        default="ppo,ppo-array,dqn,sac",
+        metavar="LIST",
+        help="which rows, comma-separated (default all)",
     )
 
 
@@ -166,41 +187,50 @@ def main() -> None:
     torch.set_num_threads(1)
     np.seterr(all="ignore")
     have_sb3 = importlib.util.find_spec("stable_baselines3") is not None and not args.quick
-    budgets = {"ppo": 50_000, "dqn": 100_000}
+    budgets = {"ppo": 50_000, "ppo-array": 200_000, "dqn": 100_000}
     eval_every = 2_048 if args.quick else 5_000
     sac_steps = 200 if args.quick else 3_000
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        for algo in ("ppo", "dqn"):
-            if algo not in algos or importlib.util.find_spec(f"rlstruct.algos.{algo}") is None:
+        baselines: dict[tuple[str, int], tuple[float | None, float | None]] = {}  # SB3's, by algo and seed
+        for variant in ("ppo", "ppo-array", "dqn"):
+            algo = variant.partition("-")[0]
+            if variant not in algos or importlib.util.find_spec(f"rlstruct.algos.{algo}") is None:
                 continue
-            total = 4_096 if args.quick else budgets[algo]
+            overrides = ARRAY_PPO if variant == "ppo-array" else {}
+            total = 4_096 if args.quick else budgets[variant]
             # per seed: (label, steps, wall, SB3's steps, SB3's wall, set-up)
             runs: list[tuple[str, float, float, float | None, float | None, float]] = []
             for seed in range(args.seeds):
-                steps, wall, reached, setup = rlstruct_to_threshold(algo, total, eval_every, root, seed)
-                base: tuple[float | None, float | None] = (None, None)
-                if have_sb3:
-                    base_steps, base_wall, _ = sb3_to_threshold(algo, total, eval_every, seed)
-                    base = (float(base_steps), base_wall)
-                label = f"{algo} CartPole-v1 to {THRESHOLDS[algo]:g}" + ("" if reached else " (not reached)")
+                steps, wall, reached, setup = rlstruct_to_threshold(
+                    algo, total, eval_every, root, seed, **overrides
+                )
+                if have_sb3 and (algo, seed) not in baselines:
+                    base_steps, base_wall, _ = sb3_to_threshold(algo, budgets[algo], eval_every, seed)
+                    baselines[algo, seed] = (float(base_steps), base_wall)
+                base = baselines.get((algo, seed), (None, None))
+                name = f"{algo} CartPole-v1" + (" (torch, 64 envs)" if overrides else "")
+                label = f"{name} to {THRESHOLDS[algo]:g}" + ("" if reached else " (not reached)")
                 runs.append((label, float(steps), wall, *base, setup))
             if args.seeds > 1:
                 for seed, run in enumerate(runs):
                     rows.append(Row(f"{run[0]}, seed {seed}: wall s", run[2], "s", run[4]))
                     rows.append(Row(f"{run[0]}, seed {seed}: env steps", run[1], "steps", run[3]))
-                label = f"{algo} CartPole-v1 to {THRESHOLDS[algo]:g}, median of seeds 0-{args.seeds - 1}"
+                label = f"{name} to {THRESHOLDS[algo]:g}, median of seeds 0-{args.seeds - 1}"
             else:
                 label = runs[0][0]
             median_wall = statistics.median(r[2] for r in runs)
             median_steps = statistics.median(r[1] for r in runs)
-            rows.append(Row(f"{label}: wall s", median_wall, "s", median_or_none([r[4] for r in runs]), 0.7))
+            target = 0.35 if overrides else 0.7
+            rows.append(
+                Row(f"{label}: wall s", median_wall, "s", median_or_none([r[4] for r in runs]), target)
+            )
             rows.append(
                 Row(f"{label}: env steps", median_steps, "steps", median_or_none([r[3] for r in runs]))
             )
             median_setup = statistics.median(r[5] for r in runs)
-            rows.append(Row(f"{algo}: set-up before training (worker processes), s", median_setup, "s"))
+            rows.append(Row(f"{variant}: set-up before training (worker processes), s", median_setup, "s"))
         if "sac" in algos and importlib.util.find_spec("rlstruct.algos.sac") is not None:
             rate = rlstruct_sac_rate(sac_steps, root)
             base_rate = sb3_sac_rate(sac_steps) if have_sb3 else None
