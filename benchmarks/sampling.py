@@ -343,27 +343,33 @@ PANELS = (("HalfCheetah ", "HalfCheetahBulletEnv-v0, 2 x 4"), ("84x84x4 ", "84x8
 KIND_COLOURS = {"floor": "0.6", "gymnasium": "C1", "EnvPool": "C2", "rlstruct": "C0"}
 
 
-def bars(rows: list[dict[str, Any]]) -> dict[str, list[tuple[str, float, str]]]:
+def bars(
+    rows: list[dict[str, Any]],
+    panels_by_prefix: tuple[tuple[str, str], ...] = PANELS,
+    first: str = "CartPole-v1",
+) -> dict[str, list[tuple[str, float, str]]]:
     """The chart's bars, by panel title: ``(label, steps/s, kind)``, in the order of ``rows``.
 
     Only the rows in steps/s are drawn. ``kind`` is ``"floor"``,
     ``"gymnasium"`` (a vector environment), ``"EnvPool"`` or ``"rlstruct"``. A measurement
     reported against two baselines (``X vs its floor``, ``X vs Sync(16)``) is
-    one bar, labelled ``X``.
+    one bar, labelled ``X``. A row whose name starts with a prefix of
+    ``panels_by_prefix`` goes to that panel, the prefix dropped; the others
+    to the panel ``first``.
     """
-    panels: dict[str, list[tuple[str, float, str]]] = {"CartPole-v1": []}
+    panels: dict[str, list[tuple[str, float, str]]] = {first: []}
     for row in rows:
         if row["unit"] != "steps/s":
             continue
         name = str(row["name"])
-        title = "CartPole-v1"
-        for prefix, panel in PANELS:
+        title = first
+        for prefix, panel in panels_by_prefix:
             if name.startswith(prefix):
                 name, title = name.removeprefix(prefix), panel
         label = name.partition(" vs ")[0]
         if label.startswith("floor:"):
             kind = "floor"
-        elif "VectorEnv" in label:
+        elif "VectorEnv" in label and not label.startswith(("LocalBatcher", "Multiprocess")):
             kind = "gymnasium"
         else:
             kind = "EnvPool" if label.startswith("EnvPool") else "rlstruct"
@@ -373,7 +379,12 @@ def bars(rows: list[dict[str, Any]]) -> dict[str, list[tuple[str, float, str]]]:
     return {title: shown for title, shown in panels.items() if shown}
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> Path:
+def plot(
+    rows: list[dict[str, Any]],
+    path: Path,
+    panels_by_prefix: tuple[tuple[str, str], ...] = PANELS,
+    first: str = "CartPole-v1",
+) -> Path:
     """Draw the steps/s rows of ``rows`` (the ``--json`` records) as horizontal bars into ``path``.
 
     Raises:
@@ -382,7 +393,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    panels = bars(rows)
+    panels = bars(rows, panels_by_prefix, first)
     if not panels:
         raise ValueError("plot: no row is in steps/s, nothing to draw")
     counts = [len(shown) for shown in panels.values()]

@@ -31,8 +31,13 @@ the same steps and stores) and ``LocalBatcher`` with the environment, the
 policy and the storage on the GPU, at 4,096, 65,536 and 262,144
 environments; the target at 65,536 is 0.8 of the floor and 50M steps/s.
 
+``--plot PATH`` draws the steps/s rows as bars, a panel for the CPU and one
+for the GPU; ``--from-json`` draws them from earlier ``--json`` files (the
+CPU rows of one machine and the CUDA rows of another) without measuring.
+
 Usage:
-    python benchmarks/vectorized.py [--quick] [--repeats N] [--json PATH] [--cuda-only]
+    python benchmarks/vectorized.py [--quick] [--repeats N] [--json PATH] [--plot PATH] [--cuda-only]
+    python benchmarks/vectorized.py --from-json CPU_JSON CUDA_JSON --plot PATH
 """
 
 from __future__ import annotations
@@ -40,13 +45,15 @@ from __future__ import annotations
 import importlib.util
 import multiprocessing
 import os
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import torch
 from _common import Row, parse_args, report
-from sampling import EnvPoolVector, batcher_rate, interleaved, vector_env_rate
+from sampling import EnvPoolVector, batcher_rate, interleaved, plot, read_rows, vector_env_rate
 
 from rlstruct import Agent, DictTensor, LocalBatcher, MultiprocessBatcher, TemporalDictTensor
 from rlstruct.torch_envs import TorchCartPole, make_torch_env
@@ -321,10 +328,32 @@ def _options(parser: Any) -> None:
     parser.add_argument(
         "--cuda-only", action="store_true", help="only the CUDA rows (on a machine with a GPU)"
     )
+    parser.add_argument("--plot", type=Path, metavar="PATH", help="also draw the steps/s rows into PATH")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        nargs="+",
+        metavar="JSON",
+        help="draw --plot from the rows of earlier --json files (the CPU's and a GPU's) instead of measuring",
+    )
+
+
+def draw(rows: list[dict[str, Any]], path: Path) -> Path:
+    """The steps/s rows as bars: a panel for the CPU rows, one for the CUDA rows."""
+    gpu = (("cuda ", "CartPole-v1 on one GPU, all on the GPU"),)
+    return plot(rows, path, gpu, first="CartPole-v1 on the CPU, one thread per process")
 
 
 def main() -> None:
     args, budget = parse_args(__doc__, default_repeats=3, extra=_options)
+    if args.from_json is not None:
+        if args.plot is None:
+            sys.exit("vectorized.py: --from-json JSON needs --plot PATH (the image to draw)")
+        try:
+            print(f"wrote {draw([row for path in args.from_json for row in read_rows(path)], args.plot)}")
+        except (OSError, ValueError) as error:
+            sys.exit(f"vectorized.py: {error}")
+        return
     torch.set_num_threads(1)
     repeats = 1 if args.quick else budget.repeats
     rows = [] if args.cuda_only else cpu_rows(16384 if args.quick else 1 << 21, repeats)
@@ -333,6 +362,8 @@ def main() -> None:
         print(f"CUDA rows on {name}")
         rows += cuda_rows(repeats, args.quick)
     report(args, rows, value_label="steps/s", baseline_label="baseline")
+    if args.plot is not None:
+        print(f"wrote {draw([row.to_json() for row in rows], args.plot)}")
 
 
 if __name__ == "__main__":

@@ -363,3 +363,9 @@ class DeviceAgent(Agent):
         if history is not None:
             output.set("seen", history.lengths.clone())
         return output, state
+
+
+class ElsewhereCounterEnv(CounterEnv):
+    """A CounterEnv that says its rows are on the "meta" device (and returns them on the CPU)."""
+
+    device = torch.device("meta")

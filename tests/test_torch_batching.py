@@ -14,9 +14,17 @@ from typing import Any
 
 import pytest
 import torch
-from mp_helpers import DeviceAgent
+from mp_helpers import DeviceAgent, ElsewhereCounterEnv
 
-from rlstruct import Agent, DictTensor, LocalBatcher, MultiprocessBatcher, TemporalDictTensor, Trajectories
+from rlstruct import (
+    Agent,
+    DictTensor,
+    LocalBatcher,
+    MultiprocessBatcher,
+    TemporalDictTensor,
+    Trajectories,
+)
+from rlstruct.testing import CountingAgent
 from rlstruct.torch_envs import make_torch_env
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -191,3 +199,13 @@ def test_w_per_row_reaches_the_environment_on_its_device() -> None:
         batch = batcher.get()
     assert batch.info["env_info/length"].device.type == "cuda"
     assert torch.equal(batch.info["env_info/length"].cpu(), lengths)
+
+
+def test_a_multiprocess_worker_refuses_an_environment_off_the_cpu() -> None:
+    with (
+        MultiprocessBatcher(
+            CountingAgent, {}, ElsewhereCounterEnv, {}, n_envs=2, n_timesteps=3, n_processes=1
+        ) as batcher,
+        pytest.raises(ValueError, match=r"the environment is on meta; workers step environments on the CPU"),
+    ):
+        batcher.reset()

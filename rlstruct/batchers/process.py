@@ -363,6 +363,12 @@ class MultiprocessBatcher:
         agent_factory, env_factory = self._factories
         probe = Group(agent_factory, env_factory, dataclasses.replace(self._specs[0], name="probe"))
         try:
+            if probe.device.type != "cpu":
+                raise ValueError(
+                    f"{NAME}: the environment is on {probe.device}; workers step environments on the CPU "
+                    "and write into shared memory there: make it on the CPU, or use a LocalBatcher "
+                    "for an environment on a GPU"
+                )
             rows = slice(0, self.n_envs)
             probe.reset(agent_info[rows], env_info[rows], auto_reset=self.mode != "episodes")
             info, steps = probe.run(1)
