@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import pickle
 from collections.abc import Mapping
 
@@ -9,6 +10,23 @@ import torch
 
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
+
+
+class State(enum.Enum):
+    """Where a batcher stands, and what it allows (both batchers, one model).
+
+    ``NEEDS_RESET``: no episodes to run, before the first reset or after one
+    that raised: ``reset`` and ``update``. ``READY``: ``execute``, ``reset``,
+    ``update``. ``RUNNING``: ``get``, ``reset`` (which drops the batch),
+    ``update``. ``STREAMING``: ``get``, ``reset``, ``update``. ``CLOSED``:
+    ``close`` only.
+    """
+
+    NEEDS_RESET = "needs reset"
+    READY = "ready"
+    RUNNING = "running"
+    STREAMING = "streaming"
+    CLOSED = "closed"
 
 
 def positive_int(owner: str, name: str, value: object) -> int:

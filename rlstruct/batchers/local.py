@@ -15,6 +15,7 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.batchers import _checks
+from rlstruct.batchers._checks import State
 from rlstruct.batchers._group import Group, GroupSpec
 from rlstruct.batchers._storage import Layout, Staging, full_layout
 from rlstruct.dicttensor import DictTensor
@@ -90,6 +91,11 @@ class LocalBatcher:
             which pays for large observations (images). See docs/batchers.md.
 
     Attributes:
+        state: where the batcher stands, and what it allows, as for
+            ``MultiprocessBatcher``: ``NEEDS_RESET`` (before the first reset,
+            or after a reset, ``execute()`` or "stream" ``get()`` that
+            raised), ``READY`` (``execute()``), ``RUNNING`` (a batch to
+            take with ``get()``), ``STREAMING`` ("stream" mode), ``CLOSED``.
         discarded: always 0: in process, every trajectory is made with the
             current weights, so ``get(max_staleness=...)`` never drops one
             (kept for parity with ``MultiprocessBatcher.discarded``).
@@ -152,7 +158,7 @@ class LocalBatcher:
         self.device = _checks.device(NAME, device)
         self._staging = Staging(self.device)  # CUDA: the pinned buffers get() copies through
         self.discarded = 0
-        self._closed = False
+        self.state = State.NEEDS_RESET
         self._groups: list[Group] = []
         try:
             for g in range(n_processes):
@@ -179,9 +185,7 @@ class LocalBatcher:
         self._version = 0
         self._info_spec: _checks.InfoSpec | None = None  # fixed by the first batch acquired
         self._reset_spec: _checks.InfoSpec | None = None  # that of the last reset
-        self._started = False
         self._result: Trajectories | None = None
-        self._pending = False
         self._next_group = 0  # "stream" mode: the group the next get() runs
 
     def n_elems(self) -> int:
@@ -189,7 +193,7 @@ class LocalBatcher:
         return self.n_envs if self.mode == "stream" else self.n_processes * self.n_envs
 
     def _check_open(self, call: str) -> None:
-        if self._closed:
+        if self.state is State.CLOSED:
             raise RuntimeError(f"LocalBatcher: {call}() after close()")
 
     def reset(self, agent_info: DictTensor | None = None, env_info: DictTensor | None = None) -> None:
@@ -226,9 +230,9 @@ class LocalBatcher:
         self._reset_spec = _checks.same_info(NAME, self._info_spec, agent_info, env_info)
         # copies, as the worker processes hold: z and w changed in place after this reset change nothing
         self._agent_info, self._env_info = agent_info.clone(), env_info.clone()
-        self._started, self._pending, self._result, self._next_group = False, False, None, 0
+        self.state, self._result, self._next_group = State.NEEDS_RESET, None, 0
         self._reset_groups()  # a reset that raises here leaves nothing to run
-        self._started = True
+        self.state = State.STREAMING if self.mode == "stream" else State.READY
 
     def _reset_groups(self) -> None:
         for g, group in enumerate(self._groups):
@@ -250,7 +254,7 @@ class LocalBatcher:
                 self._reset_groups()
             parts = [group.run(self.n_timesteps) for group in groups]
         except BaseException:
-            self._started = False  # the groups stopped mid-step: only a reset() starts them again
+            self.state = State.NEEDS_RESET  # the groups stopped mid-step: only a reset() starts them again
             raise
         if self._info_spec is None:
             self._info_spec = self._reset_spec
@@ -286,13 +290,13 @@ class LocalBatcher:
         self._check_open("execute")
         if self.mode == "stream":
             raise RuntimeError("LocalBatcher: execute() is not used in 'stream' mode; call get()")
-        if not self._started:
+        if self.state is State.NEEDS_RESET:
             raise RuntimeError("LocalBatcher: call reset() before execute()")
-        if self._pending:
+        if self.state is State.RUNNING:
             raise RuntimeError("LocalBatcher: execute() called twice; take the first batch with get()")
         self._warn_if_initial_weights()
         self._result = self._run(self._groups, restart=self.mode == "episodes" and self._result is not None)
-        self._pending = True
+        self.state = State.RUNNING
 
     def get(self, blocking: bool = True, max_staleness: int | None = None) -> Trajectories:
         """The next batch, on ``device``.
@@ -332,12 +336,12 @@ class LocalBatcher:
         if self.mode != "stream":
             if max_staleness is not None:
                 raise ValueError("LocalBatcher.get: max_staleness is for mode='stream' only")
-            if not self._pending or self._result is None:
+            if self.state is not State.RUNNING or self._result is None:
                 raise RuntimeError("LocalBatcher: get() without a pending execute(); call execute() first")
-            self._pending = False
+            self.state = State.READY
             return self._to_device(self._result)
         _checks.max_staleness(NAME, max_staleness)
-        if not self._started:
+        if self.state is not State.STREAMING:
             raise RuntimeError("LocalBatcher: call reset() before get()")
         self._warn_if_initial_weights()
         batch = self._run([self._groups[self._next_group]])
@@ -388,9 +392,9 @@ class LocalBatcher:
 
     def close(self) -> None:
         """Close the environments and agents. Safe to call twice."""
-        if self._closed:
+        if self.state is State.CLOSED:
             return
-        self._closed = True
+        self.state = State.CLOSED
         self._staging.release()
         errors = []
         for group in self._groups:

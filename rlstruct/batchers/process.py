@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import enum
 import os
 import pickle
 import sys
@@ -31,6 +30,7 @@ import torch.multiprocessing as mp
 
 from rlstruct.agent import Agent
 from rlstruct.batchers import _checks
+from rlstruct.batchers._checks import State
 from rlstruct.batchers._group import Group, GroupSpec
 from rlstruct.batchers._messages import (
     Answer,
@@ -60,23 +60,6 @@ __all__ = ["MultiprocessBatcher", "choose_start_method"]
 
 Mode = Literal["fixed", "episodes", "stream"]
 NAME = "MultiprocessBatcher"
-
-
-class State(enum.Enum):
-    """Where a ``MultiprocessBatcher`` stands, and what it allows.
-
-    ``NEEDS_RESET``: no episodes to run, before the first reset or after one
-    that raised: ``reset`` and ``update``. ``READY``: ``execute``, ``reset``,
-    ``update``. ``RUNNING``: ``get``, ``reset`` (which drops the batch),
-    ``update``. ``STREAMING``: ``get``, ``reset``, ``update``. ``CLOSED``:
-    ``close`` only.
-    """
-
-    NEEDS_RESET = "needs reset"
-    READY = "ready"
-    RUNNING = "running"
-    STREAMING = "streaming"
-    CLOSED = "closed"
 
 
 def choose_start_method() -> str:
