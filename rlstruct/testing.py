@@ -153,10 +153,13 @@ class RandomAgent(Agent):
             history: not read.
 
         Returns:
-            ``(output, state)``: ``output`` holds ``action``, int64 [B] on the CPU.
+            ``(output, state)``: ``output`` holds ``action``, int64 [B] on the
+            generator's device (the CPU, or where a batcher moved the agent:
+            the environment's device).
         """
         n = observation.n_elems()
-        return DictTensor({"action": torch.randint(0, self.n_actions, (n,), generator=self.generator)}), state
+        draw = torch.randint(0, self.n_actions, (n,), generator=self.generator, device=self.generator.device)
+        return DictTensor({"action": draw}), state
 
 
 class CountingAgent(Agent):

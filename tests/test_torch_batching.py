@@ -9,7 +9,10 @@ when asked.
 
 from __future__ import annotations
 
+import importlib
+import math
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +27,8 @@ from rlstruct import (
     TemporalDictTensor,
     Trajectories,
 )
-from rlstruct.testing import CountingAgent
+from rlstruct.algos import ppo
+from rlstruct.testing import CountingAgent, RandomAgent
 from rlstruct.torch_envs import make_torch_env
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -209,3 +213,69 @@ def test_a_multiprocess_worker_refuses_an_environment_off_the_cpu() -> None:
         pytest.raises(ValueError, match=r"the environment is on meta; workers step environments on the CPU"),
     ):
         batcher.reset()
+
+
+@CUDA
+def test_an_agent_made_on_the_cpu_is_moved_where_the_environment_is() -> None:
+    with LocalBatcher(
+        RandomAgent,
+        {"n_actions": 2},
+        make_torch_env,
+        {"env": "CartPole-v1", "device": "cuda"},
+        n_envs=8,
+        n_timesteps=5,
+        device="cuda",
+    ) as batcher:
+        (batch,) = run(batcher, 1)
+        agent = batcher._groups[0].agent
+    assert agent.generator.device.type == "cuda"
+    assert batch.trajectories["action"].device.type == "cuda"
+    assert_consistent(batch)
+
+
+@CUDA
+@pytest.mark.parametrize(
+    ("algo", "env", "total_steps"),
+    [
+        ("ppo", "CartPole-v1", 4096),
+        ("a2c", "CartPole-v1", 4096),
+        ("dqn", "CartPole-v1", 4096),
+        ("sac", "Pendulum-v1", 1024),
+    ],
+)
+def test_the_algorithms_collect_on_the_gpu_with_the_torch_backend(
+    algo: str, env: str, total_steps: int, tmp_path: Path
+) -> None:
+    module = importlib.import_module(f"rlstruct.algos.{algo}")
+    config = module.Config(
+        env=env,
+        env_backend="torch",
+        device="cuda",
+        total_steps=total_steps,
+        eval_every=10 * total_steps,
+        run_dir=str(tmp_path),
+        progress=False,
+    )
+    results = module.train(config)
+    assert results["env_steps"] == total_steps
+    assert math.isfinite(results["eval_return_mean"])
+
+
+@CUDA
+def test_ppo_collects_1024_environments_on_the_gpu(tmp_path: Path) -> None:
+    config = ppo.Config(
+        env="CartPole-v1",
+        env_backend="torch",
+        device="cuda",
+        n_envs=1024,
+        n_steps=16,
+        minibatch_size=4096,
+        n_epochs=2,
+        total_steps=3 * 16384,
+        eval_every=16384,
+        run_dir=str(tmp_path),
+        progress=False,
+    )
+    results = ppo.train(config)
+    assert results["env_steps"] == 3 * 16384
+    assert math.isfinite(results["eval_return_mean"])

@@ -56,7 +56,7 @@ from rlstruct.algos.agents import with_agent_name
 from rlstruct.algos.config import TrainConfig
 from rlstruct.algos.evaluation import EnvSpaces, EvalResult, Evaluator, env_spaces, eval_seed
 from rlstruct.algos.hooks import Hook, HookRunner, check_hooks, config_hooks
-from rlstruct.batchers import MultiprocessBatcher, cpu_weights
+from rlstruct.batchers import LocalBatcher, MultiprocessBatcher, cpu_weights
 from rlstruct.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
@@ -80,6 +80,9 @@ class ScriptConfig(Protocol):
 
 
 C = TypeVar("C", bound=ScriptConfig)
+
+Collector = MultiprocessBatcher | LocalBatcher
+"""A run's collection batcher: worker processes, or one in-process batcher on a GPU (see ``Run.collector``)."""
 
 
 def collection_env(config: TrainConfig) -> tuple[Callable[..., Environment], dict[str, Any]]:
@@ -196,7 +199,7 @@ class Run:
             raise
         self._next_eval = config.eval_every if self.resumed is None else int(self.resumed["next_eval"])
         self._collector_args: tuple[Any, ...] | None = None
-        self._batcher: MultiprocessBatcher | None = None
+        self._batcher: Collector | None = None
         self._agent_info: DictTensor | None = None
         self._last_checkpoint = 0 if self.resumed is None else int(self.resumed["env_steps"])
         self.checkpointed: int | None = None if self.resumed is None else self._last_checkpoint
@@ -217,19 +220,34 @@ class Run:
         self.setup_s = now - self._started
         self._started = now
 
-    def collector(
-        self, device: torch.device, n_envs: int, n_timesteps: int, **options: Any
-    ) -> MultiprocessBatcher:
+    def collector(self, device: torch.device, n_envs: int, n_timesteps: int, **options: Any) -> Collector:
         """The batcher that collects for training: ``n_envs`` environments of ``config.env`` in all.
 
         They are split over ``config.n_processes`` workers, seeded with the
         run's seed, each running the run's agent; ``options`` go to
-        ``MultiprocessBatcher`` (``mode="stream"``, ``n_slots``). The run
-        keeps it as ``batcher`` and closes it with itself (``close``).
+        ``MultiprocessBatcher`` (``mode="stream"``, ``n_slots``). With
+        ``env_backend="torch"``, a CUDA ``device`` and no ``options``, the
+        environments run on that GPU instead, in this process: one
+        ``LocalBatcher`` whose agent, environments and batches are all
+        there. The run keeps it as ``batcher`` and closes it with itself
+        (``close``).
         """
         config = self.config
         self._collector_args = (device, n_envs, n_timesteps, options)
         env_factory, env_args = collection_env(config)
+        seed = config.seed if self.segment == 0 else derive_seed(config.seed, f"segment {self.segment}")
+        if config.env_backend == "torch" and device.type == "cuda" and not options:
+            self._batcher = LocalBatcher(
+                self.agent_factory,
+                self.agent_args,
+                env_factory,
+                env_args | {"device": device},
+                n_envs=n_envs,
+                n_timesteps=n_timesteps,
+                seed=seed,
+                device=device,
+            )
+            return self._batcher
         self._batcher = MultiprocessBatcher(
             self.agent_factory,
             self.agent_args,
@@ -238,14 +256,14 @@ class Run:
             n_envs=n_envs // config.n_processes,
             n_timesteps=n_timesteps,
             n_processes=config.n_processes,
-            seed=config.seed if self.segment == 0 else derive_seed(config.seed, f"segment {self.segment}"),
+            seed=seed,
             device=device,
             **options,
         )
         return self._batcher
 
     @property
-    def batcher(self) -> MultiprocessBatcher:
+    def batcher(self) -> Collector:
         """The collection batcher ``collector`` made, or the one ``checkpoint`` made since.
 
         Raises:

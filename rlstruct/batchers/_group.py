@@ -7,6 +7,7 @@ why they produce the same trajectories for the same seeds and layout.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -97,7 +98,6 @@ class Group:
         self.agent = agent_factory(**agent_args)
         if not isinstance(self.agent, Agent):
             raise TypeError(f"agent_factory must return an rlstruct.Agent, got {describe(self.agent)}")
-        self.agent.seed(agent_seed)
         self.env = env_factory(n_envs=n_envs, seed=env_seed, **env_args)
         if not isinstance(self.env, Environment):
             self.agent.close()
@@ -112,6 +112,12 @@ class Group:
             raise TypeError(
                 f"{name}: the environment's device must be a torch.device, got {describe(self.device)}"
             )
+        # the agent copy acts where the environment is: its parameters, buffers and generator go there
+        self.agent.to(self.device)
+        if self.agent.generator.device != self.device:
+            with contextlib.suppress(RuntimeError):  # a device without generators ("meta") keeps the agent's
+                self.agent.generator = torch.Generator(self.device)
+        self.agent.seed(agent_seed)
         self.history = history_length(self.agent)
         # key -> (dtype, step shape) of the history window: the observation and output keys of a step,
         # read from the attached storage or learnt by a probe call at the first reset (see _probe)

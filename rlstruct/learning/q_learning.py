@@ -133,10 +133,11 @@ class EpsilonGreedyPolicy:
         """
         action = q.argmax(1)
         n = action.shape[0]
-        explore = torch.rand(n, generator=self.generator).to(q.device) < self.epsilon
+        drawn_on = self.generator.device  # the CPU, or where a batcher moved the agent
+        explore = torch.rand(n, generator=self.generator, device=drawn_on).to(q.device) < self.epsilon
         if "greedy" in agent_info and n > 0:
             explore &= ~agent_info["greedy"].to(q.device)
-        random = torch.randint(q.shape[1], (n,), generator=self.generator).to(q.device)
+        random = torch.randint(q.shape[1], (n,), generator=self.generator, device=drawn_on).to(q.device)
         return torch.where(explore, random, action)
 
     def forward(
