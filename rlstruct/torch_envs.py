@@ -65,7 +65,10 @@ class TorchCartPole(TorchEnv):
     ``max_episode_steps``. The reward is 1 at every step.
 
     Args:
-        n_envs, seed, device, max_episode_steps: as for ``TorchEnv``.
+        n_envs: as for ``TorchEnv``.
+        seed: as for ``TorchEnv``.
+        device: as for ``TorchEnv``.
+        max_episode_steps: as for ``TorchEnv``.
         velocities: False observes (x, theta) only, as ``CartPoleNoVel-v1``.
         dtype: the state's dtype; the observation is float32 either way.
     """
@@ -145,7 +148,10 @@ class TorchPendulum(TorchEnv):
     ``max_episode_steps``.
 
     Args:
-        n_envs, seed, device, max_episode_steps: as for ``TorchEnv``.
+        n_envs: as for ``TorchEnv``.
+        seed: as for ``TorchEnv``.
+        device: as for ``TorchEnv``.
+        max_episode_steps: as for ``TorchEnv``.
         velocities: False observes (cos theta, sin theta) only, as ``PendulumNoVel-v1``.
         dtype: the state's dtype; the observation is float32 either way.
     """
@@ -206,8 +212,10 @@ class TorchCueMemory(TorchEnv):
     terminates (``delay + 2`` steps). Other actions are worth 0.
 
     Args:
-        n_envs, seed, device, max_episode_steps: as for ``TorchEnv``
-            (``max_episode_steps`` None by default, as the gymnasium id).
+        n_envs: as for ``TorchEnv``.
+        seed: as for ``TorchEnv``.
+        device: as for ``TorchEnv``.
+        max_episode_steps: as for ``TorchEnv`` (None by default, as the gymnasium id).
         delay: the default delay; w's ``delay`` sets it per row.
     """
 
@@ -278,7 +286,9 @@ def make_torch_env(
 
     Args:
         env: the gymnasium id.
-        n_envs, seed, device: as for ``TorchEnv``.
+        n_envs: as for ``TorchEnv``.
+        seed: as for ``TorchEnv``.
+        device: as for ``TorchEnv``.
         **kwargs: the class's other arguments (``dtype``, ``delay``,
             ``max_episode_steps``).
 
