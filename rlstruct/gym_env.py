@@ -64,7 +64,7 @@ from rlstruct.env import Environment
 from rlstruct.errors import describe
 from rlstruct.specs import ObservationSpace
 
-__all__ = ["GymEnv", "observation_spaces"]
+__all__ = ["GymEnv", "action_array", "observation_spaces"]
 
 _COMPOSITE = (gym.spaces.Dict, gym.spaces.Tuple)
 """The spaces whose entries are stored under keys of their own, joined by ``/``."""
@@ -217,6 +217,41 @@ def _same_kwargs(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return True
 
 
+def action_array(
+    owner: str, action: DictTensor, shape: tuple[int, ...], dtype: np.dtype[Any], space: gym.Space[Any]
+) -> np.ndarray[Any, Any]:
+    """``action["action"]`` as a numpy array for gymnasium (sharing the tensor's memory where it can), checked.
+
+    Args:
+        owner: how errors begin ("GymEnv('CartPole-v1').step").
+        action: the agent's output.
+        shape: the expected shape, rows first.
+        dtype: the action space's numpy dtype; nothing is cast.
+        space: the action space, named in the dtype error.
+
+    Raises:
+        TypeError: if ``action`` is not a DictTensor, or the dtype differs.
+        ValueError: if the key ``action`` is missing or has another shape.
+    """
+    if not isinstance(action, DictTensor):
+        raise TypeError(f"{owner}: action must be a DictTensor, got {describe(action)}")
+    if "action" not in action:
+        raise ValueError(f"{owner}: the agent's output must hold the key 'action', got {list(action.keys())}")
+    value = action["action"]
+    if tuple(value.shape) != shape:
+        raise ValueError(f"{owner}: key 'action' must have shape {list(shape)}, got {list(value.shape)}")
+    try:
+        array = value.numpy()  # a CPU tensor that needs no grad: the cheap way, shared
+    except (RuntimeError, TypeError):
+        array = value.detach().cpu().numpy()
+    if array.dtype != dtype:
+        raise TypeError(
+            f"{owner}: key 'action' has dtype {value.dtype}, but the action space "
+            f"{space} needs {torch.from_numpy(np.zeros(0, dtype)).dtype}"
+        )
+    return array
+
+
 class GymEnv(Environment):
     """``n_envs`` gymnasium environments stepped one after the other, returned as one batch.
 
@@ -337,31 +372,10 @@ class GymEnv(Environment):
                 )
 
     def _actions(self, action: DictTensor) -> np.ndarray[Any, Any]:
-        if not isinstance(action, DictTensor):
-            raise TypeError(
-                f"GymEnv({self.name!r}).step: action must be a DictTensor, got {describe(action)}"
-            )
-        if "action" not in action:
-            raise ValueError(
-                f"GymEnv({self.name!r}).step: the agent's output must hold the key 'action', got {list(action.keys())}"
-            )
-        value = action["action"]
-        expected_shape = (self.n_envs, *self._action_shape)
-        if tuple(value.shape) != expected_shape:
-            raise ValueError(
-                f"GymEnv({self.name!r}).step: key 'action' must have shape {list(expected_shape)}, "
-                f"got {list(value.shape)}"
-            )
-        try:
-            array = value.numpy()  # a CPU tensor that needs no grad: the cheap way, shared
-        except (RuntimeError, TypeError):
-            array = value.detach().cpu().numpy()
-        if array.dtype != self._action_dtype:
-            raise TypeError(
-                f"GymEnv({self.name!r}).step: key 'action' has dtype {value.dtype}, but the action space "
-                f"{self.action_space} needs {torch.from_numpy(np.zeros(0, self._action_dtype)).dtype}"
-            )
-        return array
+        shape = (self.n_envs, *self._action_shape)
+        return action_array(
+            f"GymEnv({self.name!r}).step", action, shape, self._action_dtype, self.action_space
+        )
 
     # ------------------------------------------------------------------ batches
 

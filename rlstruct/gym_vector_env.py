@@ -81,7 +81,7 @@ from rlstruct.checks import check_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
 from rlstruct.errors import describe
-from rlstruct.gym_env import observation_spaces
+from rlstruct.gym_env import action_array, observation_spaces
 
 __all__ = ["GymVectorEnv"]
 
@@ -348,32 +348,9 @@ class GymVectorEnv(Environment):
 
     def _actions(self, action: DictTensor) -> np.ndarray[Any, Any]:
         """``action["action"]`` as a numpy array (sharing the tensor's memory where it can), checked."""
-        if not isinstance(action, DictTensor):
-            raise TypeError(
-                f"GymVectorEnv({self.name!r}).step: action must be a DictTensor, got {describe(action)}"
-            )
-        if "action" not in action:
-            raise ValueError(
-                f"GymVectorEnv({self.name!r}).step: the agent's output must hold the key 'action', "
-                f"got {list(action.keys())}"
-            )
-        value = action["action"]
-        expected_shape = (self.n_envs, *self._action_shape)
-        if tuple(value.shape) != expected_shape:
-            raise ValueError(
-                f"GymVectorEnv({self.name!r}).step: key 'action' must have shape {list(expected_shape)}, "
-                f"got {list(value.shape)}"
-            )
-        try:
-            array = value.numpy()  # a CPU tensor that needs no grad: the cheap way, shared
-        except (RuntimeError, TypeError):
-            array = value.detach().cpu().numpy()
-        if array.dtype != self._action_dtype:
-            raise TypeError(
-                f"GymVectorEnv({self.name!r}).step: key 'action' has dtype {value.dtype}, but the action space "
-                f"{self.action_space} needs {torch.from_numpy(np.zeros(0, self._action_dtype)).dtype}"
-            )
-        return array
+        shape = (self.n_envs, *self._action_shape)
+        owner = f"GymVectorEnv({self.name!r}).step"
+        return action_array(owner, action, shape, self._action_dtype, self.action_space)
 
     def _flags(self, reward: Any, terminated: Any, truncated: Any) -> tuple[np.ndarray[Any, Any], ...]:
         """Copies of one step's rewards (float64) and flags (bool), each checked to hold one value per row."""
