@@ -281,10 +281,15 @@ def cuda_rows(repeats: int, quick: bool) -> list[Row]:
         )
 
         def batched(batcher: Any = batcher, steps: int = steps) -> float:
+            """The batcher's rate, the clock stopped once the GPU has done every step queued."""
+            batches = max(1, steps // T)
             torch.cuda.synchronize()
-            rate = batcher_rate(batcher, batcher.n_elems() * steps)
+            start = time.perf_counter()
+            for _ in range(batches):
+                batcher.execute()
+                batcher.get()
             torch.cuda.synchronize()
-            return rate
+            return batcher.n_elems() * T * batches / (time.perf_counter() - start)
 
         def floor(n_envs: int = n_envs, steps: int = steps) -> float:
             return n_envs * steps / torch_floor(n_envs, steps, "cuda")
