@@ -29,7 +29,7 @@ from rlstruct import (
 )
 from rlstruct.algos import ppo
 from rlstruct.testing import CountingAgent, RandomAgent
-from rlstruct.torch_envs import make_torch_env
+from rlstruct.torch_envs import TorchCartPole, make_torch_env
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
@@ -279,3 +279,19 @@ def test_ppo_collects_1024_environments_on_the_gpu(tmp_path: Path) -> None:
     results = ppo.train(config)
     assert results["env_steps"] == 3 * 16384
     assert math.isfinite(results["eval_return_mean"])
+
+
+def cuda_without_index(n_envs: int, seed: int) -> TorchCartPole:
+    """A CartPole on the GPU that says its device is "cuda", without the index tensors report."""
+    env = TorchCartPole(n_envs, seed, device="cuda")
+    env.device = torch.device("cuda")
+    return env
+
+
+@CUDA
+def test_an_environment_on_cuda_without_an_index_is_on_the_current_device() -> None:
+    with LocalBatcher(
+        RandomAgent, {"n_actions": 2}, cuda_without_index, {}, n_envs=4, n_timesteps=3, device="cuda"
+    ) as batcher:
+        (batch,) = run(batcher, 1)
+    assert batch.trajectories.device == torch.device("cuda", torch.cuda.current_device())

@@ -105,13 +105,16 @@ class Group:
         if self.env.n_envs != n_envs:
             self.close()
             raise ValueError(f"env_factory was asked for {n_envs} instances but made {self.env.n_envs}")
-        self.device = self.env.device
-        """Where the environment's rows are: the agent acts there, and the group's own storage is there."""
-        if not isinstance(self.device, torch.device):
+        device = self.env.device
+        if not isinstance(device, torch.device):
             self.close()
             raise TypeError(
-                f"{name}: the environment's device must be a torch.device, got {describe(self.device)}"
+                f"{name}: the environment's device must be a torch.device, got {describe(device)}"
             )
+        if device.type == "cuda" and device.index is None:  # as tensors report it: cuda:N
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device = device
+        """Where the environment's rows are: the agent acts there, and the group's own storage is there."""
         # the agent copy acts where the environment is: its parameters, buffers and generator go there
         self.agent.to(self.device)
         if self.agent.generator.device != self.device:
