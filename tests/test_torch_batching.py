@@ -22,6 +22,7 @@ from mp_helpers import DeviceAgent, ElsewhereCounterEnv
 from rlstruct import (
     Agent,
     DictTensor,
+    Environment,
     LocalBatcher,
     MultiprocessBatcher,
     TemporalDictTensor,
@@ -281,17 +282,26 @@ def test_ppo_collects_1024_environments_on_the_gpu(tmp_path: Path) -> None:
     assert math.isfinite(results["eval_return_mean"])
 
 
-def cuda_without_index(n_envs: int, seed: int) -> TorchCartPole:
-    """A CartPole on the GPU that says its device is "cuda", without the index tensors report."""
-    env = TorchCartPole(n_envs, seed, device="cuda")
-    env.device = torch.device("cuda")
-    return env
+class CudaWithoutIndex(Environment):
+    """A CartPole on the GPU whose device says "cuda", without the index tensors report."""
+
+    device = torch.device("cuda")
+
+    def __init__(self, n_envs: int, seed: int) -> None:
+        self.n_envs = n_envs
+        self.inner = TorchCartPole(n_envs, seed, device="cuda")
+
+    def reset(self, env_info: DictTensor, auto_reset: bool = False) -> DictTensor:
+        return self.inner.reset(env_info, auto_reset)
+
+    def step(self, action: DictTensor) -> tuple[DictTensor, DictTensor]:
+        return self.inner.step(action)
 
 
 @CUDA
 def test_an_environment_on_cuda_without_an_index_is_on_the_current_device() -> None:
     with LocalBatcher(
-        RandomAgent, {"n_actions": 2}, cuda_without_index, {}, n_envs=4, n_timesteps=3, device="cuda"
+        RandomAgent, {"n_actions": 2}, CudaWithoutIndex, {}, n_envs=4, n_timesteps=3, device="cuda"
     ) as batcher:
         (batch,) = run(batcher, 1)
     assert batch.trajectories.device == torch.device("cuda", torch.cuda.current_device())
