@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 import torch
 
 from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import describe
 from rlstruct.torch_env import TorchEnv
 
 __all__ = ["TORCH_TASKS", "TorchCartPole", "TorchCueMemory", "TorchPendulum", "make_torch_env"]
@@ -53,6 +54,13 @@ def _uniform(
 ) -> torch.Tensor:
     draw = torch.rand(shape, generator=env.generator, dtype=dtype, device=env.device)
     return draw * (high - low) + low
+
+
+def _check_state_options(owner: str, velocities: object, dtype: object) -> None:
+    if not isinstance(velocities, bool):
+        raise TypeError(f"{owner}: velocities must be a bool, got {describe(velocities)}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"{owner}: dtype must be a floating torch.dtype (float32, float64), got {dtype!r}")
 
 
 class TorchCartPole(TorchEnv):
@@ -93,6 +101,7 @@ class TorchCartPole(TorchEnv):
         velocities: bool = True,
         dtype: torch.dtype = torch.float32,
     ) -> None:
+        _check_state_options("TorchCartPole", velocities, dtype)
         super().__init__(n_envs, seed, device, max_episode_steps)
         self.velocities = velocities
         self.state = torch.zeros((n_envs, 4), dtype=dtype, device=self.device)
@@ -170,6 +179,7 @@ class TorchPendulum(TorchEnv):
         velocities: bool = True,
         dtype: torch.dtype = torch.float32,
     ) -> None:
+        _check_state_options("TorchPendulum", velocities, dtype)
         super().__init__(n_envs, seed, device, max_episode_steps)
         self.velocities = velocities
         self.state = torch.zeros((n_envs, 2), dtype=dtype, device=self.device)
@@ -244,8 +254,13 @@ class TorchCueMemory(TorchEnv):
                 that is not integers >= 0.
         """
         delay = env_info.tensors.get("delay") if isinstance(env_info, DictTensor) else None
-        if delay is not None and (delay.dtype.is_floating_point or bool((delay < 0).any())):
-            raise ValueError(f"TorchCueMemory.reset: env_info['delay'] must hold integers >= 0, got {delay}")
+        if delay is not None:
+            if delay.dtype.is_floating_point or delay.dtype.is_complex or delay.dtype == torch.bool:
+                raise TypeError(
+                    f"TorchCueMemory.reset: env_info['delay'] must hold integers, got {delay.dtype}"
+                )
+            if bool((delay < 0).any()):
+                raise ValueError(f"TorchCueMemory.reset: env_info['delay'] must be >= 0, got {delay}")
         return super().reset(env_info, auto_reset)
 
     def start(self, rows: torch.Tensor) -> None:
@@ -293,12 +308,15 @@ def make_torch_env(
             ``max_episode_steps``).
 
     Raises:
+        TypeError: for an ``env`` that is not a str.
         ValueError: for an id not written in torch here.
 
     Examples:
         >>> make_torch_env("PendulumNoVel-v1", n_envs=2).velocities
         False
     """
+    if not isinstance(env, str):
+        raise TypeError(f"make_torch_env: env must be a gymnasium id (str), got {describe(env)}")
     if env not in TORCH_TASKS:
         raise ValueError(f"make_torch_env: env must be one of {sorted(TORCH_TASKS)}, got {env!r}")
     return TORCH_TASKS[env](n_envs=n_envs, seed=seed, device=device, **kwargs)

@@ -496,3 +496,40 @@ def test_multiprocess_batcher_gives_local_batcher_trajectories(mode: str, n_time
         assert all(batch.trajectories["initial_state"][:, 0].all() for batch in batches)
     else:  # the episodes run on across calls: some end inside a batch and start again
         assert any(batch.trajectories["next/done"].any() for batch in batches)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda: TorchCartPole(2, dtype=torch.int64), TypeError, r"TorchCartPole: dtype must be a floating"),
+        (
+            lambda: TorchPendulum(2, velocities=1),
+            TypeError,
+            r"TorchPendulum: velocities must be a bool, got an int",
+        ),
+        (
+            lambda: make_torch_env(["CartPole-v1"], 2),
+            TypeError,
+            r"make_torch_env: env must be a gymnasium id \(str\)",
+        ),
+        (lambda: TorchCueMemory(2, delay=-1), ValueError, r"delay must be an int >= 0, got -1"),
+    ],
+)
+def test_bad_constructor_arguments_are_named(make: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        make()
+
+
+@pytest.mark.parametrize(
+    ("delay", "error", "message"),
+    [
+        (torch.tensor([1.5, 2.0]), TypeError, r"env_info\['delay'\] must hold integers, got torch.float32"),
+        (torch.tensor([1, -2]), ValueError, r"env_info\['delay'\] must be >= 0"),
+    ],
+)
+def test_a_cue_delay_per_row_must_be_whole_and_not_negative(
+    delay: torch.Tensor, error: type[Exception], message: str
+) -> None:
+    env = TorchCueMemory(2)
+    with pytest.raises(error, match=message):
+        env.reset(DictTensor({"delay": delay}))

@@ -83,7 +83,7 @@ class TrainConfig:
     env: str = ""
     """The environment id, as for ``gymnasium.make`` ("module:EnvId" imports the module first)."""
     env_backend: str = "gymnasium"
-    """How the training environments are stepped: "gymnasium" (one gymnasium object per environment), "vector" (gymnasium.make_vec, one vector environment per worker: GymVectorEnv) or "torch" (the id written in torch, all of a worker's environments stepped as arrays: rlstruct.torch_envs). With "torch" and --device cuda, the environments run on the GPU in the learner's process, with the agent and the batches (IMPALA keeps its worker processes). Evaluations play gymnasium's own environment either way."""
+    """How the training environments are stepped: "gymnasium" (one gymnasium object per environment), "vector" (gymnasium.make_vec, one vector environment per worker: GymVectorEnv) or "torch" (the id written in torch, all of a worker's environments stepped as arrays: rlstruct.torch_envs). With "torch" and --device cuda, the environments run on the GPU in the learner's process, with the agent and the batches, and --n-processes is not used (IMPALA keeps its worker processes). Evaluations play gymnasium's own environment either way."""
     total_steps: int = 50_000
     """Environment steps of training (all environments counted)."""
     seed: int = 0

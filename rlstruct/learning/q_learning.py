@@ -111,7 +111,8 @@ class EpsilonGreedyPolicy:
     Mix it in before ``rlstruct.Agent`` (``class MyQ(EpsilonGreedyPolicy,
     Agent)``) and call ``super().__init__()``: it registers the buffer
     ``epsilon`` (float32, 1.0 at first). Draws come from the agent's
-    ``generator`` (on the CPU) and are moved to the Q-values' device.
+    ``generator``, on its device (the CPU, or where a batcher moved the
+    agent), and are moved to the Q-values' device.
     """
 
     epsilon: torch.Tensor
