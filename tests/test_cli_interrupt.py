@@ -17,6 +17,9 @@ import pytest
 from rlstruct import load_checkpoint
 
 DEADLINE_S = 120.0
+"""How long each wait may take: for the run to write, then for it to end after the signal."""
+
+pytestmark = pytest.mark.timeout(2 * DEADLINE_S + 30)  # both waits fit, so their own failures show
 
 
 def start(tmp_path: Path, *flags: str) -> subprocess.Popen[str]:
@@ -37,6 +40,16 @@ def wait_for(process: subprocess.Popen[str], ready: object) -> None:
         time.sleep(0.05)
 
 
+def finish(process: subprocess.Popen[str]) -> str:
+    """The standard error of ``process`` once it has ended; kill it and fail if it outlives the deadline."""
+    try:
+        return process.communicate(timeout=DEADLINE_S)[1]
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+        pytest.fail(f"rlstruct train did not end within {DEADLINE_S} s of the signal; standard error:\n{err}")
+
+
 def run_dir_of(tmp_path: Path) -> Path | None:
     found = list(tmp_path.iterdir())
     return found[0] if found else None
@@ -52,7 +65,7 @@ def test_ctrl_c_without_a_checkpoint_says_where_the_run_is(tmp_path: Path) -> No
     process = start(tmp_path)
     wait_for(process, lambda: trained(tmp_path))  # a first row logged: training is under way
     process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=DEADLINE_S)
+    err = finish(process)
     run_dir = run_dir_of(tmp_path)
     assert process.returncode == 130
     assert err == (
@@ -65,7 +78,7 @@ def test_sigterm_after_a_checkpoint_names_it_and_the_command_that_continues(tmp_
     process = start(tmp_path, "--checkpoint-every", "512")
     wait_for(process, lambda: (d := run_dir_of(tmp_path)) is not None and (d / "checkpoint.pt").exists())
     process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=DEADLINE_S)
+    err = finish(process)
     run_dir = run_dir_of(tmp_path)
     assert run_dir is not None
     steps = load_checkpoint(run_dir / "checkpoint.pt")["env_steps"]  # the last one, maybe not the first
