@@ -25,7 +25,16 @@ pytestmark = pytest.mark.timeout(2 * DEADLINE_S + 30)  # both waits fit, so thei
 def start(tmp_path: Path, *flags: str) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "rlstruct.cli", "train", "ppo", "--env", "CartPole-v1"]
     argv += ["--total-steps", "100000000", "--run-dir", str(tmp_path), "--no-progress", *flags]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint
+    )
+
+
+def default_sigint() -> None:
+    """Ctrl-C reaches a command in a terminal with SIGINT's default action, which Python turns into
+    KeyboardInterrupt; a suite started in the background by a non-interactive shell ignores SIGINT,
+    and a child would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for(process: subprocess.Popen[str], ready: object) -> None:
