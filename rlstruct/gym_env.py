@@ -64,7 +64,7 @@ from rlstruct.env import Environment
 from rlstruct.errors import describe
 from rlstruct.specs import ObservationSpace
 
-__all__ = ["GymEnv", "action_array", "observation_spaces"]
+__all__ = ["GymEnv", "action_array", "observation_spaces", "with_flags"]
 
 _COMPOSITE = (gym.spaces.Dict, gym.spaces.Tuple)
 """The spaces whose entries are stored under keys of their own, joined by ``/``."""
@@ -252,6 +252,28 @@ def action_array(
     return array
 
 
+def with_flags(
+    data: dict[str, torch.Tensor],
+    n: int,
+    reward: np.ndarray[Any, Any],
+    terminated: np.ndarray[Any, Any],
+    truncated: np.ndarray[Any, Any],
+    initial: np.ndarray[Any, Any],
+    last_action: np.ndarray[Any, Any],
+) -> DictTensor:
+    """The observation keys ``data`` (``n`` rows on the CPU) with the keys of ``rlstruct.env`` and ``last_action``.
+
+    The arrays are wrapped, not copied; ``done`` is ``terminated | truncated``.
+    """
+    data["reward"] = torch.from_numpy(reward)
+    data["terminated"] = torch.from_numpy(terminated)
+    data["truncated"] = torch.from_numpy(truncated)
+    data["done"] = torch.from_numpy(terminated | truncated)
+    data["initial_state"] = torch.from_numpy(initial)
+    data["last_action"] = torch.from_numpy(last_action)
+    return DictTensor.unchecked(data, n, torch.device("cpu"))
+
+
 class GymEnv(Environment):
     """``n_envs`` gymnasium environments stepped one after the other, returned as one batch.
 
@@ -402,13 +424,8 @@ class GymEnv(Environment):
                     )
                 array = array.astype(np.int64)
             data[key] = torch.from_numpy(array)
-        data["reward"] = torch.from_numpy(reward.astype(self._reward_numpy_dtype))
-        data["terminated"] = torch.from_numpy(terminated)
-        data["truncated"] = torch.from_numpy(truncated)
-        data["done"] = torch.from_numpy(terminated | truncated)
-        data["initial_state"] = torch.from_numpy(initial)
-        data["last_action"] = torch.from_numpy(last_action)
-        return DictTensor.unchecked(data, self.n_envs, torch.device("cpu"))
+        flags = (reward.astype(self._reward_numpy_dtype), terminated, truncated, initial, last_action)
+        return with_flags(data, self.n_envs, *flags)
 
     def reset(self, env_info: DictTensor, auto_reset: bool = False) -> DictTensor:
         """Start a new episode in every instance; see ``Environment.reset``.

@@ -81,7 +81,7 @@ from rlstruct.checks import check_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
 from rlstruct.errors import describe
-from rlstruct.gym_env import action_array, observation_spaces
+from rlstruct.gym_env import action_array, observation_spaces, with_flags
 
 __all__ = ["GymVectorEnv"]
 
@@ -383,13 +383,8 @@ class GymVectorEnv(Environment):
     ) -> DictTensor:
         """One DictTensor of ``n_envs`` rows on the arrays given (not copied: the caller owns them)."""
         data = {key: torch.from_numpy(array) for key, array in observation.items()}
-        data["reward"] = torch.from_numpy(reward.astype(self._reward_dtype))
-        data["terminated"] = torch.from_numpy(terminated)
-        data["truncated"] = torch.from_numpy(truncated)
-        data["done"] = torch.from_numpy(terminated | truncated)
-        data["initial_state"] = torch.from_numpy(initial)
-        data["last_action"] = torch.from_numpy(last_action)
-        return DictTensor.unchecked(data, self.n_envs, torch.device("cpu"))
+        flags = (reward.astype(self._reward_dtype), terminated, truncated, initial, last_action)
+        return with_flags(data, self.n_envs, *flags)
 
     def reset(self, env_info: DictTensor, auto_reset: bool = False) -> DictTensor:
         """Start a new episode in every row; see ``Environment.reset``.
