@@ -10,6 +10,13 @@ Rows (median microseconds per call, single-threaded torch, transitions of an
   textbook binary sum tree in pure Python (one Python loop per row and level,
   as in the usual segment-tree implementations), doing the same stratified
   draws and updates. No target: the row shows what vectorising buys.
+- ``sequence sample 32x80 @ 1e6 vs 1e4 steps``: ``SequenceReplayBuffer.sample(32)``
+  of chunks of T = 80 steps (burn-in 40; a 4-float observation and its next
+  observation, an int64 action, a float reward, a bool done, and a 64-float
+  agent state per chunk) from a buffer holding 10^6 steps (12,500 chunks)
+  against the same buffer holding 10^4 steps (125 chunks): a sample gathers
+  32 chunks whatever the number held, so the target ratio is 1.2. With
+  ``--quick``: 10^5 against 10^4 steps.
 
 Usage:
     python benchmarks/replay.py [--quick] [--repeats N] [--json PATH]
@@ -22,10 +29,20 @@ import random
 import torch
 from _common import Row, compare, parse_args, report
 
-from rlstruct import DictTensor, PrioritizedReplayBuffer, ReplayBuffer
+from rlstruct import (
+    DictTensor,
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+    SequenceReplayBuffer,
+    TemporalDictTensor,
+    Trajectories,
+)
 
 BATCH = 256
 ALPHA = 0.6
+SEQUENCE_BATCH = 32
+SEQUENCE_T = 80
+SEQUENCE_BURN_IN = 40
 
 
 def transitions(n: int, gen: torch.Generator) -> DictTensor:
@@ -37,6 +54,32 @@ def transitions(n: int, gen: torch.Generator) -> DictTensor:
             "next/observation": torch.randn(n, 8, generator=gen),
         }
     )
+
+
+def sequence_chunks(n: int, gen: torch.Generator) -> Trajectories:
+    """``n`` rows of a batcher's batch of ``SEQUENCE_T`` steps, with an agent state per row."""
+    shape = (n, SEQUENCE_T)
+    steps = TemporalDictTensor(
+        {
+            "observation": torch.randn(*shape, 4, generator=gen),
+            "action": torch.randint(0, 2, shape, generator=gen),
+            "next/reward": torch.randn(*shape, generator=gen),
+            "next/observation": torch.randn(*shape, 4, generator=gen),
+            "next/done": torch.rand(*shape, generator=gen) < 0.01,
+        }
+    )
+    return Trajectories(DictTensor({"agent_state/h": torch.randn(n, 64, generator=gen)}), steps)
+
+
+def sequence_buffer(steps: int, gen: torch.Generator) -> SequenceReplayBuffer:
+    """A full buffer of ``steps // SEQUENCE_T`` chunks."""
+    capacity = steps // SEQUENCE_T
+    buffer = SequenceReplayBuffer(
+        capacity, burn_in=SEQUENCE_BURN_IN, generator=torch.Generator().manual_seed(0)
+    )
+    for start in range(0, capacity, 1000):
+        buffer.add(sequence_chunks(min(1000, capacity - start), gen))
+    return buffer
 
 
 class PythonSumTree:
@@ -114,6 +157,13 @@ def main() -> None:
         value, baseline = compare([vectorised, lambda tree=tree, rng=rng: python_step(tree, rng)], budget)
         name = f"prioritized sample+update 256 @ {capacity:.0e}".replace("e+0", "e")
         rows.append(Row(name, value * 1e6, "us", baseline * 1e6))
+
+    small, large = (sequence_buffer(steps, gen) for steps in (10_000, 100_000 if args.quick else 1_000_000))
+    value, baseline = compare(
+        [lambda: large.sample(SEQUENCE_BATCH), lambda: small.sample(SEQUENCE_BATCH)], budget
+    )
+    name = f"sequence sample 32x80 @ {large.steps_held():.0e} vs {small.steps_held():.0e} steps"
+    rows.append(Row(name.replace("e+0", "e"), value * 1e6, "us", baseline * 1e6, target=1.2))
     report(args, rows, "rlstruct", "reference")
 
 

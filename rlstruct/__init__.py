@@ -26,7 +26,14 @@ from rlstruct.env_check import check_env
 from rlstruct.errors import ClusterError, DistributedError, RemoteWorkerError, WorkerError, WorkerTimeout
 from rlstruct.logger import Logger, make_run_dir, plot_csv, plot_runs
 from rlstruct.progress import Progress
-from rlstruct.replay import HindsightReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer, ReplaySample
+from rlstruct.replay import (
+    HindsightReplayBuffer,
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+    ReplaySample,
+    SequenceReplayBuffer,
+    SequenceSample,
+)
 from rlstruct.returns import discounted_returns, gae, td_lambda, vtrace
 from rlstruct.seeding import derive_seed
 from rlstruct.specs import Specs, TensorSpec
@@ -53,6 +60,8 @@ __all__ = [
     "RemoteWorkerError",
     "ReplayBuffer",
     "ReplaySample",
+    "SequenceReplayBuffer",
+    "SequenceSample",
     "Specs",
     "TemporalDictTensor",
     "TensorSpec",

@@ -1,4 +1,4 @@
-"""Replay buffers on DictTensor storage: uniform, prioritized and hindsight relabelling.
+"""Replay buffers on DictTensor storage: uniform, prioritized, hindsight relabelling and sequences.
 
 A replay buffer keeps the last ``capacity`` transitions, one row per
 transition, in one preallocated tensor per key (a ring buffer: once full, each
@@ -9,9 +9,9 @@ values are never cast. Transitions usually come from a batcher:
 (``masked_flatten``), so that a row holds ``observation``, ``action``,
 ``next/reward``, ``next/observation``, ``next/terminated``, ... of one step.
 
-Every buffer's ``sample`` returns a ``ReplaySample``: the rows, their slots
-and their importance-sampling weights (all ones unless the sampling is
-prioritized), so that one learner reads any of them the same way.
+Every transition buffer's ``sample`` returns a ``ReplaySample``: the rows,
+their slots and their importance-sampling weights (all ones unless the
+sampling is prioritized), so that one learner reads any of them the same way.
 
 - ``ReplayBuffer``: uniform sampling with replacement.
 - ``PrioritizedReplayBuffer``: proportional prioritized replay (Schaul et al.,
@@ -19,6 +19,11 @@ prioritized), so that one learner reads any of them the same way.
 - ``HindsightReplayBuffer``: goal-conditioned transitions whose desired goal is
   replaced, at sample time, by a goal achieved later in the same episode, with
   the reward recomputed (Andrychowicz et al., 2017).
+- ``SequenceReplayBuffer``: whole chunks of T steps (rows of a batcher's
+  batch) with the agent's state at their start, for agents with memory, with
+  R2D2's burn-in (Kapturowski et al., 2019); ``sample`` returns a
+  ``SequenceSample`` that ``replay_agent`` replays, and
+  ``sequence_priorities`` gives a chunk's priority from its TD errors.
 
 Storage lives on the buffer's ``device``: adds copy rows there from wherever
 they are (that is what ``device`` asks for), and samples are new tensors on it,
@@ -53,6 +58,7 @@ Examples:
 
 from rlstruct.replay.hindsight import HindsightReplayBuffer, RewardFn
 from rlstruct.replay.prioritized import PrioritizedReplayBuffer
+from rlstruct.replay.sequence import SequenceReplayBuffer, SequenceSample, sequence_priorities
 from rlstruct.replay.sumtree import SumTree
 from rlstruct.replay.uniform import ReplayBuffer, ReplaySample
 
@@ -62,5 +68,8 @@ __all__ = [
     "ReplayBuffer",
     "ReplaySample",
     "RewardFn",
+    "SequenceReplayBuffer",
+    "SequenceSample",
     "SumTree",
+    "sequence_priorities",
 ]

@@ -146,7 +146,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             prefix = (torch.arange(batch_size, device=self._device, dtype=torch.float64) + offsets) * segment
             indices = tree.find(prefix)
             weights = (tree.get(indices) / tree.mins[0]).pow(-beta).to(torch.float32)
-            return ReplaySample(self._storage_or_raise(op).index(indices), indices, weights)
+            return ReplaySample(self._gather(self._storage_or_raise(op), indices), indices, weights)
 
     def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
         """Set the priorities of rows drawn by ``sample``, in place.
