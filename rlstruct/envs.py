@@ -5,12 +5,19 @@
 | ``CartPoleNoVel-v1`` | (cart position, pole angle), float32 | 500 steps | 500 |
 | ``PendulumNoVel-v1`` | (cos theta, sin theta), float32 | 200 steps | about -150 (Pendulum-v1's) |
 | ``CueMemory-v0`` | (cue one-hot (2), answer flag), float32 | ``delay + 2`` steps | 1.0 (memoryless: 0) |
+| ``CueMemory16-v0``, ``CueMemory64-v0``, ``CueMemory256-v0`` | the same | 18, 66, 258 steps | 1.0 (memoryless: 0) |
 
 The first two are the classic-control tasks with their velocities hidden: the
 rewards, dynamics and limits are those of ``CartPole-v1`` and ``Pendulum-v1``,
 but a policy that sees only the current observation cannot tell which way the
 pole moves; history (a recurrent agent, stacked frames) gives it back.
-``CueMemory-v0`` can be solved only by remembering its first observation.
+``CueMemory-v0`` can be solved only by remembering its first observation,
+over ``delay`` blank steps (10; ``gym.make("CueMemory-v0", delay=...)`` sets
+another); ``CueMemory16-v0``, ``CueMemory64-v0`` and ``CueMemory256-v0`` are
+the same task with delays 16, 64 and 256, under ids of their own so that a
+training run (``rlstruct train ppo --env CueMemory64-v0``) and its spawned
+workers make them from the id alone. Like ``CueMemory-v0`` they declare no
+``max_episode_steps``: every episode ends by termination after ``delay + 2`` steps.
 
 ``import rlstruct`` imports this module as soon as gymnasium is imported
 (before or after rlstruct), and ``rlstruct/gym_env.py`` imports it, so any use
@@ -200,7 +207,7 @@ class CueMemoryEnv(gym.Env[Observation, np.int64]):
 
 
 def register() -> None:
-    """Register ``CartPoleNoVel-v1``, ``PendulumNoVel-v1`` and ``CueMemory-v0``; a no-op for ids already there."""
+    """Register ``CartPoleNoVel-v1``, ``PendulumNoVel-v1``, ``CueMemory-v0`` and ``CueMemory{16,64,256}-v0``; a no-op for ids already there."""
     specs: list[dict[str, Any]] = [
         {
             "id": "CartPoleNoVel-v1",
@@ -214,6 +221,15 @@ def register() -> None:
             "max_episode_steps": 200,
         },
         {"id": "CueMemory-v0", "entry_point": "rlstruct.envs:CueMemoryEnv", "reward_threshold": 1.0},
+        *(
+            {
+                "id": f"CueMemory{delay}-v0",
+                "entry_point": "rlstruct.envs:CueMemoryEnv",
+                "reward_threshold": 1.0,
+                "kwargs": {"delay": delay},
+            }
+            for delay in (16, 64, 256)
+        ),
     ]
     for spec in specs:
         if spec["id"] not in gym.registry:

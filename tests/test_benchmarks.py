@@ -15,6 +15,7 @@ DIRECTORY = Path(__file__).resolve().parents[1] / "benchmarks"
 BENCHMARKS = sorted(p for p in DIRECTORY.glob("*.py") if not p.name.startswith("_"))
 FIELDS = {"name", "value", "unit", "baseline", "ratio", "target", "higher_is_better"}
 PNG = b"\x89PNG\r\n\x1a\n"
+DRAWING = {"sampling", "memory_tasks"}  # the benchmarks whose --plot the quick run checks
 
 
 def test_benchmarks_are_found() -> None:
@@ -25,7 +26,7 @@ def test_benchmarks_are_found() -> None:
 def test_benchmark_quick_run_writes_json_rows(path: Path, tmp_path: Path) -> None:
     out = tmp_path / "rows.json"
     image = tmp_path / "rows.png"
-    plot = ["--plot", str(image)] if path.stem == "sampling" else []  # the one benchmark that draws
+    plot = ["--plot", str(image)] if path.stem in DRAWING else []
     result = subprocess.run(
         [sys.executable, str(path), "--quick", "--json", str(out), *plot],
         capture_output=True,
@@ -104,3 +105,14 @@ def test_sampling_plots_an_earlier_json_without_measuring(tmp_path: Path) -> Non
         timeout=300,
     )
     assert bad.returncode != 0 and "must hold a list of rows" in bad.stderr
+
+
+def test_memory_tasks_reads_mmer_and_first_reaching_from_the_evaluations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(DIRECTORY))
+    memory_tasks = importlib.import_module("memory_tasks")
+    curve = memory_tasks.Curve(((10_240, 0.5), (20_480, 0.96), (30_720, 0.9)), wall_s=1.0)
+    assert (curve.mmer, curve.final, curve.env_steps) == (0.96, 0.9, 30_720)  # the best, not the last
+    assert curve.first_reaching(0.95) == 20_480 and curve.first_reaching(1.0) is None
+    assert [memory_tasks._aligned(n) for n in (100, 20_000, 200_000)] == [256, 19_968, 199_936]

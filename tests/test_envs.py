@@ -14,7 +14,14 @@ from rlstruct.algos.evaluation import env_spaces
 from rlstruct.envs import CueMemoryEnv, SelectObservation, register
 from rlstruct.testing import RandomAgent
 
-IDS = ["CartPoleNoVel-v1", "PendulumNoVel-v1", "CueMemory-v0"]
+IDS = [
+    "CartPoleNoVel-v1",
+    "PendulumNoVel-v1",
+    "CueMemory-v0",
+    "CueMemory16-v0",
+    "CueMemory64-v0",
+    "CueMemory256-v0",
+]
 
 
 @pytest.mark.parametrize(
@@ -146,6 +153,24 @@ def test_cue_memory_is_deterministic_given_the_seed_and_checks_its_input() -> No
     with pytest.raises(RuntimeError, match=r"step\(\) after the episode ended"):
         env.step(np.int64(0))
     assert gym.make("CueMemory-v0", delay=3).unwrapped.delay == 3  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("delay", [16, 64, 256])
+def test_cue_memory_ids_of_longer_delays_make_that_delay(delay: int) -> None:
+    env = gym.make(f"CueMemory{delay}-v0")
+    try:
+        assert env.unwrapped.delay == delay  # type: ignore[attr-defined]
+        # as CueMemory-v0's, the episodes end by termination, without a time limit
+        assert env.spec is not None and env.spec.max_episode_steps is None
+        env.reset(seed=0)
+        steps, terminated = 0, False
+        while not terminated:
+            _, _, terminated, truncated, _ = env.step(np.int64(0))
+            steps += 1
+            assert not truncated
+        assert steps == delay + 2  # the cue, delay blanks, the answer step
+    finally:
+        env.close()
 
 
 def test_registering_again_neither_warns_nor_changes_the_specs() -> None:
