@@ -11,6 +11,15 @@ Hasselt et al. 2016). A target network follows the online one every
 2016; ``--no-dueling`` for one head of Q-values); ``--prioritized`` replays transitions in proportion to their
 TD error with importance-sampling weights (Schaul et al. 2016).
 
+With ``--recurrent`` the Q-network has a memory (a GRU: ``RecurrentQNetwork``)
+and the replay keeps whole rows of ``n_steps`` steps (chunks) with the memory
+each began with (``SequenceReplayBuffer``). A gradient step replays
+``batch_size / n_steps`` chunks from their stored state, the first
+``burn_in`` steps of each only warming the memory, and learns on the rest
+with ``n_step``-step double-Q targets (R2D2, Kapturowski et al. 2019);
+prioritized replay then ranks chunks by ``0.9 max + 0.1 mean`` of their
+|TD errors|.
+
 Run it with ``rlstruct train dqn --env CartPole-v1`` or
 ``python -m rlstruct.algos.dqn --env CartPole-v1``; ``--help`` lists every
 field of ``Config``.
@@ -43,10 +52,18 @@ from rlstruct.algos.hooks import Hook, check_hooks
 from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
 from rlstruct.checks import check_int, check_number
+from rlstruct.errors import AgentError
 from rlstruct.learning.metrics import EpisodeReturns
 from rlstruct.learning.protocols import check_replayed_outputs
 from rlstruct.learning.q_learning import QAgent, QNetwork, check_q_agent, dqn_loss, q_targets
-from rlstruct.replay import PrioritizedReplayBuffer, ReplayBuffer
+from rlstruct.learning.recurrent_q import (
+    RecurrentQAgent,
+    RecurrentQNetwork,
+    check_recurrent_q_agent,
+    recurrent_dqn_loss,
+)
+from rlstruct.replay import PrioritizedReplayBuffer, ReplayBuffer, SequenceReplayBuffer, sequence_priorities
+from rlstruct.trajectories import Trajectories
 
 __all__ = ["Config", "QNetwork", "check", "linear_schedule", "main", "make_agent", "q_targets", "train"]
 # QNetwork and q_targets are rlstruct.learning.q_learning's, named here too
@@ -55,6 +72,11 @@ __all__ = ["Config", "QNetwork", "check", "linear_schedule", "main", "make_agent
 def transition_keys(keys: Sequence[str]) -> tuple[str, ...]:
     """What the replay buffer keeps of each step: the agent's observation ``keys``, now and reached, and the rest."""
     return (*keys, "action", *(f"next/{k}" for k in keys), "next/reward", "next/terminated")
+
+
+def sequence_keys(keys: Sequence[str]) -> tuple[str, ...]:
+    """What the sequence replay keeps of each step with ``recurrent``: ``transition_keys``, episode ends and starts."""
+    return (*transition_keys(keys), "next/done", "initial_state")
 
 
 def linear_schedule(start: float, end: float, fraction: float, progress: float) -> float:
@@ -121,6 +143,12 @@ class Config(TrainConfig):
     """Importance-sampling exponent at the start, annealed linearly to 1 over the run."""
     max_grad_norm: float = 10.0
     """Gradients are rescaled to this global norm."""
+    recurrent: bool = False
+    """A Q-network with a memory (a GRU), trained on chunks of ``n_steps`` steps replayed from their stored state."""
+    burn_in: int = 8
+    """With ``recurrent``: the first steps of each replayed chunk, which only warm the memory (no loss)."""
+    n_step: int = 1
+    """Steps of the Q-learning targets (cut where an episode or a chunk ends); above 1 only with ``recurrent``."""
     hidden: int = 256
     """Units of each of the two hidden layers."""
     torch_threads: int = 1
@@ -162,6 +190,18 @@ def check(config: Config) -> EnvSpaces:
             check_number("config", name, getattr(config, name), 0.0, 1.0)
         check_number("config", "alpha", config.alpha, 0.0)
         check_int("config", "learning_starts", config.learning_starts, 0)
+        check_int("config", "burn_in", config.burn_in, 0)
+        check_int("config", "n_step", config.n_step, 1)
+        if config.recurrent and config.burn_in >= config.n_steps:
+            raise ValueError(
+                f"config.burn_in ({config.burn_in}) must be below n_steps ({config.n_steps}) with recurrent: "
+                "a chunk is a row of n_steps steps, and its burn-in steps are not learned from"
+            )
+        if not config.recurrent and config.n_step != 1:
+            raise ValueError(
+                f"config.n_step ({config.n_step}) above 1 needs recurrent (--recurrent): one-step targets "
+                "are what the replay of single transitions gives"
+            )
         check_layout(config, config.n_envs, config.n_steps)
         return check_env("dqn", config.env)
 
@@ -170,8 +210,9 @@ def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]
     """The agent ``train`` trains for ``config`` on an environment of ``spaces``, and its keyword arguments.
 
     ``config.agent``'s class, made with ``config.agent_args`` and checked to
-    speak ``QAgent`` (see ``rlstruct.algos.agents.own_agent``), else a
-    ``QNetwork``.
+    speak ``QAgent`` (``RecurrentQAgent`` with ``recurrent``; see
+    ``rlstruct.algos.agents.own_agent``), else a ``QNetwork``
+    (``RecurrentQNetwork`` with ``recurrent``).
 
     Returns:
         ``(agent, agent_args)``: a new agent on the CPU, initialised from
@@ -181,7 +222,7 @@ def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]
     Raises:
         AgentError: for an agent DQN cannot train.
     """
-    own = own_agent(config, spaces, "dqn", check_q_agent)
+    own = own_agent(config, spaces, "dqn", check_recurrent_q_agent if config.recurrent else check_q_agent)
     if own is not None:
         return own
     agent_args: dict[str, Any] = {
@@ -190,7 +231,8 @@ def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]
         "hidden": (config.hidden, config.hidden),
         "dueling": config.dueling,
     }
-    return QNetwork(**agent_args), agent_args
+    network = RecurrentQNetwork if config.recurrent else QNetwork
+    return network(**agent_args), agent_args
 
 
 def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
@@ -218,8 +260,18 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
     target = copy.deepcopy(model).requires_grad_(False)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)  # fewest kernels per step
     generator = torch.Generator(device).manual_seed(config.seed)
-    buffer: ReplayBuffer
-    if config.prioritized:
+    buffer: ReplayBuffer | SequenceReplayBuffer
+    if config.recurrent:
+        buffer = SequenceReplayBuffer(
+            max(1, config.buffer_size // config.n_steps),
+            burn_in=config.burn_in,
+            prioritized=config.prioritized,
+            alpha=config.alpha,
+            beta=config.beta_start,
+            device=device,
+            generator=generator,
+        )
+    elif config.prioritized:
         buffer = PrioritizedReplayBuffer(
             config.buffer_size, alpha=config.alpha, beta=config.beta_start, device=device, generator=generator
         )
@@ -241,8 +293,12 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
             batch = run.batcher.get()
             steps = batch.trajectories
             env_steps += per_iteration
-            check_replayed_outputs(agent, batch, "dqn", ("action",))
-            buffer.add_trajectories(steps, keys=keys)
+            if isinstance(buffer, SequenceReplayBuffer):
+                check_chunk_outputs(agent, batch)
+                buffer.add(batch, keys=sequence_keys(observed))
+            else:
+                check_replayed_outputs(agent, batch, "dqn", ("action",))
+                buffer.add_trajectories(steps, keys=keys)
             episodes.add(steps)
             run.add_returns(episodes)
             progress = env_steps / config.total_steps
@@ -261,10 +317,17 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
                     optimizer,
                     annealed(config.lr, env_steps - per_iteration, config.total_steps, config.anneal),
                 )
-                if isinstance(buffer, PrioritizedReplayBuffer):
+                if isinstance(buffer, PrioritizedReplayBuffer | SequenceReplayBuffer) and config.prioritized:
                     buffer.beta = config.beta_start + (1.0 - config.beta_start) * progress
                     stats["beta"] = buffer.beta
-                stats.update(learn(model, target, optimizer, buffer, config, n_updates, grad_steps, observed))
+                if isinstance(buffer, SequenceReplayBuffer):
+                    stats.update(
+                        learn_chunks(model, target, optimizer, buffer, config, n_updates, grad_steps)
+                    )
+                else:
+                    stats.update(
+                        learn(model, target, optimizer, buffer, config, n_updates, grad_steps, observed)
+                    )
                 stats["lr"] = optimizer.param_groups[0]["lr"]
                 grad_steps += n_updates
             run.step(env_steps, model, **stats)
@@ -290,6 +353,78 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
             grad_steps=grad_steps,
             rng=rng_state(generator, model.generator),
         )
+
+
+def check_chunk_outputs(agent: Agent, batch: Trajectories) -> None:
+    """Raise unless the first batch of a recurrent agent has a state to replay chunks from and ``action``.
+
+    Raises:
+        AgentError: (a ValueError) naming what the agent lacks.
+    """
+    name = type(agent).__name__
+    if batch.info.truncate_key("agent_state/").empty():
+        raise AgentError(
+            f"dqn with recurrent cannot train {name}: it keeps no state (initial_state is empty), and chunks "
+            "are replayed from the state stored at their start (train it without --recurrent)"
+        )
+    if "action" not in batch.trajectories:
+        raise AgentError(
+            f"dqn cannot train {name}: its outputs lack ['action'], got {sorted(batch.trajectories.keys())}"
+        )
+
+
+def learn_chunks(
+    model: Agent,
+    target: Agent,
+    optimizer: torch.optim.Optimizer,
+    buffer: SequenceReplayBuffer,
+    config: Config,
+    n_updates: int,
+    grad_steps: int,
+) -> dict[str, float]:
+    """``n_updates`` gradient steps on replayed chunks (``recurrent``); returns the mean loss, Q and |TD error|.
+
+    Each step draws ``batch_size / n_steps`` chunks (at least one), replays
+    them from their stored state (``recurrent_dqn_loss``) and, with
+    prioritized replay, gives each chunk ``sequence_priorities`` of its TD
+    errors.
+    """
+    chunks = max(1, round(config.batch_size / config.n_steps))
+    total_loss = torch.zeros((), device=buffer.device)
+    total_q, total_td = torch.zeros_like(total_loss), torch.zeros_like(total_loss)
+    for i in range(n_updates):
+        batch, indices, weights, counted = buffer.sample(chunks)
+        loss, q, y = recurrent_dqn_loss(
+            cast(RecurrentQAgent, model),
+            cast(RecurrentQAgent, target),
+            batch,
+            counted,
+            weights,
+            config.gamma,
+            config.n_step,
+            config.double,
+            config.burn_in,
+        )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        optimizer.step()
+        td = (q - y).detach().abs()
+        if buffer.prioritized:
+            buffer.update_priorities(indices, sequence_priorities(td, counted))
+        if (grad_steps + i + 1) % config.target_update_every == 0:
+            with torch.no_grad():
+                for t, p in zip(target.parameters(), model.parameters(), strict=True):
+                    t.lerp_(p, config.tau)
+        n = counted.sum().clamp(min=1)
+        total_loss += loss.detach()
+        total_q += (q.detach() * counted).sum() / n
+        total_td += (td * counted).sum() / n
+    return {
+        "loss": float(total_loss) / n_updates,
+        "q_mean": float(total_q) / n_updates,
+        "td_abs": float(total_td) / n_updates,
+    }
 
 
 def learn(
@@ -353,9 +488,21 @@ def learn(
     }
 
 
+TUNED: dict[str, dict[str, Any]] = {
+    "CartPoleNoVel-v1": {
+        "recurrent": True,
+        "hidden": 128,
+        "n_steps": 32,
+        "n_step": 3,
+        "total_steps": 200_000,
+    },
+}
+"""What ``rlstruct train dqn --env ID`` uses for these ids, under the flags given (docs/performance.md)."""
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The command line: ``python -m rlstruct.algos.dqn --env CartPole-v1 [--field value ...]``."""
-    return train(parse_config(Config, argv, prog="rlstruct train dqn"))
+    return train(parse_config(Config, argv, prog="rlstruct train dqn", tuned=TUNED, check=check))
 
 
 if __name__ == "__main__":  # through the command line's entry, whose mistakes are one line (exit status 2)

@@ -10,7 +10,9 @@
   side for agents that output ``logits``;
 - ``q_learning``: ``QAgent``, what DQN needs of an agent, its
   epsilon-greedy half ``EpsilonGreedyPolicy``, the ``QNetwork`` DQN builds and
-  the double-Q loss; ``soft_actor_critic``: ``SACAgent``, what SAC needs, its
+  the double-Q loss; ``recurrent_q``: the same with a memory (R2D2-style:
+  ``RecurrentQNetwork``, n-step targets and the loss on replayed chunks);
+  ``soft_actor_critic``: ``SACAgent``, what SAC needs, its
   squashed-Gaussian half ``SquashedGaussianPolicy``, the networks SAC builds
   and its gradient step;
 - ``losses``: the losses as functions of tensors; ``on_policy``: the same

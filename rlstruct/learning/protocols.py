@@ -190,7 +190,8 @@ def check_replayed_outputs(agent: object, batch: Trajectories, learner: str, nee
     if not state.empty():
         raise AgentError(
             f"{learner} cannot train {name}: it keeps a state {sorted(state.keys())}, and {learner} "
-            "replays single transitions (give it no initial_state, or train it with ppo, a2c or impala)"
+            "replays single transitions (give it no initial_state, or train it with ppo, a2c or impala; "
+            "dqn --recurrent replays a memory)"
         )
     stored = set(batch.trajectories.keys())
     missing = [key for key in needed if key not in stored]

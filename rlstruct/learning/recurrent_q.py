@@ -1,0 +1,327 @@
+"""Q-learning with a memory (R2D2-style): the recurrent Q-network DQN builds with ``recurrent``, and its loss.
+
+A recurrent agent cannot be replayed one transition at a time: its Q-values
+depend on the steps before. DQN with ``recurrent`` therefore stores whole
+rows of collected steps (chunks, ``rlstruct.replay.SequenceReplayBuffer``)
+with the memory the agent had when each row began, and replays a sampled
+chunk from that stored state (Kapturowski et al. 2019). The first
+``burn_in`` steps of a chunk only warm the memory up (no gradient, no loss):
+the stored state was made by older weights, and a few steps of the current
+ones bring it closer to what they would have carried.
+
+An agent DQN trains this way speaks ``RecurrentQAgent``: beside acting
+epsilon-greedily with a state (``EpsilonGreedyPolicy``'s ``act``), it
+replays a chunk with ``q_sequence``. ``RecurrentQNetwork`` is the one DQN
+builds; ``n_step_targets`` and ``recurrent_dqn_loss`` are the loss.
+
+Examples:
+    >>> import torch
+    >>> from rlstruct import DictTensor
+    >>> from rlstruct.learning.recurrent_q import RecurrentQNetwork
+    >>> agent = RecurrentQNetwork(obs_dim=2, n_actions=3, hidden=(16, 16))
+    >>> z = DictTensor({"greedy": torch.ones(4, dtype=torch.bool)})
+    >>> state = agent.initial_state(z, 4)
+    >>> out, state = agent(state, DictTensor({"observation": torch.randn(4, 2)}), z)
+    >>> out["action"].shape, state["h"].shape
+    (torch.Size([4]), torch.Size([4, 16]))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from rlstruct.agent import Agent
+from rlstruct.dicttensor import DictTensor
+from rlstruct.learning.actor_critic import mlp, run_memory
+from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder
+from rlstruct.learning.q_learning import EpsilonGreedyPolicy
+from rlstruct.specs import ObservationSpace
+from rlstruct.temporal import TemporalDictTensor
+from rlstruct.trajectories import Trajectories
+
+__all__ = [
+    "RecurrentQAgent",
+    "RecurrentQNetwork",
+    "check_recurrent_q_agent",
+    "n_step_targets",
+    "recurrent_dqn_loss",
+]
+
+
+@runtime_checkable
+class RecurrentQAgent(Protocol):
+    """What DQN with ``recurrent`` needs of an agent, beside being an ``rlstruct.Agent`` with a state.
+
+    Collection: as ``QAgent`` (``action`` int64 ``[B]``, epsilon-greedy with
+    the 0-d buffer ``epsilon``, greedy where ``agent_info["greedy"]``), and a
+    state from ``initial_state`` that ``forward`` carries from step to step.
+
+    Learning: ``q_sequence(batch, burn_in)`` replays a chunk ``[B, T]`` from
+    the state stored in ``batch.info["agent_state/..."]``, restarting the
+    memory where ``initial_state`` is True, and returns the Q-values of each
+    step's ``observation`` and of its ``next/observation`` (the memory one
+    step further, so a truncated episode bootstraps from what its last step
+    reached), each ``[B, T, n_actions]``. Steps before ``burn_in`` run
+    without gradients.
+    """
+
+    epsilon: torch.Tensor
+
+    def q_sequence(self, batch: Trajectories, burn_in: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Q ``[B, T, n_actions]`` of each step's observation and of its ``next/`` observation."""
+        ...
+
+
+def check_recurrent_q_agent(agent: object, learner: str) -> None:
+    """Raise unless ``agent`` is an ``Agent`` with what ``RecurrentQAgent`` requires.
+
+    Raises:
+        AgentError: (a TypeError) naming what is missing and the learner.
+    """
+    from rlstruct.errors import AgentError, describe
+
+    if not isinstance(agent, Agent):
+        raise AgentError(f"{learner} trains an Agent (rlstruct.Agent), got {describe(agent)}")
+    missing = [] if callable(getattr(agent, "q_sequence", None)) else ["q_sequence"]
+    if not isinstance(getattr(agent, "epsilon", None), torch.Tensor):
+        missing.append("epsilon (a float32 0-d buffer)")
+    if missing:
+        raise AgentError(
+            f"{learner} with recurrent cannot train {type(agent).__name__}: it lacks {', '.join(missing)} "
+            "(see rlstruct.learning.recurrent_q.RecurrentQAgent)"
+        )
+
+
+class RecurrentQNetwork(EpsilonGreedyPolicy, Agent):
+    """A GRU over the observations, then Q-values of discrete actions: the agent DQN builds with ``recurrent``.
+
+    The memory is one GRU of ``hidden[0]`` units; the Q-values come from an
+    MLP (ReLU) over its output, with a dueling head if ``dueling``. Acting is
+    epsilon-greedy as ``QNetwork``'s (the buffer ``epsilon``; greedy rows
+    where ``agent_info["greedy"]``).
+
+    Args:
+        obs_dim: the size of the flat observation under ``observation``.
+        n_actions: the number of discrete actions.
+        hidden: the memory's size, then the sizes of the MLP's hidden layers.
+        dueling: ``Q = V + A - mean_a A`` (Wang et al. 2016).
+        observation_spaces: instead of ``obs_dim``, the observation's keys
+            and spaces (see ``rlstruct.learning.encoders``).
+        encoder: instead of either, your own encoder module.
+
+    State: ``h``, float32 ``[B, hidden[0]]`` (zeros at an episode's start).
+    Output keys (per row): ``action`` (int64).
+
+    Raises:
+        ValueError: for a non-positive ``n_actions``, no or a non-positive
+            hidden size, or not exactly one of ``obs_dim``,
+            ``observation_spaces`` and ``encoder``.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int | None = None,
+        n_actions: int | None = None,
+        hidden: Sequence[int] = (64, 64),
+        dueling: bool = False,
+        observation_spaces: Mapping[str, ObservationSpace] | None = None,
+        encoder: torch.nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        self.encoder, obs_dim = observation_encoder("RecurrentQNetwork", obs_dim, observation_spaces, encoder)
+        if n_actions is None or n_actions < 1:
+            raise ValueError(
+                f"RecurrentQNetwork: n_actions must be a positive int (discrete actions), got {n_actions}"
+            )
+        hidden = tuple(hidden)
+        if not hidden or any(h < 1 for h in hidden):
+            raise ValueError(f"RecurrentQNetwork: hidden must be positive sizes, got {hidden!r}")
+        self.n_actions = n_actions
+        self.memory = torch.nn.GRU(obs_dim, hidden[0], batch_first=True)
+        self.body = torch.nn.Sequential(mlp(list(hidden), torch.nn.ReLU), torch.nn.ReLU())
+        self.head = torch.nn.Linear(hidden[-1], n_actions)
+        self.value = torch.nn.Linear(hidden[-1], 1) if dueling else None
+
+    @property
+    def observation_keys(self) -> tuple[str, ...]:
+        """The keys of the observation the network reads (``("observation",)`` without an encoder)."""
+        return encoded_keys(self.encoder)
+
+    def initial_state(self, agent_info: DictTensor, n: int) -> DictTensor:
+        """The memory of ``n`` rows at an episode's start: ``h``, zeros ``[n, hidden[0]]``."""
+        device = self.head.weight.device
+        return DictTensor({"h": torch.zeros(n, self.memory.hidden_size, device=device)})
+
+    def heads(self, features: torch.Tensor) -> torch.Tensor:
+        """Q ``[..., n_actions]`` from the memory's outputs ``[..., hidden[0]]``."""
+        x = self.body(features)
+        q: torch.Tensor = self.head(x)
+        if self.value is not None:
+            q = self.value(x) + q - q.mean(-1, keepdim=True)
+        return q
+
+    def _features(self, steps: TemporalDictTensor, prefix: str = "") -> torch.Tensor:
+        """The encoded observations ``[B, T, d]`` of stored steps (``prefix`` "next/" for the reached ones)."""
+        b, t = steps.n_elems(), steps.n_timesteps()
+        keys = self.observation_keys
+        if self.encoder is None:
+            flat: torch.Tensor | dict[str, torch.Tensor] = steps[f"{prefix}observation"].flatten(0, 1)
+        else:
+            flat = {k: steps[f"{prefix}{k}"].flatten(0, 1) for k in keys}
+        return encode(self.encoder, flat).view(b, t, -1)
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        """One step of B rows: the memory moves on, and the action is epsilon-greedy on its Q-values."""
+        x = encode(self.encoder, observation if self.encoder is not None else observation["observation"])
+        out, h = self.memory(x.unsqueeze(1), state["h"].unsqueeze(0))
+        q = self.heads(out.squeeze(1))
+        return DictTensor({"action": self.act(q, agent_info)}), DictTensor({"h": h.squeeze(0)})
+
+    def q_sequence(self, batch: Trajectories, burn_in: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Q ``[B, T, n_actions]`` of each step's observation and of its ``next/observation``.
+
+        The memory starts from ``batch.info["agent_state/h"]``, restarts from
+        zeros where ``initial_state`` is True (``run_memory``), and runs its
+        first ``burn_in`` steps without gradients. The reached observation of
+        step t is one more step of the memory after step t.
+        """
+        steps = batch.trajectories
+        x = self._features(steps)
+        starts = steps["initial_state"]
+        h0 = batch.info["agent_state/h"]
+        if burn_in > 0:
+            with torch.no_grad():
+                warm = run_memory(self.memory, x[:, :burn_in], [h0], starts[:, :burn_in])
+            rest = run_memory(self.memory, x[:, burn_in:], [warm[:, -1]], starts[:, burn_in:])
+            out = torch.cat([warm, rest], 1)
+        else:
+            out = run_memory(self.memory, x, [h0], starts)
+        b, t, size = out.shape
+        reached = self._features(steps, "next/").flatten(0, 1).unsqueeze(1)
+        after, _ = self.memory(reached, out.flatten(0, 1).unsqueeze(0))
+        return self.heads(out), self.heads(after.view(b, t, size))
+
+
+def _shifted(x: torch.Tensor, k: int, fill: float | bool) -> torch.Tensor:
+    """``x [B, T]`` moved k steps left (``y[:, t] = x[:, t + k]``), ``fill`` past the end."""
+    if k == 0:
+        return x
+    pad = torch.full_like(x[:, :k], fill)
+    return torch.cat([x[:, k:], pad], 1)
+
+
+def n_step_targets(
+    reward: torch.Tensor,
+    terminated: torch.Tensor,
+    done: torch.Tensor,
+    valid: torch.Tensor,
+    next_value: torch.Tensor,
+    gamma: float,
+    n: int,
+) -> torch.Tensor:
+    """n-step Q-learning targets inside chunks ``[B, T]``, cut where an episode or the chunk ends.
+
+    ``y_t = r_t + gamma r_{t+1} + ... + gamma^(k-1) r_{t+k-1} + gamma^k (1 -
+    terminated_{t+k-1}) next_value_{t+k-1}``, with ``k = n`` unless the
+    episode ends (``done``) or the chunk's valid steps end first. Truncated
+    episodes still bootstrap from what their last step reached.
+
+    Args:
+        reward: ``[B, T]`` rewards of the steps (float).
+        terminated: ``[B, T]`` bool, the step ended its episode by termination.
+        done: ``[B, T]`` bool, the step ended its episode (terminated or truncated).
+        valid: ``[B, T]`` bool, the chunk's real steps (a prefix of each row).
+        next_value: ``[B, T]`` the bootstrap value of each step's reached observation.
+        gamma: the discount factor.
+        n: the number of steps, at least 1.
+
+    Returns:
+        The targets ``[B, T]`` (0 at padding steps), of ``next_value``'s dtype.
+
+    Examples:
+        >>> import torch
+        >>> r = torch.ones(1, 3)
+        >>> no = torch.zeros(1, 3, dtype=torch.bool)
+        >>> v = torch.full((1, 3), 10.0)
+        >>> n_step_targets(r, no, no, ~no, v, 0.5, 2)
+        tensor([[4., 4., 6.]])
+    """
+    dtype = next_value.dtype
+    y = torch.zeros_like(next_value)
+    discount = torch.ones_like(next_value)
+    open_ = valid.clone()
+    for k in range(n):
+        y = y + (open_.to(dtype) * discount) * _shifted(reward, k, 0.0).to(dtype)
+        discount = discount * gamma
+        last = _shifted(done, k, True) | ~_shifted(valid, k + 1, False)
+        if k == n - 1:
+            last = torch.ones_like(last)
+        stop = open_ & last
+        alive = (~_shifted(terminated, k, True)).to(dtype)
+        y = y + (stop.to(dtype) * discount * alive) * _shifted(next_value, k, 0.0)
+        open_ = open_ & ~last
+    return y
+
+
+def recurrent_dqn_loss(
+    model: RecurrentQAgent,
+    target: RecurrentQAgent,
+    batch: Trajectories,
+    learn: torch.Tensor,
+    weights: torch.Tensor,
+    gamma: float,
+    n_step: int = 1,
+    double: bool = True,
+    burn_in: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The Huber loss between Q(s, a) and n-step (double) Q targets over replayed chunks.
+
+    Args:
+        model: the online agent (gradients flow into it).
+        target: its target copy (read without gradients), replayed from the same stored state.
+        batch: the chunks ``[B, T]``: ``action``, ``next/reward``,
+            ``next/terminated``, ``next/done``, the observations and
+            ``initial_state``; the stored state in ``info``.
+        learn: ``[B, T]`` bool, the steps the loss counts (valid, past the burn-in).
+        weights: ``[B]``, each chunk's weight (importance sampling; ones for uniform replay).
+        gamma: the discount factor.
+        n_step: the steps of the targets (``n_step_targets``).
+        double: the online network picks the bootstrap's action, the target network values it.
+        burn_in: the chunk's first steps that only warm the memories.
+
+    Returns:
+        ``(loss, q, y)``: the 0-d loss (the weighted mean over learned
+        steps), Q(s, a) ``[B, T]`` and the targets ``[B, T]`` (no gradients).
+    """
+    steps = batch.trajectories
+    q_all, q_next_online = model.q_sequence(batch, burn_in)
+    with torch.no_grad():
+        _, q_next_target = target.q_sequence(batch, burn_in)
+        if double:
+            best = q_next_online.detach().argmax(-1, keepdim=True)
+            next_value = q_next_target.gather(-1, best).squeeze(-1)
+        else:
+            next_value = q_next_target.max(-1).values
+        y = n_step_targets(
+            steps["next/reward"],
+            steps["next/terminated"],
+            steps["next/done"],
+            steps.mask(),
+            next_value,
+            gamma,
+            n_step,
+        )
+    q = q_all.gather(-1, steps["action"].unsqueeze(-1)).squeeze(-1)
+    huber = torch.nn.functional.smooth_l1_loss(q, y, reduction="none")
+    counted = learn.to(huber.dtype) * weights.to(huber.dtype).unsqueeze(1)
+    loss = (huber * counted).sum() / learn.sum().clamp(min=1)
+    return loss, q, y
