@@ -79,12 +79,12 @@ TRAIN_MISTAKES = [
         "n_envs x n_steps = 256",
     ),
     (
-        ["dqn", *CARTPOLE, "--recurrent"],
-        "rlstruct train dqn: dqn has no recurrent variant; a2c, impala and ppo have one (--recurrent)",
+        ["dqn", *CARTPOLE, "--memory", "lstm"],
+        "rlstruct train dqn: unrecognized arguments: --memory lstm (rlstruct train dqn --help lists the flags)",
     ),
     (
         ["sac", "--env", "Pendulum-v1", "--memory=lstm"],
-        "rlstruct train sac: sac has no recurrent variant; a2c, impala and ppo have one (--recurrent)",
+        "rlstruct train sac: sac has no recurrent variant; a2c, dqn, impala and ppo have one (--recurrent)",
     ),
     (
         ["ppo", *CARTPOLE, "--total-steps", "many"],

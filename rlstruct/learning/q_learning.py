@@ -204,17 +204,9 @@ class QNetwork(EpsilonGreedyPolicy, Agent):
     ) -> None:
         super().__init__()
         self.encoder, obs_dim = observation_encoder("QNetwork", obs_dim, observation_spaces, encoder)
-        if n_actions is None or n_actions < 1:
-            raise ValueError(
-                f"QNetwork: n_actions must be a positive int (discrete actions), got {n_actions}"
-            )
-        if len(hidden) < 1:
-            raise ValueError(f"QNetwork: hidden must name at least one layer size, got {tuple(hidden)}")
-        self.n_actions = n_actions
+        self.n_actions = n_actions = check_q_sizes("QNetwork", n_actions, hidden)
         self.dueling = dueling
-        self.body = torch.nn.Sequential(mlp([obs_dim, *hidden], torch.nn.ReLU), torch.nn.ReLU())
-        self.head = torch.nn.Linear(hidden[-1], n_actions)
-        self.value = torch.nn.Linear(hidden[-1], 1) if dueling else None
+        self.body, self.head, self.value = q_layers(obs_dim, hidden, n_actions, dueling)
 
     @property
     def observation_keys(self) -> tuple[str, ...]:
@@ -228,11 +220,37 @@ class QNetwork(EpsilonGreedyPolicy, Agent):
         without one), N rows each, or the flat ``observation`` tensor ``[N,
         ...]`` itself (any dtype).
         """
-        x = self.body(encode(self.encoder, observation))
-        q: torch.Tensor = self.head(x)
-        if self.value is not None:
-            q = self.value(x) + q - q.mean(1, keepdim=True)
-        return q
+        return q_head(self.body(encode(self.encoder, observation)), self.head, self.value)
+
+
+def check_q_sizes(owner: str, n_actions: int | None, hidden: Sequence[int]) -> int:
+    """``n_actions``, checked to be positive, with ``hidden`` checked to name a layer at least.
+
+    Raises:
+        ValueError: naming ``owner`` and the argument.
+    """
+    if n_actions is None or n_actions < 1:
+        raise ValueError(f"{owner}: n_actions must be a positive int (discrete actions), got {n_actions}")
+    if len(hidden) < 1:
+        raise ValueError(f"{owner}: hidden must name at least one layer size, got {tuple(hidden)}")
+    return n_actions
+
+
+def q_layers(
+    in_dim: int, hidden: Sequence[int], n_actions: int, dueling: bool
+) -> tuple[torch.nn.Sequential, torch.nn.Linear, torch.nn.Linear | None]:
+    """A Q-network's layers on features of ``in_dim``: the ReLU body of ``hidden`` units, the head, the value (dueling)."""
+    body = torch.nn.Sequential(mlp([in_dim, *hidden], torch.nn.ReLU), torch.nn.ReLU())
+    value = torch.nn.Linear(hidden[-1], 1) if dueling else None
+    return body, torch.nn.Linear(hidden[-1], n_actions), value
+
+
+def q_head(x: torch.Tensor, head: torch.nn.Linear, value: torch.nn.Linear | None) -> torch.Tensor:
+    """Q ``[..., n_actions]`` from the body's features ``x [..., d]``: ``V + A - mean A`` with a value layer."""
+    q: torch.Tensor = head(x)
+    if value is not None:
+        q = value(x) + q - q.mean(-1, keepdim=True)
+    return q
 
 
 def q_targets(

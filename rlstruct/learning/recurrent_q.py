@@ -35,9 +35,9 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.dicttensor import DictTensor
-from rlstruct.learning.actor_critic import mlp, run_memory
+from rlstruct.learning.actor_critic import run_memory
 from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder
-from rlstruct.learning.q_learning import EpsilonGreedyPolicy
+from rlstruct.learning.q_learning import EpsilonGreedyPolicy, check_q_sizes, q_head, q_layers
 from rlstruct.specs import ObservationSpace
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
@@ -106,7 +106,8 @@ class RecurrentQNetwork(EpsilonGreedyPolicy, Agent):
     Args:
         obs_dim: the size of the flat observation under ``observation``.
         n_actions: the number of discrete actions.
-        hidden: the memory's size, then the sizes of the MLP's hidden layers.
+        hidden: the memory's size, then the sizes of the MLP's hidden layers
+            (one size: a memory and one layer of that size).
         dueling: ``Q = V + A - mean_a A`` (Wang et al. 2016).
         observation_spaces: instead of ``obs_dim``, the observation's keys
             and spaces (see ``rlstruct.learning.encoders``).
@@ -116,8 +117,8 @@ class RecurrentQNetwork(EpsilonGreedyPolicy, Agent):
     Output keys (per row): ``action`` (int64).
 
     Raises:
-        ValueError: for a non-positive ``n_actions``, no or a non-positive
-            hidden size, or not exactly one of ``obs_dim``,
+        ValueError: for a non-positive ``n_actions``, no hidden size, or
+            not exactly one of ``obs_dim``,
             ``observation_spaces`` and ``encoder``.
     """
 
@@ -132,18 +133,9 @@ class RecurrentQNetwork(EpsilonGreedyPolicy, Agent):
     ) -> None:
         super().__init__()
         self.encoder, obs_dim = observation_encoder("RecurrentQNetwork", obs_dim, observation_spaces, encoder)
-        if n_actions is None or n_actions < 1:
-            raise ValueError(
-                f"RecurrentQNetwork: n_actions must be a positive int (discrete actions), got {n_actions}"
-            )
-        hidden = tuple(hidden)
-        if not hidden or any(h < 1 for h in hidden):
-            raise ValueError(f"RecurrentQNetwork: hidden must be positive sizes, got {hidden!r}")
-        self.n_actions = n_actions
+        self.n_actions = n_actions = check_q_sizes("RecurrentQNetwork", n_actions, hidden)
         self.memory = torch.nn.GRU(obs_dim, hidden[0], batch_first=True)
-        self.body = torch.nn.Sequential(mlp(list(hidden), torch.nn.ReLU), torch.nn.ReLU())
-        self.head = torch.nn.Linear(hidden[-1], n_actions)
-        self.value = torch.nn.Linear(hidden[-1], 1) if dueling else None
+        self.body, self.head, self.value = q_layers(hidden[0], hidden[1:] or hidden, n_actions, dueling)
 
     @property
     def observation_keys(self) -> tuple[str, ...]:
@@ -157,11 +149,7 @@ class RecurrentQNetwork(EpsilonGreedyPolicy, Agent):
 
     def heads(self, features: torch.Tensor) -> torch.Tensor:
         """Q ``[..., n_actions]`` from the memory's outputs ``[..., hidden[0]]``."""
-        x = self.body(features)
-        q: torch.Tensor = self.head(x)
-        if self.value is not None:
-            q = self.value(x) + q - q.mean(-1, keepdim=True)
-        return q
+        return q_head(self.body(features), self.head, self.value)
 
     def _features(self, steps: TemporalDictTensor, prefix: str = "") -> torch.Tensor:
         """The encoded observations ``[B, T, d]`` of stored steps (``prefix`` "next/" for the reached ones)."""
