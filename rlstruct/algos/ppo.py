@@ -290,7 +290,7 @@ TUNED: dict[str, dict[str, Any]] = {
         "n_epochs": 10,
         "total_steps": 204_800,
     },
-    "CartPoleNoVel-v1": {"recurrent": True, "normalize": True, "total_steps": 100_000},
+    "CartPoleNoVel-v1": {"recurrent": True, "normalize": True, "n_envs": 16, "total_steps": 100_000},
     "CueMemory-v0": {"recurrent": True, "normalize": True},
 }
 """What ``rlstruct train ppo --env ID`` uses for these ids, under the flags given (docs/performance.md)."""
