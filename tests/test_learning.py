@@ -97,7 +97,7 @@ def test_a_known_miss_is_shown_but_does_not_fail_the_suite(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(learning_suite, "run", lambda *args: learning_suite.Result(300.0, 100_000, 1.0))
-    assert learning_suite.main(["--only", "ppo --env CartPoleNoVel-v1"]) == 0
+    assert learning_suite.main(["--only", "a2c --env CartPole-v1 --recurrent"]) == 0
     out = capsys.readouterr().out
     assert "| 300.0 / 300.0 / 300.0 | 100,000 | 1 / 1 / 1 | **no** (known) |" in out
     assert "1 known misses" in out

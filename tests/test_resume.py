@@ -60,6 +60,11 @@ def assert_same_state(a: dict[str, Any], b: dict[str, Any]) -> None:
         (ppo, {"n_envs": 4, "n_steps": 16, "minibatch_size": 32, "n_epochs": 2, "scale_rewards": True}),
         (a2c, {"n_envs": 4, "n_steps": 8, "recurrent": True}),
         (dqn, {"n_envs": 4, "n_steps": 16, "learning_starts": 64, "batch_size": 32, "prioritized": True}),
+        (
+            dqn,
+            {"n_envs": 4, "n_steps": 16, "learning_starts": 64, "batch_size": 32, "prioritized": True}
+            | {"recurrent": True, "burn_in": 4, "n_step": 3, "hidden": 16},
+        ),
         (sac, {"env": "Pendulum-v1", "n_envs": 2, "n_steps": 16, "learning_starts": 32, "batch_size": 32}),
     ],
 )
