@@ -141,8 +141,8 @@ def test_the_network_acts_greedily_where_told_and_carries_its_memory() -> None:
     ("changes", "text"),
     [
         ({"recurrent": True, "burn_in": 32}, "config.burn_in (32) must be below n_steps (32) with recurrent"),
-        ({"n_step": 3}, "config.n_step (3) above 1 needs recurrent (--recurrent)"),
-        ({"recurrent": True, "n_step": 0}, "config: n_step must be at least 1, got 0"),
+        ({"td_steps": 3}, "config.td_steps (3) above 1 needs recurrent (--recurrent)"),
+        ({"recurrent": True, "td_steps": 0}, "config: td_steps must be at least 1, got 0"),
         ({"recurrent": True, "burn_in": -1}, "config: burn_in must be at least 0, got -1"),
     ],
 )
@@ -161,7 +161,7 @@ def test_recurrent_dqn_smoke_run_replays_its_final_evaluation(tmp_path: Path, pr
         n_envs=4,
         n_steps=16,
         burn_in=4,
-        n_step=3,
+        td_steps=3,
         learning_starts=128,
         batch_size=64,
         hidden=16,

@@ -123,27 +123,32 @@ def test_the_ring_overwrites_the_oldest_chunks() -> None:
     assert set(chunk_ids(buffer.sample(32))) == {12, 13, 14}
 
 
-def test_empty_rows_are_skipped() -> None:
+def test_rows_with_nothing_to_learn_from_are_skipped() -> None:
     buffer = SequenceReplayBuffer(10, generator=seeded())
     buffer.add(chunks([0, 1, 2, 3], [3, 0, 5, 0]))
     assert len(buffer) == 2 and held_ids(buffer) == [0, 2] and buffer.steps_held() == 8
     empty = SequenceReplayBuffer(10)
-    empty.add(chunks([0, 1], [0, 0]))  # nothing stored, but T and the keys are fixed
-    assert len(empty) == 0 and empty.n_timesteps == T
-    with pytest.raises(ValueError, match="expected T=5"):
-        empty.add(chunks([0], [2], n_timesteps=4))
+    empty.add(chunks([0, 1], [0, 0]))  # nothing stored, and nothing fixed
+    assert len(empty) == 0 and empty.n_timesteps is None
+    empty.add(chunks([0], [2], n_timesteps=4))
+    assert len(empty) == 1 and empty.n_timesteps == 4
+    # a row of burn-in alone would be drawn for nothing (and, prioritized, with the least priority
+    # of all, it would shrink every importance-sampling weight): it is not stored
+    warm = SequenceReplayBuffer(10, burn_in=2, prioritized=True, generator=seeded())
+    warm.add(chunks([0, 1, 2], [5, 2, 3]))
+    assert held_ids(warm) == [0, 2]
+    assert torch.equal(warm.sample(16).weights, torch.ones(16))
 
 
 def test_learn_marks_the_valid_steps_after_the_burn_in() -> None:
     buffer = SequenceReplayBuffer(10, burn_in=2, generator=seeded())
-    buffer.add(chunks([0, 1, 2, 3], [5, 4, 2, 1]))
+    buffer.add(chunks([0, 1, 2, 3], [5, 4, 3, 1]))  # the last, all burn-in, is not stored
     batch, _, _, learn = buffer.sample(64)
     # steps:            0      1      2      3      4
     expected = {
         5: [False, False, True, True, True],
         4: [False, False, True, True, False],
-        2: [False, False, False, False, False],  # all burn-in: nothing to learn from
-        1: [False, False, False, False, False],
+        3: [False, False, True, False, False],
     }
     for length, row in zip(batch.lengths.tolist(), learn.tolist(), strict=True):
         assert row == expected[length]

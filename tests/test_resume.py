@@ -63,7 +63,7 @@ def assert_same_state(a: dict[str, Any], b: dict[str, Any]) -> None:
         (
             dqn,
             {"n_envs": 4, "n_steps": 16, "learning_starts": 64, "batch_size": 32, "prioritized": True}
-            | {"recurrent": True, "burn_in": 4, "n_step": 3, "hidden": 16},
+            | {"recurrent": True, "burn_in": 4, "td_steps": 3, "hidden": 16},
         ),
         (sac, {"env": "Pendulum-v1", "n_envs": 2, "n_steps": 16, "learning_starts": 32, "batch_size": 32}),
     ],

@@ -16,7 +16,7 @@ and the replay keeps whole rows of ``n_steps`` steps (chunks) with the memory
 each began with (``SequenceReplayBuffer``). A gradient step replays
 ``batch_size / n_steps`` chunks from their stored state, the first
 ``burn_in`` steps of each only warming the memory, and learns on the rest
-with ``n_step``-step double-Q targets (R2D2, Kapturowski et al. 2019);
+with ``td_steps``-step double-Q targets (R2D2, Kapturowski et al. 2019);
 prioritized replay then ranks chunks by ``0.9 max + 0.1 mean`` of their
 |TD errors|.
 
@@ -75,8 +75,12 @@ def transition_keys(keys: Sequence[str]) -> tuple[str, ...]:
 
 
 def sequence_keys(keys: Sequence[str]) -> tuple[str, ...]:
-    """What the sequence replay keeps of each step with ``recurrent``: ``transition_keys``, episode ends and starts."""
-    return (*transition_keys(keys), "next/done", "initial_state")
+    """What the sequence replay keeps of each step with ``recurrent``: ``transition_keys``, episode ends and starts.
+
+    ``initial_state`` with its ``next/`` version, so that ``replay_agent`` reads it as part of the
+    observation, as it does for a collected batch.
+    """
+    return (*transition_keys(keys), "next/done", "initial_state", "next/initial_state")
 
 
 def linear_schedule(start: float, end: float, fraction: float, progress: float) -> float:
@@ -147,8 +151,8 @@ class Config(TrainConfig):
     """A Q-network with a memory (a GRU), trained on chunks of ``n_steps`` steps replayed from their stored state."""
     burn_in: int = 8
     """With ``recurrent``: the first steps of each replayed chunk, which only warm the memory (no loss)."""
-    n_step: int = 1
-    """Steps of the Q-learning targets (cut where an episode or a chunk ends); above 1 only with ``recurrent``."""
+    td_steps: int = 1
+    """With ``recurrent``: the steps of the Q-learning targets, cut where an episode or a chunk ends (1 without)."""
     hidden: int = 256
     """Units of each of the two hidden layers."""
     torch_threads: int = 1
@@ -191,16 +195,16 @@ def check(config: Config) -> EnvSpaces:
         check_number("config", "alpha", config.alpha, 0.0)
         check_int("config", "learning_starts", config.learning_starts, 0)
         check_int("config", "burn_in", config.burn_in, 0)
-        check_int("config", "n_step", config.n_step, 1)
+        check_int("config", "td_steps", config.td_steps, 1)
         if config.recurrent and config.burn_in >= config.n_steps:
             raise ValueError(
                 f"config.burn_in ({config.burn_in}) must be below n_steps ({config.n_steps}) with recurrent: "
                 "a chunk is a row of n_steps steps, and its burn-in steps are not learned from"
             )
-        if not config.recurrent and config.n_step != 1:
+        if not config.recurrent and config.td_steps != 1:
             raise ValueError(
-                f"config.n_step ({config.n_step}) above 1 needs recurrent (--recurrent): one-step targets "
-                "are what the replay of single transitions gives"
+                f"config.td_steps ({config.td_steps}) above 1 needs recurrent (--recurrent): the replay of "
+                "single transitions gives one-step targets (with --no-recurrent, give --td-steps 1 too)"
             )
         check_layout(config, config.n_envs, config.n_steps)
         return check_env("dqn", config.env)
@@ -401,7 +405,7 @@ def learn_chunks(
             counted,
             weights,
             config.gamma,
-            config.n_step,
+            config.td_steps,
             config.double,
             config.burn_in,
         )
@@ -493,7 +497,7 @@ TUNED: dict[str, dict[str, Any]] = {
         "recurrent": True,
         "hidden": 128,
         "n_steps": 32,
-        "n_step": 3,
+        "td_steps": 3,
         "total_steps": 200_000,
     },
 }

@@ -34,7 +34,9 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from rlstruct.agent import Agent
+from rlstruct.checks import check_int
 from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import AgentError, describe
 from rlstruct.learning.actor_critic import run_memory
 from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder
 from rlstruct.learning.q_learning import EpsilonGreedyPolicy, check_q_sizes, q_head, q_layers
@@ -81,8 +83,6 @@ def check_recurrent_q_agent(agent: object, learner: str) -> None:
     Raises:
         AgentError: (a TypeError) naming what is missing and the learner.
     """
-    from rlstruct.errors import AgentError, describe
-
     if not isinstance(agent, Agent):
         raise AgentError(f"{learner} trains an Agent (rlstruct.Agent), got {describe(agent)}")
     missing = [] if callable(getattr(agent, "q_sequence", None)) else ["q_sequence"]
@@ -92,6 +92,11 @@ def check_recurrent_q_agent(agent: object, learner: str) -> None:
         raise AgentError(
             f"{learner} with recurrent cannot train {type(agent).__name__}: it lacks {', '.join(missing)} "
             "(see rlstruct.learning.recurrent_q.RecurrentQAgent)"
+        )
+    if agent.initial_state(DictTensor(batch_size=1), 1).empty():
+        raise AgentError(
+            f"{learner} with recurrent cannot train {type(agent).__name__}: it keeps no state (its "
+            "initial_state is empty), and chunks are replayed from the state stored at their start"
         )
 
 
@@ -183,6 +188,11 @@ class RecurrentQNetwork(EpsilonGreedyPolicy, Agent):
         step t is one more step of the memory after step t.
         """
         steps = batch.trajectories
+        if not 0 <= burn_in < steps.n_timesteps():
+            raise ValueError(
+                f"RecurrentQNetwork.q_sequence: burn_in must be in [0, T) for chunks of T = "
+                f"{steps.n_timesteps()} steps, got {burn_in}"
+            )
         x = self._features(steps)
         starts = steps["initial_state"]
         h0 = batch.info["agent_state/h"]
@@ -235,6 +245,9 @@ def n_step_targets(
     Returns:
         The targets ``[B, T]`` (0 at padding steps), of ``next_value``'s dtype.
 
+    Raises:
+        ValueError: for ``n`` below 1.
+
     Examples:
         >>> import torch
         >>> r = torch.ones(1, 3)
@@ -243,6 +256,7 @@ def n_step_targets(
         >>> n_step_targets(r, no, no, ~no, v, 0.5, 2)
         tensor([[4., 4., 6.]])
     """
+    check_int("n_step_targets", "n", n)
     dtype = next_value.dtype
     y = torch.zeros_like(next_value)
     discount = torch.ones_like(next_value)
@@ -287,11 +301,22 @@ def recurrent_dqn_loss(
         burn_in: the chunk's first steps that only warm the memories.
 
     Returns:
-        ``(loss, q, y)``: the 0-d loss (the weighted mean over learned
+        ``(loss, q, y)``: the 0-d loss (the sum over learned steps of the
+        chunk's weight times the Huber loss, divided by the number of learned
         steps), Q(s, a) ``[B, T]`` and the targets ``[B, T]`` (no gradients).
+
+    Raises:
+        ValueError: if the agent's ``q_sequence`` returns Q-values of another shape than
+            ``[B, T, n_actions]`` for both the observations and the reached ones.
     """
     steps = batch.trajectories
     q_all, q_next_online = model.q_sequence(batch, burn_in)
+    b, t = steps.n_elems(), steps.n_timesteps()
+    if q_all.dim() != 3 or q_all.shape[:2] != (b, t) or q_next_online.shape != q_all.shape:
+        raise ValueError(
+            f"recurrent_dqn_loss: q_sequence must return two [B, T, n_actions] tensors for chunks of "
+            f"B = {b}, T = {t}, got {tuple(q_all.shape)} and {tuple(q_next_online.shape)}"
+        )
     with torch.no_grad():
         _, q_next_target = target.q_sequence(batch, burn_in)
         if double:

@@ -235,7 +235,7 @@ class SequenceReplayBuffer:
 
     @property
     def n_timesteps(self) -> int | None:
-        """T, the steps of every chunk, or None before the first add."""
+        """T, the steps of every chunk, or None before the first chunk is stored."""
         if self._n_timesteps is None:
             specs = self._buffer.specs()
             if specs is not None:
@@ -301,7 +301,7 @@ class SequenceReplayBuffer:
     # ------------------------------------------------------------------ writing
 
     def add(self, batch: Trajectories, keys: Sequence[str] | None = None) -> None:
-        """Store each row of ``batch`` of length > 0 as one chunk, overwriting the oldest once full.
+        """Store each row of ``batch`` longer than ``burn_in`` as one chunk, overwriting the oldest once full.
 
         A chunk keeps the row's T steps (padding included, as the batch has
         them), its length and its whole ``info`` row. Rows are copied (to
@@ -313,8 +313,9 @@ class SequenceReplayBuffer:
                 ``trajectories`` ``[B, T, ...]``, on any device. T must be the
                 T of the chunks held, and above ``burn_in``.
             keys: the keys of ``batch.trajectories`` to store; all if None.
-                To replay an agent, keep its observation keys and their
-                ``next/`` versions. ``info`` is always stored whole.
+                To replay an agent with ``replay_agent``, keep its
+                observation keys, ``initial_state`` and the ``next/`` version
+                of each. ``info`` is always stored whole.
 
         Raises:
             TypeError: if ``batch`` is not a ``Trajectories``, ``keys`` not a
@@ -351,7 +352,9 @@ class SequenceReplayBuffer:
         specs = self._buffer.specs()
         if specs is not None:
             _check_specs(chunks.specs(), specs, op)
-        kept = steps.lengths > 0
+        kept = steps.lengths > self._burn_in  # a row of burn-in alone has nothing to learn from
+        if not bool(kept.any()):
+            return
         if not bool(kept.all()):
             chunks = chunks.index(kept)
         self._buffer.add(chunks)
