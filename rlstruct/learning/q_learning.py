@@ -241,8 +241,8 @@ def q_layers(
 ) -> tuple[torch.nn.Sequential, torch.nn.Linear, torch.nn.Linear | None]:
     """A Q-network's layers on features of ``in_dim``: the ReLU body of ``hidden`` units, the head, the value (dueling)."""
     body = torch.nn.Sequential(mlp([in_dim, *hidden], torch.nn.ReLU), torch.nn.ReLU())
-    value = torch.nn.Linear(hidden[-1], 1) if dueling else None
-    return body, torch.nn.Linear(hidden[-1], n_actions), value
+    head = torch.nn.Linear(hidden[-1], n_actions)  # before the value layer: the order of the initial draws
+    return body, head, torch.nn.Linear(hidden[-1], 1) if dueling else None
 
 
 def q_head(x: torch.Tensor, head: torch.nn.Linear, value: torch.nn.Linear | None) -> torch.Tensor:
