@@ -14,8 +14,9 @@ Rows (``--part popgym``), for the ids RepeatPreviousEasy, RepeatFirstEasy,
 PositionOnlyCartPoleEasy, PositionOnlyPendulumEasy and AutoencodeEasy:
 
 - **POPGym <id>: MMER**: ``rlstruct train ppo --env popgym:popgym-<id>-v0
-  --recurrent --total-steps N`` (``--total-steps``, default 200,000; no
-  setting for these ids: the defaults any id gets), the mean over the seeds
+  --recurrent --normalize --total-steps N`` (``--total-steps``, default
+  200,000; the settings PPO's tuned memory tasks have, PPO's defaults
+  otherwise: no setting is tuned for these ids), the mean over the seeds
   (``--seeds``, default 1: seed 0). Baseline: sb3-contrib's
   ``RecurrentPPO("MlpLstmPolicy", env, seed=seed)`` with its defaults (one
   environment; a ``Discrete`` observation one-hot, as Stable-Baselines3
@@ -274,6 +275,7 @@ def popgym_results(
             ppo.Config(
                 env=env_id,
                 recurrent=True,
+                normalize=True,
                 total_steps=total,
                 seed=seed,
                 eval_every=eval_every,
