@@ -13,6 +13,7 @@ Benchmarks are reports, not tests: a missed target is shown, never an error.
 from __future__ import annotations
 
 import argparse
+import csv
 import gc
 import json
 import math
@@ -173,3 +174,18 @@ def report(
     if args.json is not None:
         write_json(args.json, rows)
         print(f"wrote {args.json}")
+
+
+def evaluations(run_dir: str | Path) -> list[tuple[int, float]]:
+    """``(env_steps, eval_return_mean)`` of every evaluation a training run logged in its progress.csv."""
+    with (Path(run_dir) / "progress.csv").open() as file:
+        return [
+            (int(row["env_steps"]), float(row["eval_return_mean"]))
+            for row in csv.DictReader(file)
+            if row["eval_return_mean"]
+        ]
+
+
+def first_reaching(curve: Sequence[tuple[int, float]], threshold: float) -> int | None:
+    """The env steps of the first evaluation at or above ``threshold`` (None if none)."""
+    return next((steps for steps, mean in curve if mean >= threshold), None)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import functools
 import importlib.util
 import io
@@ -45,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _common import Row, parse_args, report
+from _common import Row, evaluations, first_reaching, parse_args, report
 
 from rlstruct import GymEnv
 from rlstruct.algos import ppo
@@ -103,11 +102,6 @@ def scheme_return(total: int, remote_workers: int, seed: int = 0) -> float:
         return evaluator.evaluate(weights, total).mean
 
 
-def first_reaching(evaluations: list[tuple[int, float]], threshold: float) -> int | None:
-    """The env steps of the first evaluation at or above ``threshold`` (None if none)."""
-    return next((steps for steps, mean in evaluations if mean >= threshold), None)
-
-
 def rlstruct_popgym(total: int, root: Path) -> tuple[float, list[tuple[int, float]]]:
     """``rlstruct train ppo --env POPGYM --recurrent``: the final return and every evaluation."""
     with contextlib.redirect_stdout(io.StringIO()):
@@ -121,9 +115,7 @@ def rlstruct_popgym(total: int, root: Path) -> tuple[float, list[tuple[int, floa
                 progress=False,
             )
         )
-    rows = csv.DictReader((Path(results["run_dir"]) / "progress.csv").open())
-    evaluations = [(int(r["env_steps"]), float(r["eval_return_mean"])) for r in rows if r["eval_return_mean"]]
-    return float(results["eval_return_mean"]), evaluations
+    return float(results["eval_return_mean"]), evaluations(results["run_dir"])
 
 
 def sb3_popgym(total: int) -> list[tuple[int, float]]:
@@ -149,18 +141,18 @@ def sb3_popgym(total: int) -> list[tuple[int, float]]:
             returns.append(total_reward)
         return sum(returns) / len(returns)
 
-    evaluations: list[tuple[int, float]] = []
+    curve: list[tuple[int, float]] = []
 
     class Every(BaseCallback):
         def _on_step(self) -> bool:
             if self.num_timesteps % EVAL_EVERY == 0:
-                evaluations.append((self.num_timesteps, evaluate(self.model)))
+                curve.append((self.num_timesteps, evaluate(self.model)))
             return True
 
     model = RecurrentPPO("MlpLstmPolicy", POPGYM.split(":")[1], seed=0, device="cpu")
     model.learn(total, callback=Every())
-    evaluations.append((total, evaluate(model)))
-    return evaluations
+    curve.append((total, evaluate(model)))
+    return curve
 
 
 def main() -> None:

@@ -69,7 +69,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import importlib
 import importlib.util
 import io
@@ -83,7 +82,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _common import Row, parse_args, report
+from _common import Row, evaluations, first_reaching, parse_args, report
 
 from rlstruct.algos import ppo
 from rlstruct.algos.evaluation import eval_seed
@@ -135,7 +134,7 @@ class Curve:
 
     def first_reaching(self, threshold: float) -> int | None:
         """The env steps of the first evaluation at or above ``threshold`` (None if none)."""
-        return next((steps for steps, mean in self.evaluations if mean >= threshold), None)
+        return first_reaching(self.evaluations, threshold)
 
 
 def _aligned(total: int) -> int:
@@ -158,13 +157,7 @@ def rlstruct_curve(config: ppo.Config) -> Curve:
     with contextlib.redirect_stdout(io.StringIO()):
         results = ppo.train(config)
     wall = time.perf_counter() - start
-    with (Path(results["run_dir"]) / "progress.csv").open() as file:
-        evaluations = tuple(
-            (int(row["env_steps"]), float(row["eval_return_mean"]))
-            for row in csv.DictReader(file)
-            if row["eval_return_mean"]
-        )
-    return Curve(evaluations, wall)
+    return Curve(tuple(evaluations(results["run_dir"])), wall)
 
 
 def _sb3_env(env_id: str) -> Any:
@@ -217,13 +210,13 @@ def sb3_curve(env_id: str, total: int, eval_every: int, seed: int) -> Curve:
     from sb3_contrib import RecurrentPPO
     from stable_baselines3.common.callbacks import BaseCallback
 
-    evaluations: list[tuple[int, float]] = []
+    points: list[tuple[int, float]] = []
 
     class Every(BaseCallback):
         def _on_rollout_start(self) -> None:  # after the update of the rollout before
             steps = self.num_timesteps
             if steps > 0 and steps % eval_every == 0:
-                evaluations.append((steps, _sb3_evaluate(self.model, env_id, seed)))
+                points.append((steps, _sb3_evaluate(self.model, env_id, seed)))
 
         def _on_step(self) -> bool:
             return True
@@ -234,9 +227,9 @@ def sb3_curve(env_id: str, total: int, eval_every: int, seed: int) -> Curve:
     except (AssertionError, NotImplementedError, TypeError, ValueError) as error:  # a space it cannot take
         raise Refused(f"{type(error).__name__}: {error}") from error
     model.learn(total, callback=Every())
-    if not evaluations or evaluations[-1][0] != model.num_timesteps:
-        evaluations.append((model.num_timesteps, _sb3_evaluate(model, env_id, seed)))
-    return Curve(tuple(evaluations), time.perf_counter() - start)
+    if not points or points[-1][0] != model.num_timesteps:
+        points.append((model.num_timesteps, _sb3_evaluate(model, env_id, seed)))
+    return Curve(tuple(points), time.perf_counter() - start)
 
 
 def _ran(what: str, curve: Curve) -> None:
