@@ -359,6 +359,14 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
         )
 
 
+def follow(target: Agent, model: Agent, config: Config, grad_steps: int) -> None:
+    """Move the target network ``tau`` of the way to the online one, every ``target_update_every`` gradient steps."""
+    if grad_steps % config.target_update_every == 0:
+        with torch.no_grad():
+            for t, p in zip(target.parameters(), model.parameters(), strict=True):
+                t.lerp_(p, config.tau)
+
+
 def check_chunk_outputs(agent: Agent, batch: Trajectories) -> None:
     """Raise unless the first batch of a recurrent agent has a state to replay chunks from and ``action``.
 
@@ -416,10 +424,7 @@ def learn_chunks(
         td = (q - y).detach().abs()
         if buffer.prioritized:
             buffer.update_priorities(indices, sequence_priorities(td, counted))
-        if (grad_steps + i + 1) % config.target_update_every == 0:
-            with torch.no_grad():
-                for t, p in zip(target.parameters(), model.parameters(), strict=True):
-                    t.lerp_(p, config.tau)
+        follow(target, model, config, grad_steps + i + 1)
         n = counted.sum().clamp(min=1)
         total_loss += loss.detach()
         total_q += (q.detach() * counted).sum() / n
@@ -478,10 +483,7 @@ def learn(
         td = (q - y).detach().abs()
         if prioritized is not None:
             prioritized.update_priorities(indices, td)
-        if (grad_steps + i + 1) % config.target_update_every == 0:
-            with torch.no_grad():
-                for t, p in zip(target.parameters(), model.parameters(), strict=True):
-                    t.lerp_(p, config.tau)
+        follow(target, model, config, grad_steps + i + 1)
         total_loss += loss.detach()
         total_q += q.detach().mean()
         total_td += td.mean()
