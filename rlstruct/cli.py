@@ -125,9 +125,6 @@ X_COLUMNS = {"env_steps": "env_steps", "wall_time": "wall_s"}
 TRAIN_ERRORS = (ConfigError, UnknownEnvironment, CannotResume, AgentError)
 """What ``rlstruct train`` reports in one line: a config, environment, run directory or agent it cannot train."""
 
-RECURRENT_FLAGS = ("--recurrent", "--no-recurrent", "--memory")
-"""The flags of the algorithms with a recurrent variant, which the others are told they lack."""
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (None: ``sys.argv[1:]``); returns the exit status."""
@@ -185,12 +182,6 @@ def _train(algo: str, args: list[str]) -> int:
     """``rlstruct train ALGO ARGS``: the algorithm's ``main``, its mistakes reported in one line."""
     module = importlib.import_module(f"rlstruct.algos.{algo}")
     fields = _fields(algo)
-    if "recurrent" not in fields and any(arg.partition("=")[0] in RECURRENT_FLAGS for arg in args):
-        have = [name for name in ALGORITHMS if "recurrent" in _fields(name)]
-        return _mistake(
-            f"rlstruct train {algo}: {algo} has no recurrent variant; "
-            f"{', '.join(have[:-1])} and {have[-1]} have one (--recurrent)"
-        )
     terminated: list[int] = []
     previous = _on_sigterm(terminated)
     try:

@@ -84,7 +84,12 @@ TRAIN_MISTAKES = [
     ),
     (
         ["sac", "--env", "Pendulum-v1", "--memory=lstm"],
-        "rlstruct train sac: sac has no recurrent variant; a2c, dqn, impala and ppo have one (--recurrent)",
+        "rlstruct train sac: unrecognized arguments: --memory=lstm (rlstruct train sac --help lists the flags)",
+    ),
+    (
+        ["sac", "--env", "Pendulum-v1", "--recurrent", "--burn-in", "16"],
+        "rlstruct: --burn-in (16) must be below --n-steps (16) with --recurrent: a chunk is a row of n_steps "
+        "steps, and its burn-in steps are not learned from",
     ),
     (
         ["ppo", *CARTPOLE, "--total-steps", "many"],

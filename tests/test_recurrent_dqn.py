@@ -140,7 +140,10 @@ def test_the_network_acts_greedily_where_told_and_carries_its_memory() -> None:
 @pytest.mark.parametrize(
     ("changes", "text"),
     [
-        ({"recurrent": True, "burn_in": 32}, "config.burn_in (32) must be below n_steps (32) with recurrent"),
+        (
+            {"recurrent": True, "burn_in": 32},
+            "config.burn_in (32) must be below config.n_steps (32) with config.recurrent",
+        ),
         ({"td_steps": 3}, "config.td_steps (3) above 1 needs recurrent (--recurrent)"),
         ({"recurrent": True, "td_steps": 0}, "config: td_steps must be at least 1, got 0"),
         ({"recurrent": True, "burn_in": -1}, "config: burn_in must be at least 0, got -1"),

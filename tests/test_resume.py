@@ -66,6 +66,11 @@ def assert_same_state(a: dict[str, Any], b: dict[str, Any]) -> None:
             | {"recurrent": True, "burn_in": 4, "td_steps": 3, "hidden": 16},
         ),
         (sac, {"env": "Pendulum-v1", "n_envs": 2, "n_steps": 16, "learning_starts": 32, "batch_size": 32}),
+        (
+            sac,
+            {"env": "PendulumNoVel-v1", "n_envs": 2, "n_steps": 16, "learning_starts": 32, "batch_size": 64}
+            | {"recurrent": True, "burn_in": 4, "hidden": 16, "gradient_steps": 0.25},
+        ),
     ],
 )
 def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(

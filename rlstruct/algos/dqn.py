@@ -52,9 +52,8 @@ from rlstruct.algos.hooks import Hook, check_hooks
 from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
 from rlstruct.checks import check_int, check_number
-from rlstruct.errors import AgentError
 from rlstruct.learning.metrics import EpisodeReturns
-from rlstruct.learning.protocols import check_replayed_outputs
+from rlstruct.learning.protocols import check_chunk_outputs, check_replayed_outputs
 from rlstruct.learning.q_learning import QAgent, QNetwork, check_q_agent, dqn_loss, q_targets
 from rlstruct.learning.recurrent_q import (
     RecurrentQAgent,
@@ -63,7 +62,6 @@ from rlstruct.learning.recurrent_q import (
     recurrent_dqn_loss,
 )
 from rlstruct.replay import PrioritizedReplayBuffer, ReplayBuffer, SequenceReplayBuffer, sequence_priorities
-from rlstruct.trajectories import Trajectories
 
 __all__ = ["Config", "QNetwork", "check", "linear_schedule", "main", "make_agent", "q_targets", "train"]
 # QNetwork and q_targets are rlstruct.learning.q_learning's, named here too
@@ -198,7 +196,7 @@ def check(config: Config) -> EnvSpaces:
         check_int("config", "td_steps", config.td_steps, 1)
         if config.recurrent and config.burn_in >= config.n_steps:
             raise ValueError(
-                f"config.burn_in ({config.burn_in}) must be below n_steps ({config.n_steps}) with recurrent: "
+                f"config.burn_in ({config.burn_in}) must be below config.n_steps ({config.n_steps}) with config.recurrent: "
                 "a chunk is a row of n_steps steps, and its burn-in steps are not learned from"
             )
         if not config.recurrent and config.td_steps != 1:
@@ -298,7 +296,7 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
             steps = batch.trajectories
             env_steps += per_iteration
             if isinstance(buffer, SequenceReplayBuffer):
-                check_chunk_outputs(agent, batch)
+                check_chunk_outputs(agent, batch, "dqn", ("action",))
                 buffer.add(batch, keys=sequence_keys(observed))
             else:
                 check_replayed_outputs(agent, batch, "dqn", ("action",))
@@ -365,24 +363,6 @@ def follow(target: Agent, model: Agent, config: Config, grad_steps: int) -> None
         with torch.no_grad():
             for t, p in zip(target.parameters(), model.parameters(), strict=True):
                 t.lerp_(p, config.tau)
-
-
-def check_chunk_outputs(agent: Agent, batch: Trajectories) -> None:
-    """Raise unless the first batch of a recurrent agent has a state to replay chunks from and ``action``.
-
-    Raises:
-        AgentError: (a ValueError) naming what the agent lacks.
-    """
-    name = type(agent).__name__
-    if batch.info.truncate_key("agent_state/").empty():
-        raise AgentError(
-            f"dqn with recurrent cannot train {name}: it keeps no state (initial_state is empty), and chunks "
-            "are replayed from the state stored at their start (train it without --recurrent)"
-        )
-    if "action" not in batch.trajectories:
-        raise AgentError(
-            f"dqn cannot train {name}: its outputs lack ['action'], got {sorted(batch.trajectories.keys())}"
-        )
 
 
 def learn_chunks(

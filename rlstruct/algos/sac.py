@@ -47,7 +47,13 @@ from rlstruct.checkpoint import rng_state
 from rlstruct.checks import check_int, check_number
 from rlstruct.errors import AgentError, describe
 from rlstruct.learning.metrics import EpisodeReturns
-from rlstruct.learning.protocols import check_replayed_outputs
+from rlstruct.learning.protocols import check_chunk_outputs, check_replayed_outputs
+from rlstruct.learning.recurrent_sac import (
+    RecurrentSACLearner,
+    RecurrentSquashedGaussianActor,
+    RecurrentTwinQ,
+    check_recurrent_sac_agent,
+)
 from rlstruct.learning.soft_actor_critic import (
     SACAgent,
     SACLearner,
@@ -57,7 +63,7 @@ from rlstruct.learning.soft_actor_critic import (
     soft_td_target,
     squashed_log_prob,
 )
-from rlstruct.replay import ReplayBuffer
+from rlstruct.replay import ReplayBuffer, SequenceReplayBuffer
 
 __all__ = [
     "Config",
@@ -78,6 +84,11 @@ __all__ = [
 def replay_keys(keys: Sequence[str]) -> list[str]:
     """What the replay buffer keeps of each step: the agent's observation ``keys``, now and reached, and the rest."""
     return [*keys, "unit_action", "next/reward", *(f"next/{k}" for k in keys), "next/terminated"]
+
+
+def sequence_keys(keys: Sequence[str]) -> list[str]:
+    """What the sequence replay keeps of each step with ``recurrent``: ``replay_keys`` and the episode starts."""
+    return [*replay_keys(keys), "initial_state", "next/initial_state"]
 
 
 @dataclasses.dataclass
@@ -114,14 +125,19 @@ class Config(TrainConfig):
     """Units of each of the two hidden layers of the actor and of each critic."""
     torch_threads: int = 1
     """Threads of the learner's torch operations (small networks run fastest on one)."""
+    recurrent: bool = False
+    """An actor and critics with memories (GRUs), trained on chunks of ``n_steps`` steps replayed from their stored state."""
+    burn_in: int = 8
+    """With ``recurrent``: the first steps of each replayed chunk, which only warm the memories (no loss)."""
 
 
 def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]]:
     """The agent ``train`` trains for ``config`` on an environment of ``spaces``, and its keyword arguments.
 
     ``config.agent``'s class, made with ``config.agent_args`` and checked to
-    speak ``SACAgent`` (see ``rlstruct.algos.agents.own_agent``), else a
-    ``SquashedGaussianActor``.
+    speak ``SACAgent`` (``RecurrentSACAgent`` with ``recurrent``; see
+    ``rlstruct.algos.agents.own_agent``), else a ``SquashedGaussianActor``
+    (``RecurrentSquashedGaussianActor`` with ``recurrent``).
 
     Returns:
         ``(agent, agent_args)``: a new agent on the CPU, initialised from
@@ -131,7 +147,7 @@ def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]
     Raises:
         AgentError: for an agent SAC cannot train.
     """
-    own = own_agent(config, spaces, "sac", check_sac_agent)
+    own = own_agent(config, spaces, "sac", check_recurrent_sac_agent if config.recurrent else check_sac_agent)
     if own is not None:
         return own
     agent_args: dict[str, Any] = {
@@ -140,15 +156,22 @@ def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]
         "action_high": spaces.action_high,
         "hidden": (config.hidden, config.hidden),
     }
-    return SquashedGaussianActor(**agent_args), agent_args
+    actor = RecurrentSquashedGaussianActor if config.recurrent else SquashedGaussianActor
+    return actor(**agent_args), agent_args
 
 
 def critics(config: Config, spaces: EnvSpaces, actor: Agent) -> torch.nn.Module:
     """The twin critics SAC trains beside ``actor``: its own ``make_critics()``, else a ``TwinQ``.
 
-    The ``TwinQ`` has two hidden layers of ``config.hidden`` units and reads
-    the observation keys the actor reads (``agent_observation_keys``), made
-    from torch's global generator on the CPU.
+    The ``TwinQ`` (a ``RecurrentTwinQ`` with ``recurrent``: a memory of
+    ``config.hidden`` units, then the pair) has two hidden layers of
+    ``config.hidden`` units and reads the observation keys the actor reads
+    (``agent_observation_keys``), made from torch's global generator on the
+    CPU.
+
+    Raises:
+        AgentError: if ``make_critics()`` returns something else than a
+            module, or, with ``recurrent``, a module without ``features``.
     """
     own = getattr(actor, "make_critics", None)
     if own is not None:
@@ -157,14 +180,21 @@ def critics(config: Config, spaces: EnvSpaces, actor: Agent) -> torch.nn.Module:
             raise AgentError(
                 f"sac: {type(actor).__name__}.make_critics() must return a torch.nn.Module, got {describe(made)}"
             )
+        if config.recurrent and not callable(getattr(made, "features", None)):
+            raise AgentError(
+                f"sac with recurrent: {type(actor).__name__}.make_critics() must return critics with "
+                "features(batch, burn_in) (see rlstruct.learning.recurrent_sac.RecurrentTwinQ), got "
+                f"{describe(made)}"
+            )
         return made
     hidden = (config.hidden, config.hidden)
     action_dim = cast(SACAgent, actor).action_dim
     keys = agent_observation_keys(actor, spaces)
+    network = RecurrentTwinQ if config.recurrent else TwinQ
     if keys == ("observation",) and spaces.flat:
-        return TwinQ(obs_dim=spaces.obs_dim, action_dim=action_dim, hidden=hidden)
+        return network(obs_dim=spaces.obs_dim, action_dim=action_dim, hidden=hidden)
     read = {key: spaces.observation[key] for key in keys}
-    return TwinQ(action_dim=action_dim, hidden=hidden, observation_spaces=read)
+    return network(action_dim=action_dim, hidden=hidden, observation_spaces=read)
 
 
 def check(config: Config) -> EnvSpaces:
@@ -199,6 +229,12 @@ def check(config: Config) -> EnvSpaces:
         for name in ("tau", "gamma"):
             check_number("config", name, getattr(config, name), 0.0, 1.0, low_open=True)
         check_int("config", "learning_starts", config.learning_starts, 0)
+        check_int("config", "burn_in", config.burn_in, 0)
+        if config.recurrent and config.burn_in >= config.n_steps:
+            raise ValueError(
+                f"config.burn_in ({config.burn_in}) must be below config.n_steps ({config.n_steps}) with config.recurrent: "
+                "a chunk is a row of n_steps steps, and its burn-in steps are not learned from"
+            )
         check_layout(config, config.n_envs, config.n_steps)
         return check_env("sac", config.env)
 
@@ -233,8 +269,17 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
     critic_optimizer = torch.optim.Adam(critic.parameters(), lr=config.lr, fused=fused)
     actor_optimizer = torch.optim.Adam([*actor.parameters(), log_alpha], lr=config.lr, fused=fused)
     generator = torch.Generator(device).manual_seed(config.seed)
-    buffer = ReplayBuffer(config.buffer_size, device=device, generator=generator)
-    learner = SACLearner(
+    buffer: ReplayBuffer | SequenceReplayBuffer
+    if config.recurrent:
+        buffer = SequenceReplayBuffer(
+            max(1, config.buffer_size // config.n_steps),
+            burn_in=config.burn_in,
+            device=device,
+            generator=generator,
+        )
+    else:
+        buffer = ReplayBuffer(config.buffer_size, device=device, generator=generator)
+    learner = (RecurrentSACLearner if config.recurrent else SACLearner)(
         policy,
         critic,
         target,
@@ -278,13 +323,17 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
                 run.batcher.execute()
             episodes.add(steps)
             run.add_returns(episodes)
-            check_replayed_outputs(agent, batch, "sac", ("action", "unit_action"))
-            buffer.add_trajectories(steps, replay_keys(observed))
+            if isinstance(buffer, SequenceReplayBuffer):
+                check_chunk_outputs(agent, batch, "sac", ("action", "unit_action"))
+                buffer.add(batch, keys=sequence_keys(observed))
+            else:
+                check_replayed_outputs(agent, batch, "sac", ("action", "unit_action"))
+                buffer.add_trajectories(steps, replay_keys(observed))
             stats: dict[str, torch.Tensor] = {}
             if env_steps >= config.learning_starts:
                 owed += per_iteration * config.gradient_steps
                 while owed >= 1:
-                    stats = learner.step(buffer.sample(config.batch_size).rows)
+                    stats = learn(learner, buffer, config)
                     owed -= 1
             run.step(env_steps, actor, **{k: float(v) for k, v in stats.items()})
             if not more or run.stopped:  # the budget is spent, or a hook asked to stop
@@ -304,6 +353,16 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
         return run.finish(
             actor, env_steps, log_alpha=log_alpha.detach(), rng=rng_state(*generators), **trained
         )
+
+
+def learn(
+    learner: SACLearner, buffer: ReplayBuffer | SequenceReplayBuffer, config: Config
+) -> dict[str, torch.Tensor]:
+    """One gradient step: on ``batch_size`` transitions, or with ``recurrent`` on ``batch_size / n_steps`` chunks."""
+    if isinstance(buffer, SequenceReplayBuffer):
+        sample = buffer.sample(max(1, round(config.batch_size / config.n_steps)))
+        return cast(RecurrentSACLearner, learner).step_chunks(sample.batch, sample.learn, config.burn_in)
+    return learner.step(buffer.sample(config.batch_size).rows)
 
 
 TUNED: dict[str, dict[str, Any]] = {

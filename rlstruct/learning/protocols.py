@@ -34,6 +34,7 @@ __all__ = [
     "ON_POLICY_METHODS",
     "ON_POLICY_OUTPUTS",
     "OnPolicyAgent",
+    "check_chunk_outputs",
     "check_on_policy_agent",
     "check_outputs",
     "check_replayed_outputs",
@@ -191,7 +192,7 @@ def check_replayed_outputs(agent: object, batch: Trajectories, learner: str, nee
         raise AgentError(
             f"{learner} cannot train {name}: it keeps a state {sorted(state.keys())}, and {learner} "
             "replays single transitions (give it no initial_state, or train it with ppo, a2c or impala; "
-            "dqn --recurrent replays a memory)"
+            "dqn and sac with --recurrent replay a memory)"
         )
     stored = set(batch.trajectories.keys())
     missing = [key for key in needed if key not in stored]
@@ -200,6 +201,32 @@ def check_replayed_outputs(agent: object, batch: Trajectories, learner: str, nee
             f"{learner} cannot train {name}: its outputs lack {missing} (every step must output "
             f"{list(needed)}), got {sorted(stored)}"
         )
+
+
+def check_chunk_outputs(agent: object, batch: Trajectories, learner: str, needed: Sequence[str]) -> None:
+    """Raise unless the first batch of an off-policy learner's recurrent agent (``--recurrent``) can be replayed.
+
+    Args:
+        agent: the learner's agent.
+        batch: the first batch its copies collected.
+        learner: the learner's name, for the message.
+        needed: the output keys the learner stores.
+
+    Raises:
+        AgentError: (a ValueError) if the agent kept no state (chunks are
+            replayed from the state stored at their start), or its outputs
+            lack one of ``needed``.
+    """
+    name = type(agent).__name__
+    if batch.info.truncate_key("agent_state/").empty():
+        raise AgentError(
+            f"{learner} with recurrent cannot train {name}: it keeps no state (initial_state is empty), and "
+            "chunks are replayed from the state stored at their start (train it without --recurrent)"
+        )
+    stored = set(batch.trajectories.keys())
+    missing = [key for key in needed if key not in stored]
+    if missing:
+        raise AgentError(f"{learner} cannot train {name}: its outputs lack {missing}, got {sorted(stored)}")
 
 
 def is_sequential(agent: OnPolicyAgent | Agent, batch: Trajectories) -> bool:

@@ -50,6 +50,8 @@ __all__ = [
     "check_recurrent_q_agent",
     "n_step_targets",
     "recurrent_dqn_loss",
+    "replay_chunk",
+    "sequence_features",
 ]
 
 
@@ -98,6 +100,77 @@ def check_recurrent_q_agent(agent: object, learner: str) -> None:
             f"{learner} with recurrent cannot train {type(agent).__name__}: it keeps no state (its "
             "initial_state is empty), and chunks are replayed from the state stored at their start"
         )
+
+
+def sequence_features(
+    encoder: torch.nn.Module | None, steps: TemporalDictTensor, prefix: str = ""
+) -> torch.Tensor:
+    """The encoded observations ``[B, T, d]`` of stored steps (``prefix`` "next/" for the reached ones).
+
+    Args:
+        encoder: the network's encoder, or None for a flat ``observation``.
+        steps: ``[B, T]`` steps holding the encoder's keys (``observation`` without one), each with ``prefix``.
+        prefix: "" for the observations of the steps, "next/" for those they reached.
+    """
+    b, t = steps.n_elems(), steps.n_timesteps()
+    if encoder is None:
+        flat: torch.Tensor | dict[str, torch.Tensor] = steps[f"{prefix}observation"].flatten(0, 1)
+    else:
+        flat = {k: steps[f"{prefix}{k}"].flatten(0, 1) for k in encoded_keys(encoder)}
+    return encode(encoder, flat).view(b, t, -1)
+
+
+def replay_chunk(
+    memory: torch.nn.GRU,
+    encoder: torch.nn.Module | None,
+    batch: Trajectories,
+    burn_in: int,
+    name: str,
+    state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run a GRU memory over replayed chunks ``[B, T]``: its output at each step and one step further.
+
+    The memory starts from ``state`` (``batch.info["agent_state/h"]`` if
+    None: the state the agent had when the chunk began), restarts from zeros
+    where ``initial_state`` is True (``run_memory``), and runs the first
+    ``burn_in`` steps without gradients. The second output is the memory one
+    more step on, over each step's ``next/`` observation: what the step
+    reached, so that a truncated episode bootstraps from its real last
+    observation.
+
+    Args:
+        memory: a one-layer, batch-first GRU.
+        encoder: the network's encoder, or None for a flat ``observation``.
+        batch: the chunks (``initial_state`` and the observations, now and ``next/``).
+        burn_in: the steps that only warm the memory, in ``[0, T)``.
+        name: who asks, for the message.
+        state: ``[B, H]`` the memory before step 0, instead of the stored one.
+
+    Returns:
+        ``(out, after)``, each ``[B, T, H]``.
+
+    Raises:
+        ValueError: for a ``burn_in`` outside ``[0, T)``.
+    """
+    steps = batch.trajectories
+    if not 0 <= burn_in < steps.n_timesteps():
+        raise ValueError(
+            f"{name}: burn_in must be in [0, T) for chunks of T = {steps.n_timesteps()} steps, got {burn_in}"
+        )
+    x = sequence_features(encoder, steps)
+    starts = steps["initial_state"]
+    h0 = batch.info["agent_state/h"] if state is None else state
+    if burn_in > 0:
+        with torch.no_grad():
+            warm = run_memory(memory, x[:, :burn_in], [h0], starts[:, :burn_in])
+        rest = run_memory(memory, x[:, burn_in:], [warm[:, -1]], starts[:, burn_in:])
+        out = torch.cat([warm, rest], 1)
+    else:
+        out = run_memory(memory, x, [h0], starts)
+    b, t, size = out.shape
+    reached = sequence_features(encoder, steps, "next/").flatten(0, 1).unsqueeze(1)
+    after, _ = memory(reached, out.flatten(0, 1).unsqueeze(0))
+    return out, after.view(b, t, size)
 
 
 class RecurrentQNetwork(EpsilonGreedyPolicy, Agent):
@@ -156,16 +229,6 @@ class RecurrentQNetwork(EpsilonGreedyPolicy, Agent):
         """Q ``[..., n_actions]`` from the memory's outputs ``[..., hidden[0]]``."""
         return q_head(self.body(features), self.head, self.value)
 
-    def _features(self, steps: TemporalDictTensor, prefix: str = "") -> torch.Tensor:
-        """The encoded observations ``[B, T, d]`` of stored steps (``prefix`` "next/" for the reached ones)."""
-        b, t = steps.n_elems(), steps.n_timesteps()
-        keys = self.observation_keys
-        if self.encoder is None:
-            flat: torch.Tensor | dict[str, torch.Tensor] = steps[f"{prefix}observation"].flatten(0, 1)
-        else:
-            flat = {k: steps[f"{prefix}{k}"].flatten(0, 1) for k in keys}
-        return encode(self.encoder, flat).view(b, t, -1)
-
     def forward(
         self,
         state: DictTensor,
@@ -187,26 +250,8 @@ class RecurrentQNetwork(EpsilonGreedyPolicy, Agent):
         first ``burn_in`` steps without gradients. The reached observation of
         step t is one more step of the memory after step t.
         """
-        steps = batch.trajectories
-        if not 0 <= burn_in < steps.n_timesteps():
-            raise ValueError(
-                f"RecurrentQNetwork.q_sequence: burn_in must be in [0, T) for chunks of T = "
-                f"{steps.n_timesteps()} steps, got {burn_in}"
-            )
-        x = self._features(steps)
-        starts = steps["initial_state"]
-        h0 = batch.info["agent_state/h"]
-        if burn_in > 0:
-            with torch.no_grad():
-                warm = run_memory(self.memory, x[:, :burn_in], [h0], starts[:, :burn_in])
-            rest = run_memory(self.memory, x[:, burn_in:], [warm[:, -1]], starts[:, burn_in:])
-            out = torch.cat([warm, rest], 1)
-        else:
-            out = run_memory(self.memory, x, [h0], starts)
-        b, t, size = out.shape
-        reached = self._features(steps, "next/").flatten(0, 1).unsqueeze(1)
-        after, _ = self.memory(reached, out.flatten(0, 1).unsqueeze(0))
-        return self.heads(out), self.heads(after.view(b, t, size))
+        out, after = replay_chunk(self.memory, self.encoder, batch, burn_in, "RecurrentQNetwork.q_sequence")
+        return self.heads(out), self.heads(after)
 
 
 def _shifted(x: torch.Tensor, k: int, fill: float | bool) -> torch.Tensor:

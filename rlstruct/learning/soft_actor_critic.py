@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, cast, runtime_checkable
 
 import torch
@@ -250,7 +250,12 @@ class SquashedGaussianPolicy:
         Differentiable with respect to the parameters; the noise comes from
         ``generator``, which must be on the parameters' device.
         """
-        mean, log_std = self.distribution(observation)
+        return self.draw(*self.distribution(observation), generator)
+
+    def draw(
+        self, mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparametrised sample of the Gaussian ``(mean, log_std)`` ``[..., k]``, squashed: (unit action, log-prob ``[...]``)."""
         noise = torch.randn(mean.shape, generator=generator, device=mean.device)
         u = mean + log_std.exp() * noise
         return u.tanh(), squashed_log_prob(mean, log_std, u)
@@ -275,6 +280,14 @@ class SquashedGaussianPolicy:
             ``action``, float32 [B, k] on the parameters' device.
         """
         mean, log_std = self.distribution(observation)
+        return self.act(mean, log_std, agent_info), state
+
+    def act(self, mean: torch.Tensor, log_std: torch.Tensor, agent_info: DictTensor) -> DictTensor:
+        """The outputs of B rows from their Gaussian ``[B, k]``: sampled, ``tanh(mean)`` where greedy, uniform if ``uniform``.
+
+        Returns:
+            ``unit_action`` and ``action``, float32 ``[B, k]`` on ``mean``'s device.
+        """
         noise = torch.randn(mean.shape, generator=self.generator, device=mean.device)
         if bool(self.uniform):
             unit = torch.rand(mean.shape, generator=self.generator, device=mean.device) * 2 - 1
@@ -283,7 +296,7 @@ class SquashedGaussianPolicy:
         if "greedy" in agent_info and mean.shape[0] > 0:
             unit = torch.where(agent_info["greedy"].unsqueeze(-1), mean.tanh(), unit)
         action = self.center + self.scale * unit
-        return DictTensor({"action": action, "unit_action": unit}), state
+        return DictTensor({"action": action, "unit_action": unit})
 
 
 class SquashedGaussianActor(SquashedGaussianPolicy, Agent):
@@ -475,6 +488,38 @@ class SACLearner:
             )
         q = self.critic(observation, data["unit_action"])
         critic_loss = 0.5 * (q - target_q).pow(2).mean(1).sum()
+
+        def actor_losses() -> tuple[torch.Tensor, torch.Tensor]:
+            action, log_prob = self.actor.sample(observation, self.generator)
+            q_pi = self.critic(observation, action).min(0).values
+            return (alpha * log_prob - q_pi).mean(), log_prob.mean()
+
+        actor_loss, mean_log_prob = self.update(critic_loss, actor_losses)
+        return {
+            "critic_loss": critic_loss.detach(),
+            "actor_loss": actor_loss,
+            "alpha": alpha,
+            "entropy": -mean_log_prob,
+            "q": q.detach().mean(),
+        }
+
+    def update(
+        self,
+        critic_loss: torch.Tensor,
+        actor_losses: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Step the critics on ``critic_loss``; then the actor and the temperature; then the target critics.
+
+        Args:
+            critic_loss: the critics' 0-d loss, with its graph.
+            actor_losses: called once the critics have stepped, with the
+                critics' parameters frozen: the actor's 0-d loss and the mean
+                log-probability of the sampled actions (the temperature's
+                loss is made from it).
+
+        Returns:
+            ``(actor_loss, mean_log_prob)``, detached.
+        """
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optimizer.step()
@@ -482,10 +527,8 @@ class SACLearner:
         # Actor and temperature: one backward pass, their parameters are disjoint.
         self.critic.requires_grad_(False)
         try:  # the critic learns again even if this step raises (an interrupt, a nan check)
-            action, log_prob = self.actor.sample(observation, self.generator)
-            q_pi = self.critic(observation, action).min(0).values
-            actor_loss = (alpha * log_prob - q_pi).mean()
-            alpha_loss = -self.log_alpha * (log_prob.detach().mean() + self.target_entropy)
+            actor_loss, mean_log_prob = actor_losses()
+            alpha_loss = -self.log_alpha * (mean_log_prob.detach() + self.target_entropy)
             self.actor_optimizer.zero_grad(set_to_none=True)
             (actor_loss + alpha_loss).backward()
             self.actor_optimizer.step()
@@ -494,10 +537,4 @@ class SACLearner:
 
         with torch.no_grad():
             torch._foreach_lerp_(self._target_params, self._critic_params, self.tau)
-        return {
-            "critic_loss": critic_loss.detach(),
-            "actor_loss": actor_loss.detach(),
-            "alpha": alpha,
-            "entropy": -log_prob.detach().mean(),
-            "q": q.detach().mean(),
-        }
+        return actor_loss.detach(), mean_log_prob.detach()
