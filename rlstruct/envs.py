@@ -1,4 +1,4 @@
-"""Tasks that need memory, registered as gymnasium ids when this module is imported.
+"""The package's own tasks, registered as gymnasium ids when this module is imported.
 
 | id | observation | limit | optimal return |
 |---|---|---|---|
@@ -6,6 +6,7 @@
 | ``PendulumNoVel-v1`` | (cos theta, sin theta), float32 | 200 steps | about -150 (Pendulum-v1's) |
 | ``CueMemory-v0`` | (cue one-hot (2), answer flag), float32 | ``delay + 2`` steps | 1.0 (memoryless: 0) |
 | ``CueMemory16-v0``, ``CueMemory64-v0``, ``CueMemory256-v0`` | the same | 18, 66, 258 steps | 1.0 (memoryless: 0) |
+| ``BitFlip-v0``, ``BitFlip25-v0`` | ``Dict`` of ``observation``, ``achieved_goal``, ``desired_goal`` (15 or 25 bits each), float32 | 15, 25 steps | -(d - 1) - ceil((n_bits - d) / 2) from d bits away |
 
 The first two are the classic-control tasks with their velocities hidden: the
 rewards, dynamics and limits are those of ``CartPole-v1`` and ``Pendulum-v1``,
@@ -18,6 +19,17 @@ the same task with delays 16, 64 and 256, under ids of their own so that a
 training run (``rlstruct train ppo --env CueMemory64-v0``) and its spawned
 workers make them from the id alone. Like ``CueMemory-v0`` they declare no
 ``max_episode_steps``: every episode ends by termination after ``delay + 2`` steps.
+
+``BitFlip-v0`` (``BitFlipEnv``, 15 bits; ``BitFlip25-v0``: 25) is the
+goal-conditioned task of hindsight experience replay (Andrychowicz et al.
+2017): flip one bit a step to reach a goal pattern, rewarded -1 at every
+step that does not end on the goal. Its random goals are all but never
+reached by exploration, so it is learned with relabelled goals
+(``rlstruct train dqn --env BitFlip-v0 --her``). A goal-conditioned task
+gives hindsight replay its reward as the attribute ``torch_reward`` of its
+environment (``env.unwrapped.torch_reward``, here ``bitflip_reward``): a
+batched ``reward(achieved_goal, desired_goal) -> reward`` on torch tensors,
+as ``HindsightReplayBuffer``'s ``reward_fn`` takes it.
 
 ``import rlstruct`` imports this module as soon as gymnasium is imported
 (before or after rlstruct), and ``rlstruct/gym_env.py`` imports it, so any use
@@ -41,12 +53,23 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 from gymnasium.envs.classic_control.pendulum import PendulumEnv
 
-__all__ = ["CueMemoryEnv", "SelectObservation", "make_cartpole_novel", "make_pendulum_novel", "register"]
+__all__ = [
+    "BitFlipEnv",
+    "CueMemoryEnv",
+    "SelectObservation",
+    "bitflip_reward",
+    "make_cartpole_novel",
+    "make_pendulum_novel",
+    "register",
+]
 
 Observation = np.ndarray[Any, np.dtype[np.float32]]
+GoalObservation = dict[str, Observation]
+"""A goal-conditioned observation: ``observation``, ``achieved_goal`` and ``desired_goal``."""
 
 
 class SelectObservation(gym.ObservationWrapper[Observation, Any, Observation]):
@@ -206,8 +229,172 @@ class CueMemoryEnv(gym.Env[Observation, np.int64]):
         return self._observation(), 0.0, False, False, {}
 
 
+def bitflip_reward(achieved_goal: torch.Tensor, desired_goal: torch.Tensor) -> torch.Tensor:
+    """``BitFlipEnv``'s reward, batched: 0.0 where all bits of the two goals are equal, -1.0 elsewhere.
+
+    Module-level (picklable), so that it can be a ``HindsightReplayBuffer``'s
+    ``reward_fn``; it is ``BitFlipEnv.torch_reward``.
+
+    Args:
+        achieved_goal: ``[n, n_bits]`` bit patterns, any dtype and device.
+        desired_goal: ``[n, n_bits]`` bit patterns of the same dtype, on the
+            same device.
+
+    Returns:
+        float32 ``[n]`` on their device, a new tensor: the reward of a step
+        that ends on ``achieved_goal`` when the goal is ``desired_goal``.
+
+    Raises:
+        ValueError: if the two are not both ``[n, n_bits]`` of one shape.
+
+    Examples:
+        >>> bitflip_reward(torch.tensor([[0.0, 1.0], [1.0, 1.0]]), torch.tensor([[0.0, 1.0], [0.0, 1.0]]))
+        tensor([ 0., -1.])
+    """
+    if achieved_goal.dim() != 2 or achieved_goal.shape != desired_goal.shape:
+        raise ValueError(
+            "bitflip_reward: achieved_goal and desired_goal must both be [n, n_bits], got shapes "
+            f"{tuple(achieved_goal.shape)} and {tuple(desired_goal.shape)}"
+        )
+    return (achieved_goal == desired_goal).all(dim=1).to(torch.float32) - 1.0
+
+
+class BitFlipEnv(gym.Env[dict[str, Any], np.int64]):
+    """Reach a goal pattern of ``n_bits`` bits by flipping one bit a step (Andrychowicz et al. 2017).
+
+    At reset the state and the goal are bit patterns drawn uniformly from
+    ``self.np_random`` (the goal drawn again until it differs from the
+    state). Action ``i`` (``Discrete(n_bits)``) flips bit ``i``. The reward is
+    -1.0 at every step whose new state is not the goal and 0.0 at one whose
+    new state is: an agent one flip away from the goal must leave it on the
+    next step (every action flips a bit) and can come back on the one after.
+    Every episode lasts ``n_bits`` steps and ends by truncation, never by
+    termination: the relabelled transitions of hindsight replay keep
+    ``next/terminated`` as stored, which is right only for such tasks.
+
+    The observation is a ``Dict`` of three float32 ``Box(0, 1, (n_bits,))``:
+    ``observation`` and ``achieved_goal`` (both the current bits) and
+    ``desired_goal`` (the goal), as gymnasium-robotics' goal environments
+    give theirs; ``GymEnv`` stores each under its name. ``info["is_success"]``
+    (a bool) tells whether the state is the goal, at reset and at each step.
+
+    Optimal return, from a start ``d`` bits away from the goal: every flip
+    changes the distance by one, so the goal can be reached first at step
+    ``d`` and then at every second step: ``-(d - 1) - ceil((n_bits - d) / 2)``,
+    about -10.5 on average for 15 bits and -18.0 for 25 (a random policy
+    scores almost ``-n_bits``).
+
+    Args:
+        n_bits: the bits of the state and the goal, and the steps of an
+            episode; an int >= 1.
+        render_mode: accepted for ``gym.make``; nothing is rendered.
+
+    Raises:
+        ValueError: for an ``n_bits`` that is not an int >= 1.
+
+    Examples:
+        >>> env = BitFlipEnv(n_bits=3)
+        >>> observation, info = env.reset(seed=6)
+        >>> observation["achieved_goal"], observation["desired_goal"], info
+        (array([0., 1., 1.], dtype=float32), array([0., 1., 0.], dtype=float32), {'is_success': False})
+        >>> observation, reward, terminated, truncated, info = env.step(np.int64(2))  # on the goal
+        >>> observation["observation"], reward, terminated, truncated, info
+        (array([0., 1., 0.], dtype=float32), 0.0, False, False, {'is_success': True})
+        >>> env.step(np.int64(0))[1:]  # off it again: every action flips a bit
+        (-1.0, False, False, {'is_success': False})
+        >>> env.step(np.int64(0))[1:]  # back on it at the last step: truncated
+        (0.0, False, True, {'is_success': True})
+        >>> env.torch_reward(torch.tensor([[0.0, 1.0, 0.0]]), torch.tensor([[0.0, 1.0, 0.0]]))
+        tensor([0.])
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 (gymnasium's own annotation)
+
+    torch_reward = staticmethod(bitflip_reward)
+
+    def __init__(self, n_bits: int = 15, render_mode: str | None = None) -> None:
+        if not isinstance(n_bits, int) or isinstance(n_bits, bool) or n_bits < 1:
+            raise ValueError(f"BitFlipEnv: n_bits must be an int >= 1, got {n_bits!r}")
+        self.n_bits = n_bits
+        self.render_mode = render_mode
+        bits = gym.spaces.Box(0.0, 1.0, shape=(n_bits,), dtype=np.float32)
+        self.observation_space = gym.spaces.Dict(
+            {"observation": bits, "achieved_goal": bits, "desired_goal": bits}
+        )
+        self.action_space = gym.spaces.Discrete(n_bits)
+        self._state = np.zeros(n_bits, dtype=np.float32)
+        self._goal = np.ones(n_bits, dtype=np.float32)
+        self._t = 0
+
+    def _observation(self) -> GoalObservation:
+        return {
+            "observation": self._state.copy(),
+            "achieved_goal": self._state.copy(),
+            "desired_goal": self._goal.copy(),
+        }
+
+    def _success(self) -> bool:
+        return bool(np.array_equal(self._state, self._goal))
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[GoalObservation, dict[str, Any]]:
+        """Draw a new state and a goal that differs from it (from ``seed`` if given).
+
+        Args:
+            seed: seeds ``self.np_random`` (gymnasium's convention); None
+                continues its stream.
+            options: not read.
+
+        Returns:
+            ``(observation, info)``: the float32 ``[n_bits]`` arrays
+            ``observation``, ``achieved_goal`` (the state) and
+            ``desired_goal`` (the goal), new copies; ``{"is_success": False}``.
+        """
+        super().reset(seed=seed)
+        self._state = self.np_random.integers(0, 2, self.n_bits).astype(np.float32)
+        self._goal = self._state
+        while np.array_equal(self._goal, self._state):  # a start on the goal would teach nothing
+            self._goal = self.np_random.integers(0, 2, self.n_bits).astype(np.float32)
+        self._t = 0
+        return self._observation(), {"is_success": False}
+
+    def step(self, action: np.int64) -> tuple[GoalObservation, float, bool, bool, dict[str, Any]]:
+        """Flip bit ``action``.
+
+        Args:
+            action: the bit to flip, in ``[0, n_bits)``.
+
+        Returns:
+            ``(observation, reward, terminated, truncated, info)`` as in
+            gymnasium: the new observation (as ``reset``'s), 0.0 if the new
+            state is the goal and -1.0 otherwise, ``terminated`` always
+            False, ``truncated`` True at step ``n_bits``, and
+            ``{"is_success": state == goal}``.
+
+        Raises:
+            ValueError: for an action outside ``[0, n_bits)``.
+            RuntimeError: for a step after the episode ended (call ``reset``).
+        """
+        if not self.action_space.contains(action):
+            raise ValueError(f"BitFlipEnv: action must be an int in [0, {self.n_bits}), got {action}")
+        if self._t >= self.n_bits:
+            raise RuntimeError("BitFlipEnv: step() after the episode ended; call reset()")
+        self._state = self._state.copy()
+        self._state[int(action)] = 1.0 - self._state[int(action)]
+        self._t += 1
+        success = self._success()
+        return (
+            self._observation(),
+            0.0 if success else -1.0,
+            False,
+            self._t >= self.n_bits,
+            {"is_success": success},
+        )
+
+
 def register() -> None:
-    """Register ``CartPoleNoVel-v1``, ``PendulumNoVel-v1``, ``CueMemory-v0`` and ``CueMemory{16,64,256}-v0``; a no-op for ids already there."""
+    """Register ``CartPoleNoVel-v1``, ``PendulumNoVel-v1``, ``CueMemory-v0``, ``CueMemory{16,64,256}-v0``, ``BitFlip-v0`` and ``BitFlip25-v0``; a no-op for ids already there."""
     specs: list[dict[str, Any]] = [
         {
             "id": "CartPoleNoVel-v1",
@@ -229,6 +416,15 @@ def register() -> None:
                 "kwargs": {"delay": delay},
             }
             for delay in (16, 64, 256)
+        ),
+        *(
+            {
+                "id": f"BitFlip{'' if n_bits == 15 else n_bits}-v0",
+                "entry_point": "rlstruct.envs:BitFlipEnv",
+                "max_episode_steps": n_bits,
+                "kwargs": {"n_bits": n_bits},
+            }
+            for n_bits in (15, 25)
         ),
     ]
     for spec in specs:

@@ -65,6 +65,11 @@ def assert_same_state(a: dict[str, Any], b: dict[str, Any]) -> None:
             {"n_envs": 4, "n_steps": 16, "learning_starts": 64, "batch_size": 32, "prioritized": True}
             | {"recurrent": True, "burn_in": 4, "td_steps": 3, "hidden": 16},
         ),
+        (
+            dqn,
+            {"env": "BitFlip-v0", "n_envs": 2, "n_steps": 15, "learning_starts": 30, "batch_size": 32}
+            | {"her": True, "hidden": 16},
+        ),
         (sac, {"env": "Pendulum-v1", "n_envs": 2, "n_steps": 16, "learning_starts": 32, "batch_size": 32}),
         (
             sac,

@@ -20,6 +20,12 @@ with ``td_steps``-step double-Q targets (R2D2, Kapturowski et al. 2019);
 prioritized replay then ranks chunks by ``0.9 max + 0.1 mean`` of their
 |TD errors|.
 
+With ``--her`` (goal-conditioned environments, such as ``BitFlip-v0``) the
+replay is a ``HindsightReplayBuffer``: each sampled transition has, with
+probability ``her_k / (her_k + 1)``, its desired goal replaced by a goal its
+episode achieved later and its reward recomputed by the environment's
+``torch_reward`` (hindsight experience replay, Andrychowicz et al. 2017).
+
 Run it with ``rlstruct train dqn --env CartPole-v1`` or
 ``python -m rlstruct.algos.dqn --env CartPole-v1``; ``--help`` lists every
 field of ``Config``.
@@ -33,6 +39,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+import gymnasium as gym
 import torch
 
 from rlstruct.agent import Agent
@@ -52,6 +59,7 @@ from rlstruct.algos.hooks import Hook, check_hooks
 from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
 from rlstruct.checks import check_int, check_number
+from rlstruct.gym_env import resolve_env
 from rlstruct.learning.metrics import EpisodeReturns
 from rlstruct.learning.protocols import check_chunk_outputs, check_replayed_outputs
 from rlstruct.learning.q_learning import QAgent, QNetwork, check_q_agent, dqn_loss, q_targets
@@ -61,9 +69,27 @@ from rlstruct.learning.recurrent_q import (
     check_recurrent_q_agent,
     recurrent_dqn_loss,
 )
-from rlstruct.replay import PrioritizedReplayBuffer, ReplayBuffer, SequenceReplayBuffer, sequence_priorities
+from rlstruct.replay import (
+    HindsightReplayBuffer,
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+    SequenceReplayBuffer,
+    sequence_priorities,
+)
+from rlstruct.replay.hindsight import RewardFn
 
-__all__ = ["Config", "QNetwork", "check", "linear_schedule", "main", "make_agent", "q_targets", "train"]
+__all__ = [
+    "GOAL_KEYS",
+    "Config",
+    "QNetwork",
+    "check",
+    "hindsight_reward",
+    "linear_schedule",
+    "main",
+    "make_agent",
+    "q_targets",
+    "train",
+]
 # QNetwork and q_targets are rlstruct.learning.q_learning's, named here too
 
 
@@ -79,6 +105,56 @@ def sequence_keys(keys: Sequence[str]) -> tuple[str, ...]:
     observation, as it does for a collected batch.
     """
     return (*transition_keys(keys), "next/done", "initial_state", "next/initial_state")
+
+
+GOAL_KEYS = ("achieved_goal", "desired_goal")
+"""The observation keys ``her`` needs: the goal a step achieved and the goal it was after."""
+
+
+def hindsight_keys(keys: Sequence[str]) -> tuple[str, ...]:
+    """What the hindsight replay keeps of each step with ``her``: ``transition_keys``, both goals now and reached, episode ends.
+
+    The goals are kept even where the agent does not read them (an agent of
+    yours may read ``desired_goal`` only): the buffer relabels from them.
+    """
+    kept = transition_keys(keys)
+    goals = (*GOAL_KEYS, *(f"next/{k}" for k in GOAL_KEYS), "next/done")
+    return (*kept, *(key for key in goals if key not in kept))
+
+
+def hindsight_reward(env: str) -> RewardFn:
+    """The batched reward of goal-conditioned environment ``env`` that hindsight relabelling recomputes rewards with.
+
+    It is the environment's attribute ``torch_reward`` (read on
+    ``env.unwrapped``, the environment made once, then closed):
+    ``torch_reward(achieved_goal, desired_goal) -> reward`` on torch tensors,
+    goals ``[n, *goal_shape]``, reward float32 ``[n]`` (the dtype ``GymEnv``
+    stores rewards in) on their device, as ``HindsightReplayBuffer`` takes its
+    ``reward_fn``. ``rlstruct.envs.BitFlipEnv`` has one
+    (``rlstruct.envs.bitflip_reward``); gymnasium-robotics' ``compute_reward``
+    works on numpy arrays, so its tasks need a torch twin of it set there.
+
+    Args:
+        env: an environment id (or ``"module:Name"``) that gymnasium can make.
+
+    Raises:
+        ValueError: naming ``config.her``, if the environment has no callable
+            ``torch_reward``.
+    """
+    maker = resolve_env(env)
+    instance = gym.make(maker) if isinstance(maker, str) else maker()
+    try:
+        unwrapped = instance.unwrapped
+        reward = getattr(unwrapped, "torch_reward", None)
+    finally:
+        instance.close()
+    if not callable(reward):
+        raise ValueError(
+            f"config.her needs the environment's batched reward, to recompute the rewards of relabelled goals: "
+            f"config.env {env!r} ({type(unwrapped).__name__}) has no callable torch_reward(achieved_goal, "
+            "desired_goal) -> reward (see rlstruct.envs.BitFlipEnv)"
+        )
+    return cast(RewardFn, reward)
 
 
 def linear_schedule(start: float, end: float, fraction: float, progress: float) -> float:
@@ -151,6 +227,12 @@ class Config(TrainConfig):
     """With ``recurrent``: the first steps of each replayed chunk, which only warm the memory (no loss)."""
     td_steps: int = 1
     """With ``recurrent``: the steps of the Q-learning targets, cut where an episode or a chunk ends (1 without)."""
+    her: bool = False
+    """Hindsight relabelling (goal-conditioned environments, whose observation has achieved_goal and desired_goal): a replayed transition has, with probability her_k / (her_k + 1), its desired goal replaced by a goal achieved later in its episode, and its reward recomputed by the environment's torch_reward."""
+    her_k: int = 4
+    """With ``her``: relabelled goals per real goal (0: none)."""
+    her_strategy: str = "future"
+    """With ``her``: where the relabelled goals come from: "future" (the goal reached at a step of the episode drawn from the transition's on) or "final" (at the episode's last step)."""
     hidden: int = 256
     """Units of each of the two hidden layers."""
     torch_threads: int = 1
@@ -164,7 +246,10 @@ def check(config: Config) -> EnvSpaces:
     discount, exploration rates, ``tau`` and ``beta_start`` in [0, 1],
     ``alpha`` >= 0, ``learning_starts`` an int >= 0, ``n_envs`` a multiple
     of ``n_processes``, a budget of one iteration at least, and an
-    environment with discrete actions (made once, then closed). Nothing is
+    environment with discrete actions (made once, then closed). With
+    ``her``: neither ``recurrent`` nor ``prioritized``, an observation with
+    ``GOAL_KEYS`` of one shape and dtype, and a ``torch_reward``
+    (``hindsight_reward``: the environment made once more). Nothing is
     started or written.
 
     Raises:
@@ -194,6 +279,15 @@ def check(config: Config) -> EnvSpaces:
         check_int("config", "learning_starts", config.learning_starts, 0)
         check_int("config", "burn_in", config.burn_in, 0)
         check_int("config", "td_steps", config.td_steps, 1)
+        check_int("config", "her_k", config.her_k, 0)
+        if config.her_strategy not in ("future", "final"):
+            raise ValueError(f"config.her_strategy must be 'future' or 'final', got {config.her_strategy!r}")
+        for flag in ("recurrent", "prioritized"):
+            if config.her and getattr(config, flag):
+                raise ValueError(
+                    f"config.her cannot be combined with config.{flag}: hindsight relabelling replays single "
+                    "transitions, drawn uniformly"
+                )
         if config.recurrent and config.burn_in >= config.n_steps:
             raise ValueError(
                 f"config.burn_in ({config.burn_in}) must be below config.n_steps ({config.n_steps}) with config.recurrent: "
@@ -205,7 +299,29 @@ def check(config: Config) -> EnvSpaces:
                 "single transitions gives one-step targets (with --no-recurrent, give --td-steps 1 too)"
             )
         check_layout(config, config.n_envs, config.n_steps)
-        return check_env("dqn", config.env)
+        spaces = check_env("dqn", config.env)
+        if config.her:
+            check_goals(config.env, spaces)
+            hindsight_reward(config.env)
+        return spaces
+
+
+def check_goals(env: str, spaces: EnvSpaces) -> None:
+    """Raise a ValueError naming ``config.her`` unless ``spaces`` observes ``GOAL_KEYS``, alike in shape and dtype."""
+    observation = spaces.observation
+    missing = [key for key in GOAL_KEYS if key not in observation]
+    if missing:
+        raise ValueError(
+            f"config.her needs an observation with the keys {list(GOAL_KEYS)} (a Dict observation space with "
+            f"those entries, as goal-conditioned environments have); config.env {env!r} observes "
+            f"{sorted(observation)}, without {missing}"
+        )
+    achieved, desired = (observation[key] for key in GOAL_KEYS)
+    if (achieved.shape, achieved.dtype) != (desired.shape, desired.dtype):
+        raise ValueError(
+            f"config.her needs achieved_goal and desired_goal of one shape and dtype: config.env {env!r} has "
+            f"{achieved.shape} {achieved.dtype} and {desired.shape} {desired.dtype}"
+        )
 
 
 def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]]:
@@ -258,12 +374,21 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
     model = agent.to(device)
     q_agent = cast(QAgent, model)
     observed = agent_observation_keys(model, spaces)  # what the replay keeps and the loss reads
-    keys = transition_keys(observed)
+    keys = hindsight_keys(observed) if config.her else transition_keys(observed)
     target = copy.deepcopy(model).requires_grad_(False)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)  # fewest kernels per step
     generator = torch.Generator(device).manual_seed(config.seed)
-    buffer: ReplayBuffer | SequenceReplayBuffer
-    if config.recurrent:
+    buffer: ReplayBuffer | SequenceReplayBuffer | HindsightReplayBuffer
+    if config.her:
+        buffer = HindsightReplayBuffer(
+            config.buffer_size,
+            hindsight_reward(config.env),
+            strategy=config.her_strategy,
+            k=config.her_k,
+            device=device,
+            generator=generator,
+        )
+    elif config.recurrent:
         buffer = SequenceReplayBuffer(
             max(1, config.buffer_size // config.n_steps),
             burn_in=config.burn_in,
@@ -420,7 +545,7 @@ def learn(
     model: Agent,
     target: Agent,
     optimizer: torch.optim.Optimizer,
-    buffer: ReplayBuffer,
+    buffer: ReplayBuffer | HindsightReplayBuffer,
     config: Config,
     n_updates: int,
     grad_steps: int,
@@ -431,9 +556,10 @@ def learn(
     ``model`` and ``target`` speak ``QAgent``; ``observed`` are the
     observation keys they read (``dqn_loss``).
 
-    Uniform replay draws all the steps' minibatches in one call (the buffer
-    does not change between them); prioritized replay draws each after the
-    previous step's priority update.
+    Uniform replay (hindsight replay too, whose relabelled goals and rewards
+    come with the sample) draws all the steps' minibatches in one call (the
+    buffer does not change between them); prioritized replay draws each after
+    the previous step's priority update.
     """
     prioritized = buffer if isinstance(buffer, PrioritizedReplayBuffer) else None
     if prioritized is None:
