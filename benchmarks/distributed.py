@@ -38,6 +38,13 @@ started here with one CPU per core.
   the gradient worker takes all 40 optimiser steps of a batch itself and
   returns the parameters, one round trip per batch instead of per minibatch
   (target: 0.8 of ``ppo.train``).
+- **SAC training**: ``Learner`` env steps/s of the off-policy scheme
+  (``distributed.SAC`` with a ``ReplayStorage``; 1 remote gradient worker
+  collecting in its own process, 1 Pendulum-v1 environment, 16 steps a
+  round, one gradient step per env step, each a round trip to the update
+  worker) against ``rlstruct.algos.sac.train`` (1 process x 1 environment,
+  the same steps, networks and ratio), both learning from the 256th step
+  (target: 0.8 of ``sac.train``).
 
 The configurations take turns within each repeat (order reversed every other
 repeat), each worker count with fresh actors. Actors ask Ray for ``cores / 4`` CPUs each,
@@ -68,19 +75,22 @@ import torch
 from _common import Row, parse_args, report
 
 from rlstruct import GymEnv, MultiprocessBatcher
-from rlstruct.algos import ppo
+from rlstruct.algos import ppo, sac
 from rlstruct.distributed import (
     PPO,
+    SAC,
     Collection,
     CollectionWorker,
     Collectors,
     Gradients,
     Learner,
     MinibatchBuffer,
+    ReplayStorage,
     Scheme,
 )
 from rlstruct.distributed._pool import Pool, wait_ready
 from rlstruct.learning.actor_critic import ActorCritic
+from rlstruct.learning.soft_actor_critic import SquashedGaussianActor
 
 AGENT_ARGS: dict[str, Any] = {"obs_dim": 4, "n_actions": 2}
 CARTPOLE = {"env": "CartPole-v1"}
@@ -271,6 +281,54 @@ def ppo_training(total: int) -> Training:
     return Training(results["setup_s"], results["env_steps"] / results["wall_s"], results["wall_s"] / updates)
 
 
+SAC_ACTOR: dict[str, Any] = {"obs_dim": 3, "action_low": [-2.0], "action_high": [2.0], "hidden": (256, 256)}
+SAC_STEPS, SAC_STARTS = 16, 256
+
+
+def sac_scheme_training(total: int, cpus: float) -> Training:
+    """The SAC scheme: 1 remote gradient worker collecting in its own process, one update per env step."""
+    start = time.perf_counter()
+    scheme = Scheme(
+        SquashedGaussianActor,
+        SAC_ACTOR,
+        GymEnv,
+        {"env": "Pendulum-v1"},
+        SAC,
+        functools.partial(
+            ReplayStorage, total, batch_size=256, gradient_steps=1.0, learning_starts=SAC_STARTS
+        ),
+        collection=Collection(n_envs=1, n_steps=SAC_STEPS),
+        gradients=Gradients(remote_workers=1, worker_cpus=cpus),
+        timeout=TIMEOUT,
+        start_timeout=TIMEOUT,
+    )
+    start_s = time.perf_counter() - start
+    with Learner(scheme, total, progress=False) as learner:
+        while not learner.done():
+            learner.step()
+        metrics = learner.metrics()
+    return Training(start_s, metrics["sps"], metrics["wall_s"] / metrics["updates"])
+
+
+def sac_training(total: int) -> Training:
+    """``rlstruct.algos.sac.train`` with 1 process x 1 environment (its result lines are not printed)."""
+    with tempfile.TemporaryDirectory() as run_dir, contextlib.redirect_stdout(io.StringIO()):
+        results = sac.train(
+            sac.Config(
+                env="Pendulum-v1",
+                total_steps=total,
+                n_steps=SAC_STEPS,
+                learning_starts=SAC_STARTS,
+                eval_every=10 * total,
+                eval_episodes=1,
+                run_dir=run_dir,
+                progress=False,
+            )
+        )
+    updates = max(1, results["env_steps"] - SAC_STARTS)
+    return Training(results["setup_s"], results["env_steps"] / results["wall_s"], results["wall_s"] / updates)
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -282,6 +340,7 @@ def main() -> None:
     repeats = 1 if quick else budget.repeats
     seconds = 0.2 if quick else 4.0
     train_steps = 512 if quick else 20_480
+    sac_steps = SAC_STARTS + 64 if quick else 2_048
     cores = len(os.sched_getaffinity(0))
     cpus = cores / 4
     ray.init(address="local", num_cpus=cores, include_dashboard=False, configure_logging=False)
@@ -295,6 +354,8 @@ def main() -> None:
             "ppo.train": lambda: ppo_training(train_steps),
             "Learner": lambda: scheme_training(train_steps, cpus),
             "Learner, local steps": lambda: scheme_training(train_steps, cpus, LOCAL_STEPS),
+            "sac.train": lambda: sac_training(sac_steps),
+            "SAC Learner": lambda: sac_scheme_training(sac_steps, cpus),
         }
         training: dict[str, list[Training]] = {name: [] for name in trainers}
         for repeat in range(repeats):
@@ -363,12 +424,23 @@ def main() -> None:
         Row(f"training start: Scheme, local_steps={LOCAL_STEPS} vs ppo.train",
             median([t.start_s for t in local_steps]), "s", ppo_start),
     ]  # fmt: skip
+    sac_run, sac_learner = training["sac.train"], training["SAC Learner"]
+    sac_sps = median([t.sps for t in sac_run])
+    sac_update = median([t.update_s for t in sac_run]) * 1e3
+    rows += [
+        Row("SAC training: sac.train 1 x 1", sac_sps, "steps/s", higher_is_better=True),
+        Row("SAC training: Learner 1 remote grad vs sac.train", median([t.sps for t in sac_learner]), "steps/s",
+            sac_sps, 0.8, True),
+        Row("SAC training: ms per update, sac.train", sac_update, "ms"),
+        Row("SAC training: ms per update, Learner vs sac.train", median([t.update_s for t in sac_learner]) * 1e3,
+            "ms", sac_update),
+    ]  # fmt: skip
 
     print(f"\n$ python {' '.join(['benchmarks/distributed.py', *sys.argv[1:]])}")
     print(
         f"CartPole-v1, {N_ENVS} envs x {N_STEPS} steps per batcher process or remote worker, {cores} cores, "
         f"torch {torch.__version__}, ray {ray.__version__}, median of {repeats} repeats "
-        f"({seconds:g} s of rounds each); training: {train_steps} env steps\n"
+        f"({seconds:g} s of rounds each); training: {train_steps} env steps (SAC: {sac_steps})\n"
     )
     report(args, rows, "value", "baseline")
     print("\nsteps/s of each repeat, in the order run:")

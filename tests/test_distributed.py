@@ -34,6 +34,7 @@ from rlstruct.algos.evaluation import Evaluator
 from rlstruct.distributed import (
     IMPALA,
     PPO,
+    SAC,
     Collection,
     CollectionWorker,
     DistributedError,
@@ -42,6 +43,7 @@ from rlstruct.distributed import (
     Learner,
     MinibatchBuffer,
     RemoteWorkerError,
+    ReplayStorage,
     Scheme,
     Updates,
     WholeBatchBuffer,
@@ -50,6 +52,7 @@ from rlstruct.distributed import (
 )
 from rlstruct.distributed.gradients import flat_gradients, set_flat_gradients
 from rlstruct.learning.actor_critic import ActorCritic
+from rlstruct.learning.soft_actor_critic import SquashedGaussianActor
 
 ray = pytest.importorskip("ray")
 
@@ -57,6 +60,10 @@ TESTS = Path(__file__).resolve().parent
 AGENT_ARGS = {"obs_dim": 4, "n_actions": 2, "orthogonal": True}
 CARTPOLE = {"env": "CartPole-v1"}
 PPO_BUFFER = functools.partial(MinibatchBuffer, n_epochs=10, minibatch_size=256)
+SAC_ACTOR = {"obs_dim": 3, "action_low": [-2.0], "action_high": [2.0], "hidden": (16, 16)}
+SAC_STORAGE = functools.partial(
+    ReplayStorage, 10_000, batch_size=64, gradient_steps=0.05, learning_starts=256
+)
 
 
 def make_scheme(
@@ -69,11 +76,19 @@ def make_scheme(
     updates: dict[str, Any] | None = None,
     **options: Any,
 ) -> Scheme:
-    """A scheme of 8 x 32-step rollouts whose actors ask for 0.2 CPU each; the dicts are the fields."""
-    factories = (IMPALA, WholeBatchBuffer) if algo == "impala" else (PPO, PPO_BUFFER)
+    """A scheme of 8 x 32-step rollouts whose actors ask for 0.2 CPU each; the dicts are the fields.
+
+    ``algo`` "sac" trains SAC on Pendulum-v1 (unless ``env_args`` says otherwise) from a replay.
+    """
+    agent: Any = ActorCritic
+    agent_args: dict[str, Any] = AGENT_ARGS
+    factories: tuple[Any, Any] = (IMPALA, WholeBatchBuffer) if algo == "impala" else (PPO, PPO_BUFFER)
+    if algo == "sac":
+        agent, agent_args, factories = SquashedGaussianActor, SAC_ACTOR, (SAC, SAC_STORAGE)
+        env_args = {"env": "Pendulum-v1", **(env_args or {})}
     return Scheme(
-        ActorCritic,
-        AGENT_ARGS,
+        agent,
+        agent_args,
         env_factory,
         env_args or CARTPOLE,
         *factories,
@@ -624,9 +639,10 @@ def test_broadcast_interval_spaces_the_collectors_weights(local_ray: None) -> No
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("algo", ["ppo", "sac"])
 @pytest.mark.parametrize("role", ["collection", "gradient"])
-def test_killed_worker_raises_by_default(local_ray: None, role: str) -> None:
-    scheme = make_scheme(collection={"remote_workers": 2}, gradients={"remote_workers": 2})
+def test_killed_worker_raises_by_default(local_ray: None, role: str, algo: str) -> None:
+    scheme = make_scheme(algo, collection={"remote_workers": 2}, gradients={"remote_workers": 2})
     with Learner(scheme, target_steps=10**6, progress=False) as learner:
         learner.step()
         # Collection worker 2 is the first of gradient worker 1's: indices count across the scheme.
@@ -640,10 +656,11 @@ def test_killed_worker_raises_by_default(local_ray: None, role: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("algo", ["ppo", "sac"])
 @pytest.mark.parametrize("role", ["collection", "gradient"])
-def test_killed_worker_is_dropped_when_told_to_continue(local_ray: None, role: str) -> None:
+def test_killed_worker_is_dropped_when_told_to_continue(local_ray: None, role: str, algo: str) -> None:
     scheme = make_scheme(
-        collection={"remote_workers": 2}, gradients={"remote_workers": 2}, on_worker_failure="continue"
+        algo, collection={"remote_workers": 2}, gradients={"remote_workers": 2}, on_worker_failure="continue"
     )
     with Learner(scheme, target_steps=10**6, progress=False) as learner:
         learner.step()
@@ -732,11 +749,12 @@ def test_slow_gradient_workers_are_waited_for(local_ray: None) -> None:
 
 
 @pytest.mark.slow
-def test_hung_workers_raise_after_the_timeout(local_ray: None) -> None:
+@pytest.mark.parametrize("algo", ["impala", "sac"])
+def test_hung_workers_raise_after_the_timeout(local_ray: None, algo: str) -> None:
     scheme = make_scheme(
-        "impala",
+        algo,
         env_factory=SlowGymEnv,
-        env_args={"env": "CartPole-v1", "hang_after": 40},
+        env_args={"env": "CartPole-v1" if algo == "impala" else "Pendulum-v1", "hang_after": 40},
         gradients={"remote_workers": 2, "communication": "asynchronous"},
         timeout=3.0,
     )

@@ -13,13 +13,16 @@ from rlstruct.distributed.algorithms import IMPALA, PPO, Algorithm, Buffer, Mini
 from rlstruct.distributed.collection import CollectionWorker, Collectors, Rollout
 from rlstruct.distributed.gradients import GradientResult, GradientWorker
 from rlstruct.distributed.learner import Learner
+from rlstruct.distributed.off_policy import DQN, SAC, HindsightStorage, ReplayStorage
 from rlstruct.distributed.options import Collection, Gradients, Updates
 from rlstruct.distributed.scheme import Scheme, StepInfo
 from rlstruct.errors import DistributedError, RemoteWorkerError
 
 __all__ = [
+    "DQN",
     "IMPALA",
     "PPO",
+    "SAC",
     "Algorithm",
     "Buffer",
     "Collection",
@@ -29,9 +32,11 @@ __all__ = [
     "GradientResult",
     "GradientWorker",
     "Gradients",
+    "HindsightStorage",
     "Learner",
     "MinibatchBuffer",
     "RemoteWorkerError",
+    "ReplayStorage",
     "Rollout",
     "Scheme",
     "StepInfo",

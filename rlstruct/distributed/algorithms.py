@@ -56,7 +56,16 @@ from rlstruct.learning.on_policy import (
 from rlstruct.learning.protocols import check_on_policy_agent
 from rlstruct.trajectories import Trajectories
 
-__all__ = ["IMPALA", "PPO", "Algorithm", "Buffer", "MinibatchBuffer", "WholeBatchBuffer"]
+__all__ = [
+    "IMPALA",
+    "PPO",
+    "Algorithm",
+    "Buffer",
+    "MinibatchBuffer",
+    "WholeBatchBuffer",
+    "after_update",
+    "trained_module",
+]
 
 
 @runtime_checkable
@@ -71,6 +80,14 @@ class Algorithm(Protocol):
             update is applied).
         max_grad_norm: gradients are rescaled to this global norm before each
             update; None for no clipping.
+
+    Optional: ``trained``, a module holding ``model`` and whatever else the
+    algorithm trains (an off-policy algorithm's critics and target networks,
+    as buffers): its parameters are the gradients sent and the optimiser's,
+    its state dict the weights the gradient workers get (the collection
+    workers get ``model``'s alone); ``trained_module`` gives ``model``
+    without it. And ``after_update()``, called after every optimiser step
+    where the step is taken (target networks; see ``after_update``).
     """
 
     model: torch.nn.Module
@@ -92,15 +109,34 @@ class Algorithm(Protocol):
 
 @runtime_checkable
 class Buffer(Protocol):
-    """What a scheme needs of a buffer: insert a batch's prepared data, then iterate its minibatches."""
+    """What a scheme needs of a buffer: insert a batch's prepared data, then iterate its minibatches.
+
+    An on-policy buffer replaces what it held; an off-policy storage
+    (``rlstruct.distributed.ReplayStorage``) adds to it. A buffer that gives
+    no minibatch for a batch (a replay still filling) makes its gradient
+    worker collect again.
+    """
 
     def insert(self, data: Any) -> None:
-        """Hold ``data`` (what ``Algorithm.prepare`` returned), replacing what was held."""
+        """Hold ``data`` (what ``Algorithm.prepare`` returned), replacing or adding to what was held."""
         ...
 
     def minibatches(self) -> Iterator[Any]:
         """The minibatches of the data held, in training order; one gradient step each."""
         ...
+
+
+def trained_module(algorithm: Algorithm) -> torch.nn.Module:
+    """What ``algorithm`` trains: its ``trained`` module if it has one, else its ``model``."""
+    trained = getattr(algorithm, "trained", None)
+    return trained if isinstance(trained, torch.nn.Module) else algorithm.model
+
+
+def after_update(algorithm: Algorithm) -> None:
+    """Call ``algorithm.after_update()`` if it has one (after each optimiser step, where it is taken)."""
+    hook = getattr(algorithm, "after_update", None)
+    if callable(hook):
+        hook()
 
 
 class _Hyperparameters:

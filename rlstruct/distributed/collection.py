@@ -229,7 +229,7 @@ class Collectors:
                 for i in idle:
                     self.pool.submit(i, "collect")
                 if results := self.pool.wait(self.pool.needed(self.options.fraction_workers)):
-                    return [r for _, r in results]
+                    return [r for _, r in sorted(results, key=lambda x: x[0])]  # by worker: reproducible
         while not self._queue:
             self._refill()
             self._queue.extend(r for _, r in self.pool.wait(1))

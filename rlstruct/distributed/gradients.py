@@ -28,7 +28,7 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.batchers import cpu_weights
-from rlstruct.distributed.algorithms import Algorithm, Buffer
+from rlstruct.distributed.algorithms import Algorithm, Buffer, after_update, trained_module
 from rlstruct.distributed.codec import Packed, pack, unpack
 from rlstruct.distributed.collection import CollectionWorker, Collectors, node_and_pid, resolve_weights
 from rlstruct.distributed.options import Updates
@@ -213,6 +213,7 @@ class GradientWorker:
                 )
             self.model.to(self.device)
             self.algorithm = algo_factory(self.model)
+            self.trained = trained_module(self.algorithm)  # the model, or the model and its critics
             self.buffer = buffer_factory()
             if not isinstance(collectors, Collectors):
                 collectors = Collectors(collectors())
@@ -237,9 +238,9 @@ class GradientWorker:
         versions have passed since they last did (remote ones get the same
         reference, so the weights are stored once).
         """
-        self.model.load_state_dict(resolve_weights(weights))
+        self.trained.load_state_dict(resolve_weights(weights))
         self.version = version
-        self._maybe_broadcast(weights)
+        self._maybe_broadcast(weights if self.trained is self.model else self.weights())
 
     def _maybe_broadcast(self, weights: Mapping[str, torch.Tensor] | list[Any]) -> None:
         if self._sent_version is None or self.version - self._sent_version >= self.updates.broadcast_interval:
@@ -254,7 +255,8 @@ class GradientWorker:
         """Compute the next minibatch's gradients into the model; collect first if the buffer is spent."""
         result = GradientResult(None, self.index, self.version)
         minibatch = self._next
-        if minibatch is None:
+        lags: list[float] = []
+        while minibatch is None:  # a replay still filling gives none: collect again
             rollouts = self.collectors.collect()
             batch = rollouts[0].trajectories() if len(rollouts) == 1 else self._cat(rollouts)
             batch = batch.to(self.device)
@@ -263,20 +265,20 @@ class GradientWorker:
             self._moments = observation_moments(self.model, batch.trajectories)
             self._minibatches = self.buffer.minibatches()
             minibatch = next(self._minibatches, None)
-            if minibatch is None:
-                raise ValueError("GradientWorker: the buffer gave no minibatch for a collected batch")
-            result.env_steps = sum(r.env_steps for r in rollouts)
-            result.episode_returns = [x for r in rollouts for x in r.episode_returns]
-            result.policy_lag = sum(self.version - r.version for r in rollouts) / len(rollouts)
+            result.env_steps += sum(r.env_steps for r in rollouts)
+            result.episode_returns += [x for r in rollouts for x in r.episode_returns]
+            lags.append(sum(self.version - r.version for r in rollouts) / len(rollouts))
             result.lost_collectors = self.collectors.lost
             packed = [r.batch for r in rollouts if isinstance(r.batch, Packed)]
-            result.rollout_bytes = sum(p.nbytes for p in packed)
-            result.rollout_raw_bytes = sum(p.raw_nbytes for p in packed)
+            result.rollout_bytes += sum(p.nbytes for p in packed)
+            result.rollout_raw_bytes += sum(p.raw_nbytes for p in packed)
+        if lags:
+            result.policy_lag = sum(lags) / len(lags)
         self._next = next(self._minibatches, None)  # looked up now, to tell whether this one ends the batch
         result.batch_end = self._next is None
         if result.batch_end:  # merged by the update worker after the batch's last update
             result.observation_moments, self._moments = self._moments, None
-        self.model.zero_grad(set_to_none=True)
+        self.trained.zero_grad(set_to_none=True)
         loss, result.stats = self.algorithm.loss(minibatch)
         loss.backward()
         return result
@@ -288,7 +290,7 @@ class GradientWorker:
     def compute_gradients(self) -> GradientResult:
         """The gradients of the next minibatch's loss (centralised schemes), packed unless ``compression`` is None."""
         result = self._backward()
-        result.gradients = self._send(result, flat_gradients(self.model))
+        result.gradients = self._send(result, flat_gradients(self.trained))
         return result
 
     def local_steps(self, k: int) -> GradientResult:
@@ -310,11 +312,11 @@ class GradientWorker:
         result = self._backward()
         result.steps = 0
         while True:
-            for p in self.model.parameters():
+            for p in self.trained.parameters():
                 if p.grad is None:  # the update worker gets zeros for these (flat_gradients)
                     p.grad = torch.zeros_like(p)
             if self.algorithm.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.algorithm.max_grad_norm)
+                torch.nn.utils.clip_grad_norm_(self.trained.parameters(), self.algorithm.max_grad_norm)
             self.algorithm.optimizer.step()
             result.steps += 1
             if result.batch_end or result.steps == k:
@@ -322,7 +324,7 @@ class GradientWorker:
             step = self._backward()
             result.stats, result.batch_end = step.stats, step.batch_end
             result.observation_moments = step.observation_moments
-        flat = torch.nn.utils.parameters_to_vector(self.model.parameters()).detach().to("cpu")
+        flat = torch.nn.utils.parameters_to_vector(self.trained.parameters()).detach().to("cpu")
         result.parameters = self._send(result, flat)
         return result
 
@@ -366,17 +368,18 @@ class GradientWorker:
         from rlstruct import cluster
 
         result = self._backward()
-        cluster.average_gradients(self.model)
+        cluster.average_gradients(self.trained)
         max_norm = self.algorithm.max_grad_norm
         if max_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+            torch.nn.utils.clip_grad_norm_(self.trained.parameters(), max_norm)
         self.algorithm.optimizer.step()
+        after_update(self.algorithm)
         self.version += 1
         self._maybe_broadcast(self.weights())
         return result
 
     def weights(self) -> dict[str, torch.Tensor]:
-        """The model's state dict on the CPU."""
+        """The model's state dict on the CPU (the agent's: what the collection workers load)."""
         return cpu_weights(self.model)
 
     def close(self) -> None:

@@ -63,7 +63,7 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.batchers import cpu_weights
 from rlstruct.checks import check_choice, check_int, check_number
-from rlstruct.distributed.algorithms import Algorithm, Buffer
+from rlstruct.distributed.algorithms import Algorithm, Buffer, after_update, trained_module
 from rlstruct.distributed.codec import check_codec, pack
 from rlstruct.distributed.collection import CollectionWorker, Collectors
 from rlstruct.distributed.gradients import GradientResult, GradientWorker, seeded, set_flat_gradients
@@ -238,6 +238,8 @@ class Scheme:
                 )
             self.model.to(self.device)
             self.algorithm = algo_factory(self.model)
+            self.trained = trained_module(self.algorithm)  # the model, or the model and its critics
+        self._check_algorithm()
         self.version = 0
         self._closed = False
         self._failed = False  # a start or a step failed: close() then kills the actors without waiting
@@ -352,6 +354,21 @@ class Scheme:
         on_failure = "raise" if decentralised else self.on_worker_failure
         return None, _pool.Pool("gradient", self.gradient_actors, on_failure, timeout)
 
+    def _check_algorithm(self) -> None:
+        """Refuse the options an algorithm with ``after_update`` (target networks) cannot run under.
+
+        Raises:
+            ValueError: for ``gradients.local_steps`` above 1: rounds of local
+                steps average the parameters the workers reach, not the
+                target networks each moved after its own steps.
+        """
+        if self.gradients.local_steps > 1 and callable(getattr(self.algorithm, "after_update", None)):
+            raise ValueError(
+                f"Scheme: gradients.local_steps > 1 averages the parameters the gradient workers reach, not "
+                f"the target networks {type(self.algorithm).__name__} moves after each update; got "
+                f"gradients.local_steps={self.gradients.local_steps} (use 1)"
+            )
+
     def _get(self, refs: list[Any], what: str, timeout: float) -> list[Any]:
         """``ray.get`` of calls to gradient workers, with the library's errors."""
         import ray
@@ -368,7 +385,7 @@ class Scheme:
 
     def _broadcast(self, workers: list[int] | None = None) -> None:
         """Send the update worker's weights (one object in Ray's store) to gradient ``workers`` (all if None)."""
-        weights = cpu_weights(self.model)
+        weights = cpu_weights(self.trained)
         if self.local is not None:
             self.local.set_weights(weights, self.version)
             return
@@ -439,7 +456,9 @@ class Scheme:
             for i in self.pool.idle():
                 self.pool.submit(i, method, *args)
             if results := self.pool.wait(n):
-                return [r for _, r in results]
+                return [
+                    r for _, r in sorted(results, key=lambda x: x[0])
+                ]  # by worker: the same mean every run
 
     def _drop_orphans(self) -> None:
         """Stop the collection workers of lost gradient workers, and count them as lost."""
@@ -461,14 +480,15 @@ class Scheme:
         """
         asynchrony = [self.version - r.version for r in results]
         flat = torch.stack([r.flat() for r in results]).mean(0)
-        set_flat_gradients(self.model, flat)
+        set_flat_gradients(self.trained, flat)
         if self.algorithm.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.algorithm.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(self.trained.parameters(), self.algorithm.max_grad_norm)
         self.algorithm.optimizer.step()
+        after_update(self.algorithm)
         self._merge_statistics(results)
         self.version += 1
         if self.local is not None:
-            self.local.set_weights(cpu_weights(self.model), self.version)
+            self.local.set_weights(cpu_weights(self.trained), self.version)
         return asynchrony
 
     def _merge_statistics(self, results: list[GradientResult]) -> None:
@@ -484,11 +504,11 @@ class Scheme:
         """
         asynchrony = [self.version - r.version for r in results]
         flat = torch.stack([r.flat_parameters() for r in results]).mean(0)  # one worker: its own, exactly
-        torch.nn.utils.vector_to_parameters(flat.to(self.device), self.model.parameters())
+        torch.nn.utils.vector_to_parameters(flat.to(self.device), self.trained.parameters())
         self._merge_statistics(results)
         self.version += max(r.steps for r in results)
         if self.local is not None:
-            self.local.set_weights(cpu_weights(self.model), self.version)
+            self.local.set_weights(cpu_weights(self.trained), self.version)
         return asynchrony
 
     def _decentralised_step(self) -> list[GradientResult]:

@@ -1,0 +1,334 @@
+"""Off-policy schemes: the replay storages, SAC's maths for a scheme, and SAC in schemes in process and on Ray."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from algo_helpers import message
+
+from rlstruct import DictTensor, GymEnv, TemporalDictTensor
+from rlstruct.algos.evaluation import env_spaces
+from rlstruct.distributed import (
+    DQN,
+    SAC,
+    Collection,
+    Gradients,
+    HindsightStorage,
+    Learner,
+    ReplayStorage,
+    Scheme,
+    Updates,
+)
+from rlstruct.distributed.off_policy import SACModules
+from rlstruct.envs import bitflip_reward
+from rlstruct.learning.q_learning import QNetwork
+from rlstruct.learning.soft_actor_critic import SquashedGaussianActor, soft_td_target
+
+TESTS = Path(__file__).resolve().parent
+ACTOR_ARGS = {"obs_dim": 3, "action_low": [-2.0], "action_high": [2.0], "hidden": (16, 16)}
+PENDULUM = {"env": "Pendulum-v1"}
+
+
+def sac_scheme(seed: int = 0, **options: Any) -> Scheme:
+    """SAC on Pendulum-v1, 2 environments x 16 steps a round, learning from the 64th step on."""
+    return Scheme(
+        SquashedGaussianActor,
+        ACTOR_ARGS,
+        GymEnv,
+        PENDULUM,
+        functools.partial(SAC, hidden=(16, 16)),
+        functools.partial(ReplayStorage, 10_000, batch_size=32, gradient_steps=0.25, learning_starts=64),
+        seed=seed,
+        **{"collection": Collection(n_envs=2, n_steps=16, worker_cpus=0.2), "timeout": 60.0, **options},
+    )
+
+
+def run(scheme: Scheme, target: int) -> tuple[dict[str, torch.Tensor], Learner]:
+    with Learner(scheme, target_steps=target, progress=False) as learner:
+        while not learner.done():
+            learner.step()
+        return scheme.weights(), learner
+
+
+# The storages.
+
+
+def steps(n_rows: int, length: int, start: float = 0.0) -> TemporalDictTensor:
+    x = torch.arange(n_rows * length, dtype=torch.float32).view(n_rows, length) + start
+    return TemporalDictTensor({"x": x}, torch.full((n_rows,), length))
+
+
+def test_a_replay_storage_owes_gradient_steps_by_its_ratio_once_past_learning_starts() -> None:
+    storage = ReplayStorage(100, batch_size=3, gradient_steps=0.3, learning_starts=8, seed=0)
+    storage.insert(steps(1, 5))
+    assert list(storage.minibatches()) == [] and len(storage) == 0  # 5 steps held, fewer than 8
+    storage.insert(steps(1, 5, 5.0))  # 10 held: 5 x 0.3 owed
+    served = list(storage.minibatches())
+    assert len(served) == 1 and served[0]["x"].shape == (3,)
+    assert storage.owed == pytest.approx(0.5)  # the fraction carries over
+    storage.insert(steps(2, 5, 10.0))  # 10 more: 3.5 owed
+    assert len(storage) == 3 and len(list(storage.minibatches())) == 3
+    assert storage.replay is not None and len(storage.replay) == 20  # nothing replaced
+
+
+def test_the_storages_check_their_arguments() -> None:
+    with pytest.raises(ValueError, match="ReplayStorage: gradient_steps must be"):
+        ReplayStorage(gradient_steps=0.0)
+    with pytest.raises(ValueError, match="ReplayStorage: capacity must be at least 1, got 0"):
+        ReplayStorage(0)
+    with pytest.raises(TypeError, match=message("ReplayStorage.insert: data must be a TemporalDictTensor")):
+        ReplayStorage().insert(DictTensor({"x": torch.zeros(2)}))
+    with pytest.raises(TypeError, match="HindsightStorage: reward_fn must be callable, got a NoneType"):
+        HindsightStorage(None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="strategy must be 'future' or 'final', got 'all'"):
+        HindsightStorage(reached, 10, strategy="all")
+
+
+def reached(achieved: torch.Tensor, desired: torch.Tensor) -> torch.Tensor:
+    return (achieved == desired).all(1).float()
+
+
+def test_a_hindsight_storage_serves_relabelled_goals_with_their_rewards() -> None:
+    storage = HindsightStorage(
+        reached, 100, k=4, batch_size=500, gradient_steps=1.0, learning_starts=0, seed=0
+    )
+    at = torch.arange(5.0).view(1, 5, 1)  # one episode of 5 steps on a line, goal 9
+    storage.insert(
+        TemporalDictTensor(
+            {
+                "achieved_goal": at,
+                "desired_goal": torch.full((1, 5, 1), 9.0),
+                "next/achieved_goal": at + 1,
+                "next/desired_goal": torch.full((1, 5, 1), 9.0),
+                "next/reward": torch.zeros(1, 5),
+                "next/done": torch.arange(5).view(1, 5) == 4,
+            }
+        )
+    )
+    batch = next(iter(storage.minibatches()))
+    relabelled = batch["desired_goal"][:, 0] != 9
+    assert 0.7 < float(relabelled.float().mean()) < 0.9
+    expected = reached(batch["next/achieved_goal"], batch["desired_goal"])
+    assert torch.equal(batch["next/reward"], expected)
+
+
+# SAC's maths.
+
+
+def transitions(n: int = 8, seed: int = 0) -> DictTensor:
+    g = torch.Generator().manual_seed(seed)
+    return DictTensor(
+        {
+            "observation": torch.randn(n, 3, generator=g),
+            "next/observation": torch.randn(n, 3, generator=g),
+            "unit_action": torch.rand(n, 1, generator=g) * 2 - 1,
+            "next/reward": torch.randn(n, generator=g),
+            "next/terminated": torch.rand(n, generator=g) < 0.2,
+        }
+    )
+
+
+def sac() -> SAC:
+    torch.manual_seed(0)
+    return SAC(SquashedGaussianActor(**ACTOR_ARGS), hidden=(16, 16), tau=0.1)
+
+
+def test_the_loss_gives_each_part_the_gradient_of_its_own_loss() -> None:
+    algorithm, data = sac(), transitions()
+    t = algorithm.trained
+    state = algorithm.generator.get_state()
+    loss, stats = algorithm.loss(data)
+    loss.backward()
+    combined = {name: p.grad.clone() for name, p in t.named_parameters() if p.grad is not None}
+    assert set(combined) == {name for name, _ in t.named_parameters()}  # actor, critics and alpha
+
+    # The critics' gradient is that of their own loss alone (the actor's loss reaches the action only).
+    t.zero_grad(set_to_none=True)
+    algorithm.generator.set_state(state)
+    obs, reached_obs = {"observation": data["observation"]}, {"observation": data["next/observation"]}
+    alpha = t.log_alpha.detach().exp()
+    with torch.no_grad():
+        next_action, next_log_prob = algorithm.policy.sample(reached_obs, algorithm.generator)
+        y = soft_td_target(
+            data["next/reward"],
+            data["next/terminated"],
+            t.target(reached_obs, next_action),
+            next_log_prob,
+            alpha,
+            0.99,
+        )
+    critic_loss = 0.5 * (t.critic(obs, data["unit_action"]) - y).pow(2).mean(1).sum()
+    critic_loss.backward()
+    for name, p in t.critic.named_parameters():
+        torch.testing.assert_close(combined[f"critic.{name}"], p.grad)
+    assert stats["critic_loss"] == pytest.approx(float(critic_loss.detach()))
+
+    # The actor's and the temperature's are those of theirs.
+    t.zero_grad(set_to_none=True)
+    action, log_prob = algorithm.policy.sample(obs, algorithm.generator)
+    q_pi = t.critic(obs, action).min(0).values
+    ((alpha * log_prob - q_pi).mean() - t.log_alpha * (log_prob.detach().mean() - 1.0)).backward()
+    for name, p in t.actor.named_parameters():
+        torch.testing.assert_close(combined[f"actor.{name}"], p.grad)
+    torch.testing.assert_close(combined["log_alpha"], t.log_alpha.grad)
+
+
+def test_the_target_critics_are_buffers_moved_after_each_update() -> None:
+    algorithm = sac()
+    t: SACModules = algorithm.trained
+    params = {name for name, _ in t.named_parameters()}
+    assert not any(name.startswith("target.") for name in params)
+    names = [name for name, _ in t.critic.named_parameters()]
+    assert {f"target.{name}" for name in names} <= set(t.state_dict())
+    with torch.no_grad():
+        for p in t.critic.parameters():
+            p.add_(1.0)
+    before = [t.target.get_buffer(name).clone() for name in names]
+    algorithm.after_update()
+    for old, name, p in zip(before, names, t.critic.parameters(), strict=True):
+        torch.testing.assert_close(t.target.get_buffer(name), old + 0.1 * (p - old))
+
+
+def test_an_agent_sac_cannot_train_is_refused_by_name() -> None:
+    from own_agents import MlpAgent
+
+    with pytest.raises(TypeError, match="SAC cannot train MlpAgent: it lacks sample"):
+        SAC(MlpAgent(obs_dim=3, n_actions=2))
+
+
+# SAC in schemes.
+
+
+def test_an_in_process_sac_scheme_learns_from_its_replay_and_sends_the_actor_alone() -> None:
+    scheme = sac_scheme()
+    actor_keys = set(SquashedGaussianActor(**ACTOR_ARGS).state_dict())
+    assert set(scheme.weights()) == actor_keys
+    weights, learner = run(scheme, 256)
+    # 32 steps a round; 64 inserted after round 2, then 0.25 x 32 = 8 updates a round for 7 rounds
+    assert learner.env_steps == 256 and learner.updates == 7 * 8
+    assert scheme.local is not None
+    collector = scheme.local.collectors.local
+    assert collector is not None and collector.version > 0  # it loaded the actor's weights (strictly)
+    assert not all(
+        torch.equal(weights[k], v) for k, v in SquashedGaussianActor(**ACTOR_ARGS).state_dict().items()
+    )
+
+
+def test_local_steps_are_refused_for_an_algorithm_with_target_networks() -> None:
+    with pytest.raises(
+        ValueError, match=r"gradients.local_steps > 1 averages the parameters .* not the target networks SAC"
+    ):
+        sac_scheme(gradients=Gradients(local_steps=4))
+
+
+def dqn_scheme(env: str = "CartPole-v1", storage: Any = None, **algo: Any) -> Scheme:
+    """DQN on ``env`` from a replay: 2 environments x 16 steps a round, learning from the 64th step on."""
+    goals = env.startswith("BitFlip")
+    spaces = {"observation_spaces": env_spaces(env).observation} if goals else {}
+    args = spaces or {"obs_dim": 4}
+    return Scheme(
+        QNetwork,
+        {**args, "n_actions": 15 if spaces else 2, "hidden": (16, 16)},
+        GymEnv,
+        {"env": env},
+        functools.partial(DQN, target_update_every=4, **algo),
+        storage
+        or functools.partial(ReplayStorage, 10_000, batch_size=32, gradient_steps=0.25, learning_starts=64),
+        collection=Collection(n_envs=2, n_steps=16),
+    )
+
+
+def test_an_in_process_dqn_scheme_moves_its_target_every_few_updates_and_sets_epsilon_everywhere() -> None:
+    scheme = dqn_scheme(epsilon=0.5)
+    names = [name for name, _ in scheme.model.named_parameters()]
+    target = scheme.trained.target
+    assert set(scheme.weights()) == set(QNetwork(obs_dim=4, n_actions=2, hidden=(16, 16)).state_dict())
+    with Learner(scheme, target_steps=10**6, progress=False) as learner:
+        while learner.updates < 3:
+            learner.step()
+        assert all(
+            torch.equal(target.get_buffer(n), p) is False
+            for n, p in zip(names, scheme.model.parameters(), strict=True)
+        )
+        learner.step()  # the 4th update: the target becomes a copy (tau 1)
+        assert all(
+            torch.equal(target.get_buffer(n), p)
+            for n, p in zip(names, scheme.model.parameters(), strict=True)
+        )
+        learner.update_algorithm_parameter("epsilon", 0.25)
+        assert (
+            scheme.local is not None and float(scheme.local.weights()["epsilon"]) == 0.25
+        )  # what collectors get
+        while learner.step().env_steps == 0:  # to the next collection, which loads the latest weights first
+            pass
+        collector = scheme.local.collectors.local
+        assert collector is not None and collector.version == scheme.version - 1
+    with pytest.raises(ValueError, match=r"DQN.set_parameter: epsilon must be in \[0, 1\], got 2"):
+        dqn_scheme().set_parameter("epsilon", 2.0)
+
+
+def test_dqn_relabels_goals_in_a_scheme() -> None:
+    storage = functools.partial(
+        HindsightStorage, bitflip_reward, 10_000, batch_size=32, gradient_steps=0.25, learning_starts=64
+    )
+    scheme = dqn_scheme("BitFlip-v0", storage)
+    _, learner = run(scheme, 320)
+    assert learner.updates > 0
+    assert scheme.local is not None and isinstance(scheme.local.buffer, HindsightStorage)
+    replay = scheme.local.buffer.replay
+    assert replay is not None and len(replay) == 320
+    relabelled = replay.sample(2_000).rows
+    torch.testing.assert_close(
+        relabelled["next/reward"],
+        bitflip_reward(relabelled["next/achieved_goal"], relabelled["desired_goal"]),
+    )
+    assert bool((relabelled["next/reward"] == 0).any())  # goals reached in hindsight
+
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        configure_logging=False,
+        runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}},
+    )
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_a_remote_gradient_worker_trains_as_the_in_process_scheme_bit_for_bit(local_ray: None) -> None:
+    here, _ = run(sac_scheme(seed=3), 256)
+    remote, _ = run(sac_scheme(seed=3, gradients=Gradients(remote_workers=1, worker_cpus=0.2)), 256)
+    assert all(torch.equal(here[k], remote[k]) for k in here)
+
+
+@pytest.mark.slow
+def test_synchronous_remote_collection_is_reproducible(local_ray: None) -> None:
+    options = {"collection": Collection(n_envs=2, n_steps=16, remote_workers=2, worker_cpus=0.2)}
+    first, learner = run(sac_scheme(seed=1, **options), 256)
+    again, _ = run(sac_scheme(seed=1, **options), 256)
+    assert learner.metrics()["policy_lag"] == 0
+    assert all(torch.equal(first[k], again[k]) for k in first)
+
+
+@pytest.mark.slow
+def test_decentralised_sac_keeps_the_copies_identical(local_ray: None) -> None:
+    scheme = sac_scheme(
+        gradients=Gradients(remote_workers=2, worker_cpus=0.2), updates=Updates(execution="decentralised")
+    )
+    with Learner(scheme, target_steps=512, progress=False) as learner:
+        while not learner.done():
+            learner.step()
+        trained = ray.get([actor.weights.remote() for actor in scheme.gradient_actors])
+    assert learner.updates > 0
+    assert all(torch.equal(trained[0][k], trained[1][k]) for k in trained[0])
