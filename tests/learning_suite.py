@@ -9,11 +9,12 @@ is missed. With ``--write PAGE``, every ``rlstruct train`` entry it ran also
 gets its learning curve, its seeds' runs overlaid by ``rlstruct plot``'s
 function (``rlstruct.logger.plot_runs``), in ``img/learning/<Entry.curve>``
 next to PAGE: ``docs/img/learning/ppo-CartPole-v1.png`` and so on, which the
-algorithm pages show. Without ``--write`` nothing is written into docs/. CI runs it in full, two runs at a time (about 30 minutes on 2
-cores).
+algorithm pages show. Without ``--write`` nothing is written into docs/. CI runs it, two runs at a time (about 30 minutes on 2
+cores), but for the entries marked too long for its time (``ci=False``), which ``--all`` adds and
+whose rows in docs/performance.md say when and on which commit they were measured.
 
 Usage:
-    python tests/learning_suite.py [--only TEXT] [--total-steps N] [--jobs N] [--write docs/performance.md] [--json PATH]
+    python tests/learning_suite.py [--only TEXT | --all] [--total-steps N] [--jobs N] [--write docs/performance.md] [--json PATH]
 
 ``--only`` keeps the entries whose command contains TEXT; ``--total-steps``
 replaces every budget (a smoke run: the thresholds are then not checked).
@@ -51,6 +52,7 @@ class Entry:
     known_miss: bool = (
         False  # a target missed today, said in docs/performance.md: shown, not failing the suite
     )
+    ci: bool = True  # False: too long for CI's time; run with --all (or --only), its row dated in the docs
 
     @property
     def tutorial(self) -> bool:
@@ -93,8 +95,10 @@ ENTRIES = (
         None,
         "documented (LSTM memories)",
         (0, 1, 2, 3, 4),
+        ci=False,
     ),
     Entry(("train", "dqn", "--env", "CartPoleNoVel-v1"), 475, ">= 475 within 200k"),
+    Entry(("train", "sac", "--env", "PendulumNoVel-v1"), -200, ">= -200 within 100k", (0, 1, 2), ci=False),
     Entry(("train", "ppo", "--env", "CueMemory-v0"), 1.0, "the optimum, 1.0, within 50k"),
     Entry(
         (
@@ -232,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--only", metavar="TEXT", help="run the entries whose command contains TEXT")
     parser.add_argument(
+        "--all", action="store_true", help="run the entries too long for CI too (CI runs the others)"
+    )
+    parser.add_argument(
         "--total-steps", type=int, metavar="N", help="every budget N (a smoke run: no checks)"
     )
     parser.add_argument(
@@ -245,7 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
-    entries = [e for e in ENTRIES if args.only is None or args.only in e.shown()]
+    if args.only is not None:
+        entries = [e for e in ENTRIES if args.only in e.shown()]
+    else:
+        entries = [e for e in ENTRIES if e.ci or args.all]
     if not entries:
         parser.error(f"no entry's command contains {args.only!r}")
     rows: list[tuple[Entry, list[Result], bool | None]] = []

@@ -22,6 +22,8 @@ from rlstruct.algos import a2c, dqn, impala, ppo, sac
 from rlstruct.algos.config import parse_config
 from rlstruct.errors import AgentError
 from rlstruct.learning import ActorCritic
+from rlstruct.learning.q_learning import QNetwork
+from rlstruct.learning.soft_actor_critic import SquashedGaussianActor
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "algos" / "index.md"
 MODULES = {"PPO": ppo, "A2C": a2c, "IMPALA": impala, "DQN": dqn, "SAC": sac}
@@ -131,10 +133,13 @@ def test_every_cell_of_the_table_holds(algo: str, column: str, cell: str, tmp_pa
         if yes:
             assert cell == f"yes: `distributed.{name}`"
             scheme_algorithm = getattr(rlstruct.distributed, name)
-            model = ActorCritic(obs_dim=4, n_actions=2, hidden=(8,), recurrent=True)
-            assert (
-                scheme_algorithm(model).model is model
-            )  # recurrent too (tests/test_distributed.py trains it)
+            if name == "DQN":  # tests/test_distributed_off_policy.py trains the off-policy ones
+                model: torch.nn.Module = QNetwork(obs_dim=4, n_actions=2, hidden=(8, 8))
+            elif name == "SAC":
+                model = SquashedGaussianActor(obs_dim=3, action_low=[-1.0], action_high=[1.0], hidden=(8, 8))
+            else:  # recurrent too (tests/test_distributed.py trains it)
+                model = ActorCritic(obs_dim=4, n_actions=2, hidden=(8,), recurrent=True)
+            assert scheme_algorithm(model).model is model
         else:
             assert not hasattr(rlstruct.distributed, name)
     else:

@@ -332,3 +332,22 @@ def test_decentralised_sac_keeps_the_copies_identical(local_ray: None) -> None:
         trained = ray.get([actor.weights.remote() for actor in scheme.gradient_actors])
     assert learner.updates > 0
     assert all(torch.equal(trained[0][k], trained[1][k]) for k in trained[0])
+
+
+@pytest.mark.slow
+def test_asynchronous_collection_and_gradients_feed_the_replays(local_ray: None) -> None:
+    scheme = sac_scheme(
+        collection=Collection(
+            n_envs=2, n_steps=16, remote_workers=2, communication="asynchronous", worker_cpus=0.2
+        ),
+        gradients=Gradients(remote_workers=2, communication="asynchronous", worker_cpus=0.2),
+    )
+    with Learner(scheme, target_steps=1_024, progress=False) as learner:
+        while not learner.done():
+            learner.step()
+        metrics = learner.metrics()
+    assert learner.env_steps >= 1_024 and learner.updates > 0
+    assert metrics["lost_workers"] == []
+    assert (
+        metrics["policy_lag"] >= 0 and metrics["gradient_asynchrony"] > 0
+    )  # the other worker's came between

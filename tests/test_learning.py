@@ -101,3 +101,25 @@ def test_a_known_miss_is_shown_but_does_not_fail_the_suite(
     out = capsys.readouterr().out
     assert "| 300.0 / 300.0 / 300.0 | 100,000 | 1 / 1 / 1 | **no** (known) |" in out
     assert "1 known misses" in out
+
+
+def test_ci_runs_the_entries_that_fit_its_time_and_all_runs_every_entry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ran: list[str] = []
+
+    def fake(entry: learning_suite.Entry, *args: object) -> learning_suite.Result:
+        ran.append(entry.shown())
+        return learning_suite.Result(10.0**6, 1, 1.0)
+
+    monkeypatch.setattr(learning_suite, "run", fake)
+    outside = [e.shown() for e in learning_suite.ENTRIES if not e.ci]
+    assert "rlstruct train sac --env PendulumNoVel-v1" in outside
+    assert learning_suite.main([]) == 0
+    assert ran and not set(outside) & set(ran)
+    ran.clear()
+    assert learning_suite.main(["--all"]) == 0
+    assert set(outside) <= set(ran)
+    ran.clear()
+    assert learning_suite.main(["--only", "PendulumNoVel"]) == 0  # --only names one, in CI or not
+    assert set(ran) == {"rlstruct train sac --env PendulumNoVel-v1"}

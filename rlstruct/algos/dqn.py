@@ -608,6 +608,16 @@ TUNED: dict[str, dict[str, Any]] = {
         "td_steps": 3,
         "total_steps": 200_000,
     },
+    "BitFlip-v0": {
+        "her": True,
+        "n_steps": 60,
+        "gamma": 0.98,
+        "batch_size": 128,
+        "lr": 1e-3,
+        "eps_fraction": 0.1,
+        "buffer_size": 200_000,
+        "total_steps": 200_000,
+    },
 }
 """What ``rlstruct train dqn --env ID`` uses for these ids, under the flags given (docs/performance.md)."""
 

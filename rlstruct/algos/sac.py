@@ -60,6 +60,7 @@ from rlstruct.learning.soft_actor_critic import (
     SquashedGaussianActor,
     TwinQ,
     check_sac_agent,
+    own_critics,
     soft_td_target,
     squashed_log_prob,
 )
@@ -173,13 +174,8 @@ def critics(config: Config, spaces: EnvSpaces, actor: Agent) -> torch.nn.Module:
         AgentError: if ``make_critics()`` returns something else than a
             module, or, with ``recurrent``, a module without ``features``.
     """
-    own = getattr(actor, "make_critics", None)
-    if own is not None:
-        made = own()
-        if not isinstance(made, torch.nn.Module):
-            raise AgentError(
-                f"sac: {type(actor).__name__}.make_critics() must return a torch.nn.Module, got {describe(made)}"
-            )
+    made = own_critics(actor, "sac")
+    if made is not None:
         if config.recurrent and not callable(getattr(made, "features", None)):
             raise AgentError(
                 f"sac with recurrent: {type(actor).__name__}.make_critics() must return critics with "
@@ -367,6 +363,7 @@ def learn(
 
 TUNED: dict[str, dict[str, Any]] = {
     "InvertedPendulumBulletEnv-v0": {"hidden": 256, "gradient_steps": 2.0, "total_steps": 30_000},
+    "PendulumNoVel-v1": {"recurrent": True, "n_steps": 32, "hidden": 64, "total_steps": 60_000},
 }
 """What ``rlstruct train sac --env ID`` uses for these ids, under the flags given (docs/performance.md)."""
 

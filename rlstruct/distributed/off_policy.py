@@ -48,7 +48,7 @@ from rlstruct.distributed.algorithms import _Hyperparameters
 from rlstruct.errors import describe
 from rlstruct.learning.protocols import check_replayed_outputs
 from rlstruct.learning.q_learning import QAgent, check_q_agent, dqn_loss
-from rlstruct.learning.soft_actor_critic import SACAgent, TwinQ, check_sac_agent, soft_td_target
+from rlstruct.learning.soft_actor_critic import SACAgent, TwinQ, check_sac_agent, own_critics, soft_td_target
 from rlstruct.replay import HindsightReplayBuffer, ReplayBuffer
 from rlstruct.replay.hindsight import RewardFn
 from rlstruct.temporal import TemporalDictTensor
@@ -261,15 +261,11 @@ def default_critics(actor: Agent, hidden: Sequence[int]) -> torch.nn.Module:
     ``SquashedGaussianActor``'s ``body``).
 
     Raises:
+        AgentError: (a TypeError) if ``make_critics()`` gives no module.
         TypeError: if neither applies (give ``SAC`` its ``critics``).
     """
-    own = getattr(actor, "make_critics", None)
-    if own is not None:
-        made = own()
-        if not isinstance(made, torch.nn.Module):
-            raise TypeError(
-                f"SAC: {type(actor).__name__}.make_critics() must return a torch.nn.Module, got {describe(made)}"
-            )
+    made = own_critics(actor, "SAC")
+    if made is not None:
         return made
     action_dim = cast(SACAgent, actor).action_dim
     encoder = getattr(actor, "encoder", None)

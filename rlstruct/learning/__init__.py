@@ -14,7 +14,8 @@
   ``RecurrentQNetwork``, n-step targets and the loss on replayed chunks);
   ``soft_actor_critic``: ``SACAgent``, what SAC needs, its
   squashed-Gaussian half ``SquashedGaussianPolicy``, the networks SAC builds
-  and its gradient step;
+  and its gradient step; ``recurrent_sac``: the same with memories (the
+  GRU actor and critics, the step on replayed chunks);
 - ``losses``: the losses as functions of tensors; ``on_policy``: the same
   on an agent (GAE targets, PPO's minibatch loss, V-trace).
 

@@ -34,6 +34,7 @@ __all__ = [
     "ON_POLICY_METHODS",
     "ON_POLICY_OUTPUTS",
     "OnPolicyAgent",
+    "check_chunk_agent",
     "check_chunk_outputs",
     "check_on_policy_agent",
     "check_outputs",
@@ -169,6 +170,34 @@ def check_transition_agent(agent: object, learner: str, missing: list[str], prot
     if history_length(agent) is not None:
         raise AgentError(
             f"{learner} cannot train {name}: it asks for a history, and {learner} replays single transitions"
+        )
+
+
+def check_chunk_agent(agent: object, learner: str, missing: list[str], protocol: str) -> None:
+    """Raise unless ``agent`` is an ``Agent`` with a state that an off-policy learner with ``recurrent`` replays.
+
+    Args:
+        agent: the agent (an instance) the learner is given.
+        learner: the learner's name, for the message.
+        missing: what the learner found missing from the agent (empty if nothing).
+        protocol: the protocol's full name, for the message.
+
+    Raises:
+        AgentError: (a TypeError) if ``agent`` is not an ``rlstruct.Agent``,
+            ``missing`` names anything, or its ``initial_state`` is empty
+            (chunks are replayed from the state stored at their start).
+    """
+    if not isinstance(agent, Agent):
+        raise AgentError(f"{learner} trains an Agent (rlstruct.Agent), got {describe(agent)}")
+    name = type(agent).__name__
+    if missing:
+        raise AgentError(
+            f"{learner} with recurrent cannot train {name}: it lacks {', '.join(missing)} (see {protocol})"
+        )
+    if agent.initial_state(DictTensor(batch_size=1), 1).empty():
+        raise AgentError(
+            f"{learner} with recurrent cannot train {name}: it keeps no state (its initial_state is empty), "
+            "and chunks are replayed from the state stored at their start"
         )
 
 

@@ -36,9 +36,9 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.checks import check_int
 from rlstruct.dicttensor import DictTensor
-from rlstruct.errors import AgentError, describe
 from rlstruct.learning.actor_critic import run_memory
 from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder
+from rlstruct.learning.protocols import check_chunk_agent
 from rlstruct.learning.q_learning import EpsilonGreedyPolicy, check_q_sizes, q_head, q_layers
 from rlstruct.specs import ObservationSpace
 from rlstruct.temporal import TemporalDictTensor
@@ -85,21 +85,10 @@ def check_recurrent_q_agent(agent: object, learner: str) -> None:
     Raises:
         AgentError: (a TypeError) naming what is missing and the learner.
     """
-    if not isinstance(agent, Agent):
-        raise AgentError(f"{learner} trains an Agent (rlstruct.Agent), got {describe(agent)}")
     missing = [] if callable(getattr(agent, "q_sequence", None)) else ["q_sequence"]
     if not isinstance(getattr(agent, "epsilon", None), torch.Tensor):
         missing.append("epsilon (a float32 0-d buffer)")
-    if missing:
-        raise AgentError(
-            f"{learner} with recurrent cannot train {type(agent).__name__}: it lacks {', '.join(missing)} "
-            "(see rlstruct.learning.recurrent_q.RecurrentQAgent)"
-        )
-    if agent.initial_state(DictTensor(batch_size=1), 1).empty():
-        raise AgentError(
-            f"{learner} with recurrent cannot train {type(agent).__name__}: it keeps no state (its "
-            "initial_state is empty), and chunks are replayed from the state stored at their start"
-        )
+    check_chunk_agent(agent, learner, missing, "rlstruct.learning.recurrent_q.RecurrentQAgent")
 
 
 def sequence_features(

@@ -38,9 +38,9 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.dicttensor import DictTensor
-from rlstruct.errors import AgentError, describe
 from rlstruct.learning.actor_critic import mlp
 from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder
+from rlstruct.learning.protocols import check_chunk_agent
 from rlstruct.learning.recurrent_q import replay_chunk
 from rlstruct.learning.soft_actor_critic import (
     LOG_STD_MAX,
@@ -103,8 +103,6 @@ def check_recurrent_sac_agent(agent: object, learner: str) -> None:
     Raises:
         AgentError: (a TypeError) naming what is missing and the learner.
     """
-    if not isinstance(agent, Agent):
-        raise AgentError(f"{learner} trains an Agent (rlstruct.Agent), got {describe(agent)}")
     missing = [] if callable(getattr(agent, "sample_sequence", None)) else ["sample_sequence"]
     action_dim = getattr(agent, "action_dim", None)
     if isinstance(action_dim, bool) or not isinstance(action_dim, int) or action_dim < 1:
@@ -113,16 +111,7 @@ def check_recurrent_sac_agent(agent: object, learner: str) -> None:
         missing.append("uniform (a bool 0-d buffer)")
     if not callable(getattr(agent, "make_critics", lambda: None)):
         missing.append("a callable make_critics")
-    if missing:
-        raise AgentError(
-            f"{learner} with recurrent cannot train {type(agent).__name__}: it lacks {', '.join(missing)} "
-            "(see rlstruct.learning.recurrent_sac.RecurrentSACAgent)"
-        )
-    if agent.initial_state(DictTensor(batch_size=1), 1).empty():
-        raise AgentError(
-            f"{learner} with recurrent cannot train {type(agent).__name__}: it keeps no state (its "
-            "initial_state is empty), and chunks are replayed from the state stored at their start"
-        )
+    check_chunk_agent(agent, learner, missing, "rlstruct.learning.recurrent_sac.RecurrentSACAgent")
 
 
 class RecurrentSquashedGaussianActor(SquashedGaussianPolicy, Agent):

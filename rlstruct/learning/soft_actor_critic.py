@@ -42,6 +42,7 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import AgentError, describe
 from rlstruct.learning.actor_critic import mlp
 from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder
 from rlstruct.learning.protocols import check_transition_agent
@@ -57,6 +58,7 @@ __all__ = [
     "SquashedGaussianPolicy",
     "TwinQ",
     "check_sac_agent",
+    "own_critics",
     "soft_td_target",
     "squashed_log_prob",
 ]
@@ -132,6 +134,23 @@ def check_sac_agent(agent: object, learner: str) -> None:
     if not callable(getattr(agent, "make_critics", lambda: None)):
         missing.append("a callable make_critics")
     check_transition_agent(agent, learner, missing, "rlstruct.learning.soft_actor_critic.SACAgent")
+
+
+def own_critics(actor: object, learner: str) -> torch.nn.Module | None:
+    """``actor.make_critics()`` if the actor has one, checked to be a module; None if it has none.
+
+    Raises:
+        AgentError: (a TypeError) if ``make_critics()`` returns something else than a ``torch.nn.Module``.
+    """
+    make = getattr(actor, "make_critics", None)
+    if make is None:
+        return None
+    made = make()
+    if not isinstance(made, torch.nn.Module):
+        raise AgentError(
+            f"{learner}: {type(actor).__name__}.make_critics() must return a torch.nn.Module, got {describe(made)}"
+        )
+    return made
 
 
 def squashed_log_prob(mean: torch.Tensor, log_std: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
