@@ -98,7 +98,14 @@ ENTRIES = (
         ci=False,
     ),
     Entry(("train", "dqn", "--env", "CartPoleNoVel-v1"), 475, ">= 475 within 200k"),
-    Entry(("train", "sac", "--env", "PendulumNoVel-v1"), -200, ">= -200 within 100k", (0, 1, 2), ci=False),
+    Entry(
+        ("train", "sac", "--env", "PendulumNoVel-v1"),
+        -200,
+        ">= -200 within 100k",
+        (0, 1, 2),
+        known_miss=True,
+        ci=False,
+    ),
     Entry(("train", "ppo", "--env", "CueMemory-v0"), 1.0, "the optimum, 1.0, within 50k"),
     Entry(
         (

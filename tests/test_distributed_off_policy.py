@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,9 @@ from rlstruct.distributed import (
 )
 from rlstruct.distributed.off_policy import SACModules
 from rlstruct.envs import bitflip_reward
+from rlstruct.errors import AgentError
 from rlstruct.learning.q_learning import QNetwork
+from rlstruct.learning.recurrent_sac import RecurrentSquashedGaussianActor
 from rlstruct.learning.soft_actor_critic import SquashedGaussianActor, soft_td_target
 
 TESTS = Path(__file__).resolve().parent
@@ -199,6 +202,53 @@ def test_an_agent_sac_cannot_train_is_refused_by_name() -> None:
 
     with pytest.raises(TypeError, match="SAC cannot train MlpAgent: it lacks sample"):
         SAC(MlpAgent(obs_dim=3, n_actions=2))
+    memory = RecurrentSquashedGaussianActor(obs_dim=3, action_low=[-1.0], action_high=[1.0], hidden=(8,))
+    with pytest.raises(
+        AgentError,
+        match=r"SAC in a scheme cannot train RecurrentSquashedGaussianActor: it keeps a state \['h'\]",
+    ):
+        SAC(memory)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "text"),
+    [
+        ({"max_grad_norm": -1.0}, ValueError, "SAC: max_grad_norm must be in (0, inf), got -1.0"),
+        ({"target_entropy": math.nan}, ValueError, "SAC: target_entropy must be"),
+        ({"critics": lambda: 3}, TypeError, "SAC: critics() must return a torch.nn.Module, got an int"),
+        ({"tau": 1.5}, ValueError, "SAC: tau must be in [0, 1], got 1.5"),
+    ],
+)
+def test_the_schemes_sac_checks_its_arguments(options: dict[str, Any], error: type, text: str) -> None:
+    with pytest.raises(error, match=message(text)):
+        SAC(SquashedGaussianActor(**ACTOR_ARGS), **options)
+
+
+class Empty:
+    """A buffer that never serves a minibatch and is not filling."""
+
+    def insert(self, data: Any) -> None:
+        pass
+
+    def minibatches(self) -> Iterator[Any]:
+        return iter(())
+
+
+def test_a_buffer_that_never_serves_is_an_error_not_a_hang() -> None:
+    scheme = Scheme(
+        SquashedGaussianActor,
+        ACTOR_ARGS,
+        GymEnv,
+        PENDULUM,
+        SAC,
+        Empty,
+        collection=Collection(n_envs=1, n_steps=4),
+    )
+    with (
+        scheme,
+        pytest.raises(ValueError, match=r"the buffer \(Empty\) gave no minibatch for a collected batch"),
+    ):
+        scheme.step()
 
 
 # SAC in schemes.
@@ -329,8 +379,9 @@ def test_decentralised_sac_keeps_the_copies_identical(local_ray: None) -> None:
     with Learner(scheme, target_steps=512, progress=False) as learner:
         while not learner.done():
             learner.step()
-        trained = ray.get([actor.weights.remote() for actor in scheme.gradient_actors])
+        trained = ray.get([actor.trained_weights.remote() for actor in scheme.gradient_actors])
     assert learner.updates > 0
+    assert any(key.startswith("target.") for key in trained[0])  # the target critics, each moved in place
     assert all(torch.equal(trained[0][k], trained[1][k]) for k in trained[0])
 
 

@@ -127,7 +127,7 @@ class Config(TrainConfig):
     torch_threads: int = 1
     """Threads of the learner's torch operations (small networks run fastest on one)."""
     recurrent: bool = False
-    """An actor and critics with memories (GRUs), trained on chunks of ``n_steps`` steps replayed from their stored state."""
+    """An actor and critics with memories (GRUs), trained on chunks of ``n_steps`` steps replayed from the actor's stored state."""
     burn_in: int = 8
     """With ``recurrent``: the first steps of each replayed chunk, which only warm the memories (no loss)."""
 
@@ -164,11 +164,11 @@ def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]
 def critics(config: Config, spaces: EnvSpaces, actor: Agent) -> torch.nn.Module:
     """The twin critics SAC trains beside ``actor``: its own ``make_critics()``, else a ``TwinQ``.
 
-    The ``TwinQ`` (a ``RecurrentTwinQ`` with ``recurrent``: a memory of
-    ``config.hidden`` units, then the pair) has two hidden layers of
-    ``config.hidden`` units and reads the observation keys the actor reads
-    (``agent_observation_keys``), made from torch's global generator on the
-    CPU.
+    The ``TwinQ`` has two hidden layers of ``config.hidden`` units (with
+    ``recurrent``, a ``RecurrentTwinQ``: a memory of ``config.hidden`` units,
+    then the pair with one such layer each) and reads the observation keys
+    the actor reads (``agent_observation_keys``), made from torch's global
+    generator on the CPU.
 
     Raises:
         AgentError: if ``make_critics()`` returns something else than a

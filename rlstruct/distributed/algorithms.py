@@ -139,9 +139,11 @@ def after_update(algorithm: Algorithm) -> None:
         hook()
 
 
-class _Hyperparameters:
-    """``set_parameter`` for algorithms whose hyperparameters are plain attributes.
+class Hyperparameters:
+    """``set_parameter`` for algorithms whose hyperparameters are plain attributes (``PPO``, ``SAC``, ...).
 
+    A subclass lists its hyperparameters in ``names`` and those that are
+    fractions in ``fractions``, and calls ``_check_all()`` once they are set.
     Every number must be finite and at least 0; those named in ``fractions``
     at most 1. The constructor and ``set_parameter`` check the same way.
     """
@@ -187,7 +189,7 @@ class _Hyperparameters:
                 group["lr"] = float(value)
 
 
-class PPO(_Hyperparameters):
+class PPO(Hyperparameters):
     """PPO's maths for a scheme: GAE on each batch, the clipped loss on each minibatch.
 
     The defaults are those of ``rlstruct.algos.ppo.Config``; the number of
@@ -261,7 +263,7 @@ class PPO(_Hyperparameters):
         )
 
 
-class IMPALA(_Hyperparameters):
+class IMPALA(Hyperparameters):
     """IMPALA's maths for a scheme: the V-trace actor-critic loss on whole trajectories.
 
     The defaults are those of ``rlstruct.algos.impala.Config``. Use it with

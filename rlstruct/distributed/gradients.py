@@ -240,10 +240,17 @@ class GradientWorker:
         """
         self.trained.load_state_dict(resolve_weights(weights))
         self.version = version
-        self._maybe_broadcast(weights if self.trained is self.model else self.weights())
+        self._maybe_broadcast(weights if self.trained is self.model else None)
 
-    def _maybe_broadcast(self, weights: Mapping[str, torch.Tensor] | list[Any]) -> None:
+    def _maybe_broadcast(self, weights: Mapping[str, torch.Tensor] | list[Any] | None) -> None:
+        """Give the collection workers ``weights`` (None: a copy of the model's) if ``broadcast_interval`` says so.
+
+        A copy, since the collectors send them only when a rollout starts,
+        and the model may change in place before that.
+        """
         if self._sent_version is None or self.version - self._sent_version >= self.updates.broadcast_interval:
+            if weights is None:
+                weights = {k: v.clone() for k, v in self.weights().items()}
             self.collectors.set_weights(weights, self.version)
             self._sent_version = self.version
 
@@ -257,6 +264,11 @@ class GradientWorker:
         minibatch = self._next
         lags: list[float] = []
         while minibatch is None:  # a replay still filling gives none: collect again
+            if lags and not getattr(self.buffer, "filling", False):
+                raise ValueError(
+                    f"GradientWorker: the buffer ({type(self.buffer).__name__}) gave no minibatch for a "
+                    "collected batch"
+                )
             rollouts = self.collectors.collect()
             batch = rollouts[0].trajectories() if len(rollouts) == 1 else self._cat(rollouts)
             batch = batch.to(self.device)
@@ -375,12 +387,17 @@ class GradientWorker:
         self.algorithm.optimizer.step()
         after_update(self.algorithm)
         self.version += 1
-        self._maybe_broadcast(self.weights())
+        self._maybe_broadcast(None)
         return result
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The model's state dict on the CPU (the agent's: what the collection workers load)."""
         return cpu_weights(self.model)
+
+    def trained_weights(self) -> dict[str, torch.Tensor]:
+        """The state dict on the CPU of all the algorithm trains: the model, and an off-policy algorithm's
+        critics and target networks (``rlstruct.distributed.algorithms.trained_module``)."""
+        return cpu_weights(self.trained)
 
     def close(self) -> None:
         """Leave the process group it joined and close the in-process collection worker. Safe to call twice."""

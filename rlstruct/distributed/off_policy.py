@@ -44,8 +44,8 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.checks import check_int, check_number
 from rlstruct.dicttensor import DictTensor
-from rlstruct.distributed.algorithms import _Hyperparameters
-from rlstruct.errors import describe
+from rlstruct.distributed.algorithms import Hyperparameters
+from rlstruct.errors import AgentError, describe
 from rlstruct.learning.protocols import check_replayed_outputs
 from rlstruct.learning.q_learning import QAgent, check_q_agent, dqn_loss
 from rlstruct.learning.soft_actor_critic import SACAgent, TwinQ, check_sac_agent, own_critics, soft_td_target
@@ -139,6 +139,11 @@ class ReplayStorage:
         while self.owed >= 1 and self.replay is not None:
             self.owed -= 1
             yield self.replay.sample(self.batch_size).rows
+
+    @property
+    def filling(self) -> bool:
+        """True until ``learning_starts`` steps have been inserted: no minibatch is owed before."""
+        return self.inserted < self.learning_starts or self.replay is None
 
     def __len__(self) -> int:
         """The number of minibatches owed."""
@@ -280,7 +285,7 @@ def default_critics(actor: Agent, hidden: Sequence[int]) -> torch.nn.Module:
     )
 
 
-class SAC(_Hyperparameters):
+class SAC(Hyperparameters):
     """SAC's maths for a scheme: transitions stored whole, one loss for the critics, the actor and the temperature.
 
     The defaults are those of ``rlstruct.algos.sac.Config``. Use it with a
@@ -288,7 +293,8 @@ class SAC(_Hyperparameters):
     agent's outputs and keeps, of each collected step, what the losses read;
     ``loss`` is the sum of the three losses of ``SACLearner.step``, whose
     parameters are disjoint, so one optimiser step (Adam over all of
-    ``trained``) is their three steps. Unlike ``rlstruct train sac``, the
+    ``trained``) is their three steps, unless ``max_grad_norm`` clips their
+    joint norm. Unlike ``rlstruct train sac``, the
     actor's loss reads the critics of the same step, before their update,
     and the agent acts from the start (no uniform warm-up: the storage's
     ``learning_starts`` only delays learning).
@@ -326,12 +332,20 @@ class SAC(_Hyperparameters):
         max_grad_norm: float | None = None,
     ) -> None:
         check_sac_agent(model, "SAC")
+        check_stateless(model, "SAC")
         self.model = model
         self.lr, self.gamma, self.tau = float(lr), float(gamma), float(tau)
         self._check_all()
         check_number("SAC", "init_alpha", init_alpha, 0.0, low_open=True)
+        if target_entropy is not None:
+            check_number("SAC", "target_entropy", target_entropy, -math.inf)
+        if max_grad_norm is not None:
+            check_number("SAC", "max_grad_norm", max_grad_norm, 0.0, low_open=True)
         device = _device(model)
-        critic = (default_critics(model, hidden) if critics is None else critics()).to(device)
+        made = default_critics(model, hidden) if critics is None else critics()
+        if not isinstance(made, torch.nn.Module):
+            raise TypeError(f"SAC: critics() must return a torch.nn.Module, got {describe(made)}")
+        critic = made.to(device)
         self.trained = SACModules(model, critic, init_alpha)
         self.policy = cast(SACAgent, model)
         self.target_entropy = (
@@ -390,7 +404,7 @@ class SAC(_Hyperparameters):
         follow(self.trained.target, self.trained.critic, self.tau)
 
 
-class DQN(_Hyperparameters):
+class DQN(Hyperparameters):
     """DQN's maths for a scheme: transitions stored whole, the Huber loss against (double) Q targets.
 
     The defaults are those of ``rlstruct.algos.dqn.Config``. Use it with a
@@ -434,6 +448,7 @@ class DQN(_Hyperparameters):
         max_grad_norm: float = 10.0,
     ) -> None:
         check_q_agent(model, "DQN")
+        check_stateless(model, "DQN")
         self.model = model
         self.q_agent = cast(QAgent, model)
         self.lr, self.gamma, self.tau = float(lr), float(gamma), float(tau)
@@ -474,6 +489,21 @@ class DQN(_Hyperparameters):
         super().set_parameter(name, value)
         if name == "epsilon":
             self.q_agent.epsilon.fill_(self.epsilon)
+
+
+def check_stateless(model: Agent, algorithm: str) -> None:
+    """Raise unless ``model`` keeps no state: a scheme's off-policy algorithm replays single transitions.
+
+    Raises:
+        AgentError: (a TypeError) naming the agent and its state's keys.
+    """
+    state = model.initial_state(DictTensor(batch_size=1), 1)
+    if not state.empty():
+        raise AgentError(
+            f"{algorithm} in a scheme cannot train {type(model).__name__}: it keeps a state "
+            f"{sorted(state.keys())}, and {algorithm} replays single transitions there (rlstruct train "
+            f"{algorithm.lower()} --recurrent replays a memory; the schemes' PPO and IMPALA train one too)"
+        )
 
 
 def stored_steps(batch: Trajectories, keys: Sequence[str], action: str) -> TemporalDictTensor:

@@ -153,10 +153,12 @@ class Scheme:
         env_factory: makes the environments (picklable), as for the batchers.
         env_args: keyword arguments for ``env_factory``.
         algo_factory: ``algo_factory(model)`` makes the algorithm
-            (``rlstruct.distributed.PPO``, ``IMPALA`` or any ``Algorithm``);
-            use ``functools.partial`` for its hyperparameters.
+            (``rlstruct.distributed.PPO``, ``IMPALA``, ``SAC``, ``DQN`` or any
+            ``Algorithm``); use ``functools.partial`` for its hyperparameters.
         buffer_factory: ``buffer_factory()`` makes a gradient worker's buffer
-            (``MinibatchBuffer``, ``WholeBatchBuffer`` or any ``Buffer``).
+            (``MinibatchBuffer`` or ``WholeBatchBuffer`` on-policy,
+            ``ReplayStorage`` or ``HindsightStorage`` off-policy, or any
+            ``Buffer``).
         collection: where and how rollouts are collected (``Collection``:
             environments, steps, remote workers, communication); defaults
             to ``Collection()``: 8 environments x 32 steps, in process.

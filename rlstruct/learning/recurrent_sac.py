@@ -278,6 +278,11 @@ class RecurrentSACLearner(SACLearner):
             learn: ``[B, T]`` bool, the steps the losses count (valid, past the burn-in).
             burn_in: the first steps of each chunk, which only warm the memories.
 
+        The actor's loss reads the critics' memory as it was before their
+        step (it is not run a second time) through their heads as they are
+        after it: one GRU pass fewer per step than rerunning the whole
+        critics, which ``SACLearner.step`` does on transitions.
+
         Returns:
             0-d tensors, as ``SACLearner.step``'s, averaged over the learned steps.
         """
