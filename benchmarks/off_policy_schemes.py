@@ -9,8 +9,13 @@ synchronous updates. The trained agent then plays 10 greedy episodes (seeds
 from 10^6). Target (20k env steps): a greedy return of at least -200 with
 two remote collection workers.
 
+With ``--decentralised``: SAC in a decentralised scheme of two remote gradient
+workers (each with its own replay, fed by one environment in its own process,
+two updates per env step) on InvertedPendulumBulletEnv-v0 (the ``bullet``
+extra) for 30k env steps (``--steps`` to change it). Target: at least 900.
+
 Usage:
-    python benchmarks/off_policy_schemes.py [--quick] [--steps N] [--seed S] [--json PATH]
+    python benchmarks/off_policy_schemes.py [--quick] [--steps N] [--seed S] [--decentralised] [--json PATH]
 """
 
 from __future__ import annotations
@@ -25,31 +30,49 @@ import torch
 from _common import Row, parse_args, report
 
 from rlstruct import GymEnv
-from rlstruct.algos.evaluation import Evaluator
-from rlstruct.distributed import SAC, Collection, Learner, ReplayStorage, Scheme
+from rlstruct.algos.evaluation import Evaluator, env_spaces
+from rlstruct.distributed import SAC, Collection, Gradients, Learner, ReplayStorage, Scheme, Updates
 from rlstruct.learning.soft_actor_critic import SquashedGaussianActor
 
-ACTOR = {"obs_dim": 3, "action_low": [-2.0], "action_high": [2.0], "hidden": (256, 256)}
 ENV = "Pendulum-v1"
+BULLET = "pybullet_envs_gymnasium:InvertedPendulumBulletEnv-v0"
 
 
 def options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=20_000, help="env steps of each run (default 20,000)")
+    parser.add_argument(
+        "--steps", type=int, help="env steps of each run (default 20,000; 30,000 decentralised)"
+    )
+    parser.add_argument("--decentralised", action="store_true", help="the decentralised Bullet run instead")
     parser.add_argument("--seed", type=int, default=0, help="the schemes' seed (default 0)")
 
 
-def run(collectors: int, steps: int, seed: int, learning_starts: int) -> dict[str, float]:
+def run(
+    env: str, collectors: int, steps: int, seed: int, learning_starts: int, decentralised: bool = False
+) -> dict[str, float]:
     """Train one scheme to ``steps`` env steps; its speed and greedy return."""
+    spaces = env_spaces(env)
+    actor = {
+        "obs_dim": spaces.obs_dim,
+        "action_low": spaces.action_low,
+        "action_high": spaces.action_high,
+        "hidden": (256, 256),
+    }
     scheme = Scheme(
         SquashedGaussianActor,
-        ACTOR,
+        actor,
         GymEnv,
-        {"env": ENV},
+        {"env": env},
         functools.partial(SAC, lr=1e-3),
         functools.partial(
-            ReplayStorage, 1_000_000, batch_size=256, gradient_steps=1.0, learning_starts=learning_starts
+            ReplayStorage,
+            1_000_000,
+            batch_size=256,
+            gradient_steps=2.0 if decentralised else 1.0,
+            learning_starts=learning_starts,
         ),
         collection=Collection(n_envs=1, n_steps=16, remote_workers=collectors, worker_cpus=0.5),
+        gradients=Gradients(remote_workers=2 if decentralised else 0, worker_cpus=0.5),
+        updates=Updates(execution="decentralised" if decentralised else "centralised"),
         seed=seed,
     )
     start = time.monotonic()
@@ -59,7 +82,10 @@ def run(collectors: int, steps: int, seed: int, learning_starts: int) -> dict[st
         metrics = learner.metrics()
         weights = scheme.weights()
     wall = time.monotonic() - start
-    with Evaluator(SquashedGaussianActor, ACTOR, ENV, n_episodes=10, max_steps=200, seed=10**6) as evaluator:
+    max_steps = spaces.max_episode_steps
+    with Evaluator(
+        SquashedGaussianActor, actor, env, n_episodes=10, max_steps=max_steps, seed=10**6
+    ) as evaluator:
         result = evaluator.evaluate(weights, metrics["env_steps"])
     return {
         "return": result.mean,
@@ -72,23 +98,30 @@ def run(collectors: int, steps: int, seed: int, learning_starts: int) -> dict[st
 def main() -> None:
     args, _ = parse_args(__doc__.split("\n\n")[0], extra=options)
     torch.set_num_threads(1)
-    steps = 256 if args.quick else args.steps
+    default = 30_000 if args.decentralised else 20_000
+    steps = 256 if args.quick else args.steps or default
     starts = 64 if args.quick else 1_000
+    env = BULLET if args.decentralised else ENV
     ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
     try:
-        results = {n: run(n, steps, args.seed, starts) for n in (0, 2)}
+        if args.decentralised:
+            results = {"2 decentralised gradient workers": run(env, 0, steps, args.seed, starts, True)}
+        else:
+            results = {
+                "in process": run(env, 0, steps, args.seed, starts),
+                "2 remote collection workers": run(env, 2, steps, args.seed, starts),
+            }
     finally:
         ray.shutdown()
     rows: list[Row] = []
-    for n, result in results.items():
-        label = "in process" if n == 0 else f"{n} remote collection workers"
+    for label, result in results.items():
         rows += [
             Row(f"SAC scheme, {label}: greedy return", result["return"], "return", higher_is_better=True),
             Row(f"SAC scheme, {label}: env steps/s", result["sps"], "steps/s", higher_is_better=True),
             Row(f"SAC scheme, {label}: updates", result["updates"], "updates"),
         ]
     print(f"\n$ python {' '.join(['benchmarks/off_policy_schemes.py', *sys.argv[1:]])}")
-    print(f"{ENV}, {steps} env steps per run, seed {args.seed}, greedy return over 10 episodes\n")
+    print(f"{env}, {steps} env steps per run, seed {args.seed}, greedy return over 10 episodes\n")
     report(args, rows, "value", "baseline")
 
 
