@@ -39,7 +39,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-import gymnasium as gym
 import torch
 
 from rlstruct.agent import Agent
@@ -54,12 +53,11 @@ from rlstruct.algos.config import (
     parse_config,
     set_learning_rate,
 )
-from rlstruct.algos.evaluation import EnvSpaces
+from rlstruct.algos.evaluation import EnvSpaces, hindsight_reward
 from rlstruct.algos.hooks import Hook, check_hooks
 from rlstruct.algos.run import Run, prepare
 from rlstruct.checkpoint import rng_state
 from rlstruct.checks import check_int, check_number
-from rlstruct.gym_env import resolve_env
 from rlstruct.learning.metrics import EpisodeReturns
 from rlstruct.learning.protocols import check_chunk_outputs, check_replayed_outputs
 from rlstruct.learning.q_learning import QAgent, QNetwork, check_q_agent, dqn_loss, q_targets
@@ -76,14 +74,12 @@ from rlstruct.replay import (
     SequenceReplayBuffer,
     sequence_priorities,
 )
-from rlstruct.replay.hindsight import RewardFn
 
 __all__ = [
     "GOAL_KEYS",
     "Config",
     "QNetwork",
     "check",
-    "hindsight_reward",
     "linear_schedule",
     "main",
     "make_agent",
@@ -120,41 +116,6 @@ def hindsight_keys(keys: Sequence[str]) -> tuple[str, ...]:
     kept = transition_keys(keys)
     goals = (*GOAL_KEYS, *(f"next/{k}" for k in GOAL_KEYS), "next/done")
     return (*kept, *(key for key in goals if key not in kept))
-
-
-def hindsight_reward(env: str) -> RewardFn:
-    """The batched reward of goal-conditioned environment ``env`` that hindsight relabelling recomputes rewards with.
-
-    It is the environment's attribute ``torch_reward`` (read on
-    ``env.unwrapped``, the environment made once, then closed):
-    ``torch_reward(achieved_goal, desired_goal) -> reward`` on torch tensors,
-    goals ``[n, *goal_shape]``, reward float32 ``[n]`` (the dtype ``GymEnv``
-    stores rewards in) on their device, as ``HindsightReplayBuffer`` takes its
-    ``reward_fn``. ``rlstruct.envs.BitFlipEnv`` has one
-    (``rlstruct.envs.bitflip_reward``); gymnasium-robotics' ``compute_reward``
-    works on numpy arrays, so its tasks need a torch twin of it set there.
-
-    Args:
-        env: an environment id (or ``"module:Name"``) that gymnasium can make.
-
-    Raises:
-        ValueError: naming ``config.her``, if the environment has no callable
-            ``torch_reward``.
-    """
-    maker = resolve_env(env)
-    instance = gym.make(maker) if isinstance(maker, str) else maker()
-    try:
-        unwrapped = instance.unwrapped
-        reward = getattr(unwrapped, "torch_reward", None)
-    finally:
-        instance.close()
-    if not callable(reward):
-        raise ValueError(
-            f"config.her needs the environment's batched reward, to recompute the rewards of relabelled goals: "
-            f"config.env {env!r} ({type(unwrapped).__name__}) has no callable torch_reward(achieved_goal, "
-            "desired_goal) -> reward (see rlstruct.envs.BitFlipEnv)"
-        )
-    return cast(RewardFn, reward)
 
 
 def linear_schedule(start: float, end: float, fraction: float, progress: float) -> float:

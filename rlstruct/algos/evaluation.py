@@ -17,7 +17,7 @@ import difflib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import torch
@@ -27,11 +27,20 @@ from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.dicttensor import DictTensor
 from rlstruct.gym_env import GymEnv, observation_spaces, resolve_env
 from rlstruct.learning.encoders import is_image
+from rlstruct.replay.hindsight import RewardFn
 from rlstruct.seeding import derive_seed
 from rlstruct.specs import ObservationSpace
 from rlstruct.temporal import TemporalDictTensor
 
-__all__ = ["EnvSpaces", "EvalResult", "Evaluator", "env_spaces", "episode_returns", "eval_seed"]
+__all__ = [
+    "EnvSpaces",
+    "EvalResult",
+    "Evaluator",
+    "env_spaces",
+    "episode_returns",
+    "eval_seed",
+    "hindsight_reward",
+]
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,41 @@ def _flat_size(space: ObservationSpace) -> int:
     if space.kind == "multidiscrete":
         return sum(space.n)
     return math.prod(space.shape)
+
+
+def hindsight_reward(env: str) -> RewardFn:
+    """The batched reward of goal-conditioned environment ``env`` that hindsight relabelling recomputes rewards with.
+
+    It is the environment's attribute ``torch_reward`` (read on
+    ``env.unwrapped``, the environment made once, then closed):
+    ``torch_reward(achieved_goal, desired_goal) -> reward`` on torch tensors,
+    goals ``[n, *goal_shape]``, reward float32 ``[n]`` (the dtype ``GymEnv``
+    stores rewards in) on their device, as ``HindsightReplayBuffer`` takes its
+    ``reward_fn``. ``rlstruct.envs.BitFlipEnv`` has one
+    (``rlstruct.envs.bitflip_reward``); gymnasium-robotics' ``compute_reward``
+    works on numpy arrays, so its tasks need a torch twin of it set there.
+
+    Args:
+        env: an environment id (or ``"module:Name"``) that gymnasium can make.
+
+    Raises:
+        ValueError: naming ``config.her``, if the environment has no callable
+            ``torch_reward``.
+    """
+    maker = resolve_env(env)
+    instance = gym.make(maker) if isinstance(maker, str) else maker()
+    try:
+        unwrapped = instance.unwrapped
+        reward = getattr(unwrapped, "torch_reward", None)
+    finally:
+        instance.close()
+    if not callable(reward):
+        raise ValueError(
+            f"config.her needs the environment's batched reward, to recompute the rewards of relabelled goals: "
+            f"config.env {env!r} ({type(unwrapped).__name__}) has no callable torch_reward(achieved_goal, "
+            "desired_goal) -> reward (see rlstruct.envs.BitFlipEnv)"
+        )
+    return cast(RewardFn, reward)
 
 
 def episode_returns(steps: TemporalDictTensor) -> list[float]:
