@@ -48,6 +48,7 @@ __all__ = [
     "RecurrentQAgent",
     "RecurrentQNetwork",
     "check_recurrent_q_agent",
+    "memory_step",
     "n_step_targets",
     "recurrent_dqn_loss",
     "replay_chunk",
@@ -107,6 +108,22 @@ def sequence_features(
     else:
         flat = {k: steps[f"{prefix}{k}"].flatten(0, 1) for k in encoded_keys(encoder)}
     return encode(encoder, flat).view(b, t, -1)
+
+
+def memory_step(
+    memory: torch.nn.GRU, encoder: torch.nn.Module | None, h: torch.Tensor, observation: DictTensor
+) -> torch.Tensor:
+    """One step of a GRU memory for B rows: its new state ``[B, H]`` (also its output) from ``h [B, H]``.
+
+    Args:
+        memory: a one-layer, batch-first GRU.
+        encoder: the network's encoder, or None for a flat ``observation``.
+        h: the memory before the step.
+        observation: B rows of the observation's keys.
+    """
+    x = encode(encoder, observation if encoder is not None else observation["observation"])
+    _, after = memory(x.unsqueeze(1), h.unsqueeze(0))
+    return after.squeeze(0)  # type: ignore[no-any-return]
 
 
 def replay_chunk(
@@ -226,10 +243,8 @@ class RecurrentQNetwork(EpsilonGreedyPolicy, Agent):
         history: TemporalDictTensor | None = None,
     ) -> tuple[DictTensor, DictTensor]:
         """One step of B rows: the memory moves on, and the action is epsilon-greedy on its Q-values."""
-        x = encode(self.encoder, observation if self.encoder is not None else observation["observation"])
-        out, h = self.memory(x.unsqueeze(1), state["h"].unsqueeze(0))
-        q = self.heads(out.squeeze(1))
-        return DictTensor({"action": self.act(q, agent_info)}), DictTensor({"h": h.squeeze(0)})
+        h = memory_step(self.memory, self.encoder, state["h"], observation)
+        return DictTensor({"action": self.act(self.heads(h), agent_info)}), DictTensor({"h": h})
 
     def q_sequence(self, batch: Trajectories, burn_in: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Q ``[B, T, n_actions]`` of each step's observation and of its ``next/observation``.

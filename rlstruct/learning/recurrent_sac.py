@@ -39,9 +39,9 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.dicttensor import DictTensor
 from rlstruct.learning.actor_critic import mlp
-from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder
+from rlstruct.learning.encoders import encoded_keys, observation_encoder
 from rlstruct.learning.protocols import check_chunk_agent
-from rlstruct.learning.recurrent_q import replay_chunk
+from rlstruct.learning.recurrent_q import memory_step, replay_chunk
 from rlstruct.learning.soft_actor_critic import (
     LOG_STD_MAX,
     LOG_STD_MIN,
@@ -192,9 +192,8 @@ class RecurrentSquashedGaussianActor(SquashedGaussianPolicy, Agent):
         history: TemporalDictTensor | None = None,
     ) -> tuple[DictTensor, DictTensor]:
         """One step of B rows: the memory moves on, and the action is drawn from its Gaussian."""
-        x = encode(self.encoder, observation if self.encoder is not None else observation["observation"])
-        out, h = self.memory(x.unsqueeze(1), state["h"].unsqueeze(0))
-        return self.act(*self.gaussian(out.squeeze(1)), agent_info), DictTensor({"h": h.squeeze(0)})
+        h = memory_step(self.memory, self.encoder, state["h"], observation)
+        return self.act(*self.gaussian(h), agent_info), DictTensor({"h": h})
 
     def sample_sequence(self, batch: Trajectories, burn_in: int, generator: torch.Generator) -> SequenceDraw:
         """Reparameterised unit actions and log-probabilities at each step of chunks and one step further.
