@@ -43,8 +43,11 @@ started here with one CPU per core.
   collecting in its own process, 1 Pendulum-v1 environment, 16 steps a
   round, one gradient step per env step, each a round trip to the update
   worker) against ``rlstruct.algos.sac.train`` (1 process x 1 environment,
-  the same steps, networks and ratio), both learning from the 256th step
-  (target: 0.8 of ``sac.train``).
+  the same steps, networks and ratio), both learning from the 256th step.
+- **SAC training, local steps**: the same scheme with
+  ``Gradients(local_steps=16)``: the gradient worker takes the 16 updates
+  of a round itself, its target critics moved after each, and returns its
+  parameters and target critics once a round (target: 0.8 of ``sac.train``).
 
 The configurations take turns within each repeat (order reversed every other
 repeat), each worker count with fresh actors. Actors ask Ray for ``cores / 4`` CPUs each,
@@ -285,7 +288,7 @@ SAC_ACTOR: dict[str, Any] = {"obs_dim": 3, "action_low": [-2.0], "action_high": 
 SAC_STEPS, SAC_STARTS = 16, 256
 
 
-def sac_scheme_training(total: int, cpus: float) -> Training:
+def sac_scheme_training(total: int, cpus: float, local_steps: int = 1) -> Training:
     """The SAC scheme: 1 remote gradient worker collecting in its own process, one update per env step."""
     start = time.perf_counter()
     scheme = Scheme(
@@ -298,7 +301,7 @@ def sac_scheme_training(total: int, cpus: float) -> Training:
             ReplayStorage, total, batch_size=256, gradient_steps=1.0, learning_starts=SAC_STARTS
         ),
         collection=Collection(n_envs=1, n_steps=SAC_STEPS),
-        gradients=Gradients(remote_workers=1, worker_cpus=cpus),
+        gradients=Gradients(remote_workers=1, local_steps=local_steps, worker_cpus=cpus),
         timeout=TIMEOUT,
         start_timeout=TIMEOUT,
     )
@@ -356,6 +359,7 @@ def main() -> None:
             "Learner, local steps": lambda: scheme_training(train_steps, cpus, LOCAL_STEPS),
             "sac.train": lambda: sac_training(sac_steps),
             "SAC Learner": lambda: sac_scheme_training(sac_steps, cpus),
+            "SAC Learner, local steps": lambda: sac_scheme_training(sac_steps, cpus, SAC_STEPS),
         }
         training: dict[str, list[Training]] = {name: [] for name in trainers}
         for repeat in range(repeats):
@@ -425,15 +429,20 @@ def main() -> None:
             median([t.start_s for t in local_steps]), "s", ppo_start),
     ]  # fmt: skip
     sac_run, sac_learner = training["sac.train"], training["SAC Learner"]
+    sac_local = training["SAC Learner, local steps"]
     sac_sps = median([t.sps for t in sac_run])
     sac_update = median([t.update_s for t in sac_run]) * 1e3
     rows += [
         Row("SAC training: sac.train 1 x 1", sac_sps, "steps/s", higher_is_better=True),
         Row("SAC training: Learner 1 remote grad vs sac.train", median([t.sps for t in sac_learner]), "steps/s",
-            sac_sps, 0.8, True),
+            sac_sps, None, True),
+        Row(f"SAC training: Learner, local_steps={SAC_STEPS} vs sac.train", median([t.sps for t in sac_local]),
+            "steps/s", sac_sps, 0.8, True),
         Row("SAC training: ms per update, sac.train", sac_update, "ms"),
         Row("SAC training: ms per update, Learner vs sac.train", median([t.update_s for t in sac_learner]) * 1e3,
             "ms", sac_update),
+        Row(f"SAC training: ms per update, Learner, local_steps={SAC_STEPS} vs sac.train",
+            median([t.update_s for t in sac_local]) * 1e3, "ms", sac_update),
     ]  # fmt: skip
 
     print(f"\n$ python {' '.join(['benchmarks/distributed.py', *sys.argv[1:]])}")

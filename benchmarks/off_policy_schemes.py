@@ -14,8 +14,22 @@ workers (each with its own replay, fed by one environment in its own process,
 two updates per env step) on InvertedPendulumBulletEnv-v0 (the ``bullet``
 extra) for 30k env steps (``--steps`` to change it). Target: at least 900.
 
+With ``--combinations``: the same SAC on Pendulum-v1 in each of the other
+combinations of collection, gradients and updates that a scheme accepts for
+off-policy learning, 20k env steps each (``--steps``): asynchronous
+collection (2 remote collection workers, a queue), preempted collection
+(2 remote collection workers, ``fraction_workers=0.5``), 2 remote gradient
+workers averaged at every update (synchronous, centralised), 2 remote
+gradient workers applied as they arrive (asynchronous), 1 and 2 remote
+gradient workers with ``local_steps=16``. Each has its own replay per
+gradient worker; with 2 gradient workers, each collects 1 environment and
+each update is one minibatch of each (so 2 gradient steps' worth of data
+per env step). Target: at least -200 on each (the target of the in-process
+and remote-collection runs).
+
 Usage:
-    python benchmarks/off_policy_schemes.py [--quick] [--steps N] [--seed S] [--decentralised] [--json PATH]
+    python benchmarks/off_policy_schemes.py [--quick] [--steps N] [--seed S]
+        [--decentralised | --combinations] [--json PATH]
 """
 
 from __future__ import annotations
@@ -24,6 +38,7 @@ import argparse
 import functools
 import sys
 import time
+from typing import Any
 
 import ray
 import torch
@@ -43,13 +58,48 @@ def options(parser: argparse.ArgumentParser) -> None:
         "--steps", type=int, help="env steps of each run (default 20,000; 30,000 decentralised)"
     )
     parser.add_argument("--decentralised", action="store_true", help="the decentralised Bullet run instead")
+    parser.add_argument(
+        "--combinations", action="store_true", help="the other scheme combinations on Pendulum-v1 instead"
+    )
     parser.add_argument("--seed", type=int, default=0, help="the schemes' seed (default 0)")
 
 
+COMBINATIONS: dict[str, dict[str, Any]] = {
+    "asynchronous collection, 2 remote collection workers": {
+        "collection": Collection(n_envs=1, n_steps=16, remote_workers=2, communication="asynchronous",
+                                 worker_cpus=0.5),
+    },
+    "preempted collection, 2 remote collection workers (fraction 0.5)": {
+        "collection": Collection(n_envs=1, n_steps=16, remote_workers=2, fraction_workers=0.5, worker_cpus=0.5),
+    },
+    "2 remote gradient workers, synchronous": {"gradients": Gradients(remote_workers=2, worker_cpus=0.5)},
+    "2 remote gradient workers, asynchronous": {
+        "gradients": Gradients(remote_workers=2, communication="asynchronous", worker_cpus=0.5),
+    },
+    "1 remote gradient worker, local_steps=16": {
+        "gradients": Gradients(remote_workers=1, local_steps=16, worker_cpus=0.5),
+    },
+    "2 remote gradient workers, local_steps=16": {
+        "gradients": Gradients(remote_workers=2, local_steps=16, worker_cpus=0.5),
+    },
+}  # fmt: skip
+"""The combinations of ``--combinations``: the scheme's options besides the defaults of ``run``."""
+
+
 def run(
-    env: str, collectors: int, steps: int, seed: int, learning_starts: int, decentralised: bool = False
+    env: str,
+    collectors: int,
+    steps: int,
+    seed: int,
+    learning_starts: int,
+    decentralised: bool = False,
+    **scheme_options: Any,
 ) -> dict[str, float]:
-    """Train one scheme to ``steps`` env steps; its speed and greedy return."""
+    """Train one scheme to ``steps`` env steps; its speed and greedy return.
+
+    ``scheme_options`` (``collection``, ``gradients``) replace the ones
+    ``collectors`` and ``decentralised`` make.
+    """
     spaces = env_spaces(env)
     actor = {
         "obs_dim": spaces.obs_dim,
@@ -70,9 +120,12 @@ def run(
             gradient_steps=2.0 if decentralised else 1.0,
             learning_starts=learning_starts,
         ),
-        collection=Collection(n_envs=1, n_steps=16, remote_workers=collectors, worker_cpus=0.5),
-        gradients=Gradients(remote_workers=2 if decentralised else 0, worker_cpus=0.5),
-        updates=Updates(execution="decentralised" if decentralised else "centralised"),
+        **{
+            "collection": Collection(n_envs=1, n_steps=16, remote_workers=collectors, worker_cpus=0.5),
+            "gradients": Gradients(remote_workers=2 if decentralised else 0, worker_cpus=0.5),
+            "updates": Updates(execution="decentralised" if decentralised else "centralised"),
+            **scheme_options,
+        },
         seed=seed,
     )
     start = time.monotonic()
@@ -92,6 +145,7 @@ def run(
         "std": result.std,
         "sps": metrics["env_steps"] / wall,
         "updates": learner.updates,
+        "policy_lag": metrics["policy_lag"],
     }
 
 
@@ -106,6 +160,11 @@ def main() -> None:
     try:
         if args.decentralised:
             results = {"2 decentralised gradient workers": run(env, 0, steps, args.seed, starts, True)}
+        elif args.combinations:
+            results = {}
+            for label, scheme_options in COMBINATIONS.items():
+                results[label] = run(env, 0, steps, args.seed, starts, **scheme_options)
+                print(f"{label}: {results[label]}", flush=True)
         else:
             results = {
                 "in process": run(env, 0, steps, args.seed, starts),

@@ -6,28 +6,32 @@ import functools
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
 from algo_helpers import message
 
-from rlstruct import DictTensor, GymEnv, TemporalDictTensor
+from rlstruct import DictTensor, GymEnv, PrioritizedReplayBuffer, TemporalDictTensor
 from rlstruct.algos.evaluation import env_spaces
 from rlstruct.distributed import (
     DQN,
+    PPO,
     SAC,
     Collection,
     Gradients,
     HindsightStorage,
     Learner,
+    MinibatchBuffer,
+    PrioritizedStorage,
     ReplayStorage,
     Scheme,
     Updates,
 )
-from rlstruct.distributed.off_policy import SACModules
+from rlstruct.distributed.off_policy import INDEX, WEIGHT, SACModules
 from rlstruct.envs import bitflip_reward
 from rlstruct.errors import AgentError
+from rlstruct.learning.actor_critic import ActorCritic
 from rlstruct.learning.q_learning import QNetwork
 from rlstruct.learning.recurrent_sac import RecurrentSquashedGaussianActor
 from rlstruct.learning.soft_actor_critic import SquashedGaussianActor, soft_td_target
@@ -90,6 +94,47 @@ def test_the_storages_check_their_arguments() -> None:
         HindsightStorage(None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="strategy must be 'future' or 'final', got 'all'"):
         HindsightStorage(reached, 10, strategy="all")
+
+
+def test_a_prioritized_storage_draws_by_the_priorities_its_algorithm_gives_back() -> None:
+    storage = PrioritizedStorage(
+        100, alpha=1.0, beta=0.5, beta_steps=20, batch_size=4, learning_starts=0, seed=0
+    )
+    storage.insert(steps(1, 10))  # 10 steps: 10 minibatches owed, beta half-way to 1
+    assert storage.current_beta() == pytest.approx(0.75)
+    minibatches = storage.minibatches()
+    first = next(minibatches)
+    assert first[INDEX].dtype == torch.int64 and first[WEIGHT].shape == (4,)
+    assert torch.equal(first["x"], first[INDEX].float())  # slot i holds step i
+    with pytest.raises(
+        ValueError, match=r"PrioritizedStorage: the last minibatch's priorities never came back"
+    ):
+        next(minibatches)
+    storage.update_priorities(torch.arange(10), torch.tensor([0.0] * 9 + [1.0]))
+    drawn = torch.cat([m["x"] for m in _given_back(storage)])
+    assert bool((drawn == 9).all())  # all the priority is on step 9 (alpha 1, eps 1e-6)
+    storage.insert(steps(1, 20, 10.0))
+    assert storage.current_beta() == 1.0
+
+
+def _given_back(storage: PrioritizedStorage) -> Iterator[DictTensor]:
+    """The storage's owed minibatches, each giving back priority 1 to step 9 and 0 to the others."""
+    for minibatch in storage.minibatches():
+        yield minibatch
+        storage.update_priorities(minibatch[INDEX], (minibatch["x"] == 9).float())
+
+
+@pytest.mark.parametrize(
+    ("options", "text"),
+    [
+        ({"alpha": -1.0}, "PrioritizedStorage: alpha must be"),
+        ({"beta": 1.5}, "PrioritizedStorage: beta must be"),
+        ({"beta_steps": 0}, "PrioritizedStorage: beta_steps must be at least 1, got 0"),
+    ],
+)
+def test_a_prioritized_storage_checks_its_exponents(options: dict[str, Any], text: str) -> None:
+    with pytest.raises(ValueError, match=text):
+        PrioritizedStorage(**options)
 
 
 def reached(achieved: torch.Tensor, desired: torch.Tensor) -> torch.Tensor:
@@ -269,14 +314,62 @@ def test_an_in_process_sac_scheme_learns_from_its_replay_and_sends_the_actor_alo
     )
 
 
-def test_local_steps_are_refused_for_an_algorithm_with_target_networks() -> None:
+def trained(scheme: Scheme) -> dict[str, torch.Tensor]:
+    """All the scheme trains, as its update worker holds it: the agent, critics and target networks."""
+    return {k: v.clone() for k, v in scheme.trained.state_dict().items()}
+
+
+def test_local_steps_move_the_target_networks_as_one_step_rounds_do_bit_for_bit() -> None:
+    one = sac_scheme(seed=2)
+    _, one_learner = run(one, 256)
+    rounds = sac_scheme(seed=2, gradients=Gradients(local_steps=8))
+    _, learner = run(rounds, 256)
+    # 8 updates a round from the 3rd round on: one round trip each, against 8
+    assert learner.updates == one_learner.updates == 7 * 8 and rounds.version == one.version
+    first, second = trained(one), trained(rounds)
+    assert any(k.startswith("target.") for k in first)
+    assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_local_steps_count_the_updates_of_dqn_targets_where_they_are_taken() -> None:
+    start = trained(dqn_scheme())
+    one, rounds = dqn_scheme(), dqn_scheme(gradients=Gradients(local_steps=8))
+    run(one, 256)
+    run(rounds, 256)
+    first, second = trained(one), trained(rounds)
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    targets = [k for k in first if k.startswith("target.") and k != "target.epsilon"]
+    assert not any(torch.equal(second[k], start[k]) for k in targets)  # copied every 4th update
+
+
+class MovingPPO(PPO):
+    """PPO with an ``after_update`` that moves nothing the scheme can name."""
+
+    def after_update(self) -> None:
+        self.moved = True
+
+
+def test_local_steps_are_refused_for_an_after_update_without_a_target_network() -> None:
     with pytest.raises(
-        ValueError, match=r"gradients.local_steps > 1 averages the parameters .* not the target networks SAC"
+        ValueError,
+        match=r"local_steps > 1 carries the parameters and the target networks \(trained.target\).*MovingPPO "
+        r"has an after_update\(\) but no trained.target; got gradients.local_steps=4",
     ):
-        sac_scheme(gradients=Gradients(local_steps=4))
+        Scheme(
+            ActorCritic,
+            {"obs_dim": 4, "n_actions": 2},
+            GymEnv,
+            {"env": "CartPole-v1"},
+            MovingPPO,
+            functools.partial(MinibatchBuffer, n_epochs=1, minibatch_size=32),
+            collection=Collection(n_envs=2, n_steps=16),
+            gradients=Gradients(local_steps=4),
+        )
 
 
-def dqn_scheme(env: str = "CartPole-v1", storage: Any = None, **algo: Any) -> Scheme:
+def dqn_scheme(
+    env: str = "CartPole-v1", storage: Any = None, gradients: Gradients | None = None, **algo: Any
+) -> Scheme:
     """DQN on ``env`` from a replay: 2 environments x 16 steps a round, learning from the 64th step on."""
     goals = env.startswith("BitFlip")
     spaces = {"observation_spaces": env_spaces(env).observation} if goals else {}
@@ -290,6 +383,7 @@ def dqn_scheme(env: str = "CartPole-v1", storage: Any = None, **algo: Any) -> Sc
         storage
         or functools.partial(ReplayStorage, 10_000, batch_size=32, gradient_steps=0.25, learning_starts=64),
         collection=Collection(n_envs=2, n_steps=16),
+        gradients=gradients or Gradients(),
     )
 
 
@@ -320,6 +414,43 @@ def test_an_in_process_dqn_scheme_moves_its_target_every_few_updates_and_sets_ep
         assert collector is not None and collector.version == scheme.version - 1
     with pytest.raises(ValueError, match=r"DQN.set_parameter: epsilon must be in \[0, 1\], got 2"):
         dqn_scheme().set_parameter("epsilon", 2.0)
+
+
+def test_sac_and_dqn_weigh_their_losses_and_give_back_priorities() -> None:
+    data = transitions()
+    weighted = DictTensor({**dict(data.items()), INDEX: torch.arange(8) + 10, WEIGHT: torch.zeros(8)})
+    algorithm = sac()
+    _, stats = algorithm.loss(weighted)
+    assert stats["critic_loss"] == 0.0 and algorithm.priorities is not None
+    slots, priorities = algorithm.priorities
+    assert (
+        torch.equal(slots, torch.arange(8) + 10) and priorities.shape == (8,) and bool((priorities > 0).all())
+    )
+    torch.manual_seed(0)
+    dqn = DQN(QNetwork(obs_dim=3, n_actions=2, hidden=(16,)))
+    rows = {"observation", "next/observation", "next/reward", "next/terminated"}
+    q_data = DictTensor(
+        {**{k: weighted[k] for k in rows}, "action": torch.arange(8) % 2, INDEX: weighted[INDEX]}
+    )
+    loss, _ = dqn.loss(DictTensor({**dict(q_data.items()), WEIGHT: torch.zeros(8)}))
+    assert float(loss.detach()) == 0.0 and dqn.priorities is not None and dqn.priorities[1].shape == (8,)
+    dqn.priorities = None
+    loss, _ = dqn.loss(q_data)  # no weights: the plain loss
+    assert float(loss.detach()) > 0.0
+
+
+def test_a_dqn_scheme_learns_from_a_prioritized_storage() -> None:
+    storage = functools.partial(
+        PrioritizedStorage, 10_000, batch_size=32, gradient_steps=0.25, learning_starts=64, beta_steps=256
+    )
+    scheme = dqn_scheme(storage=storage)
+    _, learner = run(scheme, 256)
+    assert learner.updates == 7 * 8 and "td_abs" in learner.metrics()
+    assert scheme.local is not None and isinstance(scheme.local.buffer, PrioritizedStorage)
+    replay = scheme.local.buffer.replay
+    assert replay is not None
+    stored = cast(PrioritizedReplayBuffer, replay).sum_tree.get(torch.arange(len(replay)))
+    assert len(stored.unique()) > 100  # the priorities given back, most rows drawn at least once
 
 
 def test_dqn_relabels_goals_in_a_scheme() -> None:
@@ -356,10 +487,18 @@ def local_ray() -> Iterator[None]:
 
 
 @pytest.mark.slow
-def test_a_remote_gradient_worker_trains_as_the_in_process_scheme_bit_for_bit(local_ray: None) -> None:
-    here, _ = run(sac_scheme(seed=3), 256)
-    remote, _ = run(sac_scheme(seed=3, gradients=Gradients(remote_workers=1, worker_cpus=0.2)), 256)
-    assert all(torch.equal(here[k], remote[k]) for k in here)
+@pytest.mark.parametrize("local_steps", [1, 8])
+def test_a_remote_gradient_worker_trains_as_the_in_process_scheme_bit_for_bit(
+    local_ray: None, local_steps: int
+) -> None:
+    here = sac_scheme(seed=3)
+    run(here, 256)
+    remote = sac_scheme(
+        seed=3, gradients=Gradients(remote_workers=1, local_steps=local_steps, worker_cpus=0.2)
+    )
+    run(remote, 256)
+    first, second = trained(here), trained(remote)
+    assert all(torch.equal(first[k], second[k]) for k in first)
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from rlstruct.distributed.algorithms import IMPALA, PPO, Algorithm, Buffer, Mini
 from rlstruct.distributed.collection import CollectionWorker, Collectors, Rollout
 from rlstruct.distributed.gradients import GradientResult, GradientWorker
 from rlstruct.distributed.learner import Learner
-from rlstruct.distributed.off_policy import DQN, SAC, HindsightStorage, ReplayStorage
+from rlstruct.distributed.off_policy import DQN, SAC, HindsightStorage, PrioritizedStorage, ReplayStorage
 from rlstruct.distributed.options import Collection, Gradients, Updates
 from rlstruct.distributed.scheme import Scheme, StepInfo
 from rlstruct.errors import DistributedError, RemoteWorkerError
@@ -35,6 +35,7 @@ __all__ = [
     "HindsightStorage",
     "Learner",
     "MinibatchBuffer",
+    "PrioritizedStorage",
     "RemoteWorkerError",
     "ReplayStorage",
     "Rollout",

@@ -64,6 +64,7 @@ __all__ = [
     "MinibatchBuffer",
     "WholeBatchBuffer",
     "after_update",
+    "target_buffers",
     "trained_module",
 ]
 
@@ -137,6 +138,25 @@ def after_update(algorithm: Algorithm) -> None:
     hook = getattr(algorithm, "after_update", None)
     if callable(hook):
         hook()
+
+
+def target_buffers(algorithm: Algorithm) -> list[torch.Tensor] | None:
+    """The tensors ``after_update`` moves: the buffers of ``trained.target``; None where they are unknown.
+
+    ``[]`` for an algorithm without ``after_update``. For one with it, the
+    buffers of its trained module's ``target`` submodule (the target
+    network, a ``rlstruct.distributed.off_policy.frozen_copy``, as ``SAC``
+    and ``DQN`` keep it), else None. Rounds of local steps carry these
+    tensors with the parameters, and the update worker averages both: every
+    move of a target network (a Polyak step or a copy) is linear in the
+    parameters, so the mean of the workers' target networks, moved from the
+    same start, is the target network that followed the mean of their
+    parameters step by step.
+    """
+    if not callable(getattr(algorithm, "after_update", None)):
+        return []
+    target = getattr(trained_module(algorithm), "target", None)
+    return list(target.buffers()) if isinstance(target, torch.nn.Module) else None
 
 
 class Hyperparameters:

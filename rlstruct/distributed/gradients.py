@@ -28,15 +28,24 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.batchers import cpu_weights
-from rlstruct.distributed.algorithms import Algorithm, Buffer, after_update, trained_module
+from rlstruct.distributed.algorithms import Algorithm, Buffer, after_update, target_buffers, trained_module
 from rlstruct.distributed.codec import Packed, pack, unpack
 from rlstruct.distributed.collection import CollectionWorker, Collectors, node_and_pid, resolve_weights
+from rlstruct.distributed.off_policy import give_priorities
 from rlstruct.distributed.options import Updates
 from rlstruct.learning.protocols import observation_moments
 from rlstruct.seeding import derive_seed
 from rlstruct.trajectories import Trajectories
 
-__all__ = ["GradientResult", "GradientWorker", "flat_gradients", "seeded", "set_flat_gradients"]
+__all__ = [
+    "GradientResult",
+    "GradientWorker",
+    "flat_gradients",
+    "load_local_state",
+    "local_state",
+    "seeded",
+    "set_flat_gradients",
+]
 
 
 @contextlib.contextmanager
@@ -163,6 +172,33 @@ def set_flat_gradients(model: torch.nn.Module, flat: torch.Tensor) -> None:
         offset += p.numel()
 
 
+def local_state(algorithm: Algorithm) -> torch.Tensor:
+    """What a round of local steps sends: the trained parameters, then the target networks' tensors, flat.
+
+    One CPU tensor of the parameters' dtype: ``trained_module(algorithm)``'s
+    parameters, followed by ``target_buffers(algorithm)`` (none for an
+    algorithm without target networks). ``load_local_state`` reads it back.
+    """
+    trained = trained_module(algorithm)
+    parts = [p.detach().reshape(-1) for p in trained.parameters()]
+    parts += [b.reshape(-1).to(parts[0].dtype) for b in target_buffers(algorithm) or []]
+    return torch.cat(parts).to("cpu")
+
+
+def load_local_state(algorithm: Algorithm, flat: torch.Tensor) -> None:
+    """Load ``flat`` (as ``local_state`` made it, or a mean of such) into the algorithm's parameters and targets."""
+    trained = trained_module(algorithm)
+    tensors = [*trained.parameters(), *(target_buffers(algorithm) or [])]
+    total = sum(t.numel() for t in tensors)
+    if flat.dim() != 1 or flat.numel() != total:
+        raise ValueError(f"load_local_state: flat must have shape [{total}], got {list(flat.shape)}")
+    offset = 0
+    with torch.no_grad():
+        for t in tensors:
+            t.copy_(flat[offset : offset + t.numel()].view_as(t))
+            offset += t.numel()
+
+
 class GradientWorker:
     """Computes gradients of the algorithm's loss on rollouts of its own collection workers.
 
@@ -286,13 +322,14 @@ class GradientWorker:
             result.rollout_raw_bytes += sum(p.raw_nbytes for p in packed)
         if lags:
             result.policy_lag = sum(lags) / len(lags)
+        self.trained.zero_grad(set_to_none=True)
+        loss, result.stats = self.algorithm.loss(minibatch)
+        loss.backward()
+        give_priorities(self.algorithm, self.buffer)  # a prioritized storage's, before its next draw
         self._next = next(self._minibatches, None)  # looked up now, to tell whether this one ends the batch
         result.batch_end = self._next is None
         if result.batch_end:  # merged by the update worker after the batch's last update
             result.observation_moments, self._moments = self._moments, None
-        self.trained.zero_grad(set_to_none=True)
-        loss, result.stats = self.algorithm.loss(minibatch)
-        loss.backward()
         return result
 
     @staticmethod
@@ -310,8 +347,9 @@ class GradientWorker:
 
         Each step is the update worker's step on one minibatch's gradients:
         missing gradients count as zeros, the gradients are clipped to
-        ``max_grad_norm`` and this worker's optimiser (its own state) takes
-        the step. Only the first step may collect a new batch (the one
+        ``max_grad_norm``, this worker's optimiser (its own state) takes
+        the step and the algorithm's ``after_update`` follows it (target
+        networks). Only the first step may collect a new batch (the one
         before it ended a batch), so the collection workers always have the
         weights the round started from.
 
@@ -319,7 +357,8 @@ class GradientWorker:
             The result of the round: the first step's collection (env
             steps, returns, policy lag), the last step's loss terms and
             ``batch_end``, ``steps`` taken (1 to ``k``) and the flat
-            ``parameters`` after them, packed unless ``compression`` is None.
+            ``parameters`` after them (``local_state``: the target networks'
+            tensors after them), packed unless ``compression`` is None.
         """
         result = self._backward()
         result.steps = 0
@@ -330,14 +369,14 @@ class GradientWorker:
             if self.algorithm.max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(self.trained.parameters(), self.algorithm.max_grad_norm)
             self.algorithm.optimizer.step()
+            after_update(self.algorithm)
             result.steps += 1
             if result.batch_end or result.steps == k:
                 break
             step = self._backward()
             result.stats, result.batch_end = step.stats, step.batch_end
             result.observation_moments = step.observation_moments
-        flat = torch.nn.utils.parameters_to_vector(self.trained.parameters()).detach().to("cpu")
-        result.parameters = self._send(result, flat)
+        result.parameters = self._send(result, local_state(self.algorithm))
         return result
 
     def _send(self, result: GradientResult, flat: torch.Tensor) -> torch.Tensor | Packed[torch.Tensor]:

@@ -6,6 +6,9 @@ what every round collected, up to its capacity, and serves a number of
 minibatches per round set by its ratio of gradient steps to collected steps:
 
 - ``ReplayStorage``: a uniform ``rlstruct.replay.ReplayBuffer``;
+- ``PrioritizedStorage``: a ``rlstruct.replay.PrioritizedReplayBuffer``,
+  whose minibatches carry their slots and importance-sampling weights, and
+  whose priorities the algorithm's TD errors set after each loss;
 - ``HindsightStorage``: a ``rlstruct.replay.HindsightReplayBuffer``, whose
   samples carry goals relabelled with goals achieved later in their episode.
 
@@ -37,7 +40,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterator, Sequence
-from typing import cast
+from typing import Any, cast
 
 import torch
 
@@ -49,7 +52,7 @@ from rlstruct.errors import AgentError, describe
 from rlstruct.learning.protocols import check_replayed_outputs
 from rlstruct.learning.q_learning import QAgent, check_q_agent, dqn_loss
 from rlstruct.learning.soft_actor_critic import SACAgent, TwinQ, check_sac_agent, own_critics, soft_td_target
-from rlstruct.replay import HindsightReplayBuffer, ReplayBuffer
+from rlstruct.replay import HindsightReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.replay.hindsight import RewardFn
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
@@ -59,6 +62,7 @@ __all__ = [
     "SAC",
     "DQNModules",
     "HindsightStorage",
+    "PrioritizedStorage",
     "ReplayStorage",
     "SACModules",
     "follow",
@@ -148,6 +152,109 @@ class ReplayStorage:
     def __len__(self) -> int:
         """The number of minibatches owed."""
         return math.floor(self.owed) if self.replay is not None else 0
+
+
+INDEX, WEIGHT = "replay/index", "replay/weight"
+"""The keys of a ``PrioritizedStorage`` minibatch's slots (int64 ``[N]``) and weights (float32 ``[N]``)."""
+
+
+class PrioritizedStorage(ReplayStorage):
+    """``ReplayStorage`` on a ``PrioritizedReplayBuffer``: transitions drawn by priority (Schaul et al. 2016).
+
+    Each minibatch carries two more keys: ``"replay/index"``, the rows'
+    slots (int64 ``[N]``), and ``"replay/weight"``, their importance-sampling
+    weights (float32 ``[N]``, in ``(0, 1]``). The algorithm weighs its loss
+    with them and sets its ``priorities`` to ``(slots, |TD error|)`` (``DQN``
+    and ``SAC`` do); the gradient worker gives them to ``update_priorities``
+    after the loss, before the next minibatch is drawn. A minibatch whose
+    priorities never came back is an error at the next draw: an algorithm
+    that cannot give them cannot use this storage.
+
+    Args:
+        capacity: transitions kept.
+        alpha: the priority exponent, at least 0.
+        beta: the importance-sampling exponent at the start, in [0, 1].
+        beta_steps: inserted steps over which ``beta`` grows linearly to 1;
+            None keeps it at ``beta``.
+        batch_size: as ``ReplayStorage``'s.
+        gradient_steps: as ``ReplayStorage``'s.
+        learning_starts: as ``ReplayStorage``'s.
+        seed: as ``ReplayStorage``'s.
+
+    Raises:
+        ValueError: for a size, ratio or exponent out of range.
+    """
+
+    def __init__(
+        self,
+        capacity: int = 1_000_000,
+        *,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        beta_steps: int | None = None,
+        batch_size: int = 256,
+        gradient_steps: float = 1.0,
+        learning_starts: int = 1_000,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(capacity, batch_size, gradient_steps, learning_starts, seed)
+        self.alpha = check_number("PrioritizedStorage", "alpha", alpha, 0.0)
+        self.beta = check_number("PrioritizedStorage", "beta", beta, 0.0, 1.0)
+        self.beta_steps = (
+            None if beta_steps is None else check_int("PrioritizedStorage", "beta_steps", beta_steps, 1)
+        )
+        self._awaited = False
+
+    def _make(self, device: torch.device, generator: torch.Generator) -> PrioritizedReplayBuffer:
+        return PrioritizedReplayBuffer(
+            self.capacity, alpha=self.alpha, beta=self.beta, device=device, generator=generator
+        )
+
+    def current_beta(self) -> float:
+        """The importance-sampling exponent of the next draw: ``beta``, grown towards 1 over ``beta_steps``."""
+        if self.beta_steps is None:
+            return self.beta
+        return min(1.0, self.beta + (1.0 - self.beta) * self.inserted / self.beta_steps)
+
+    def minibatches(self) -> Iterator[DictTensor]:
+        """As ``ReplayStorage.minibatches``, drawn by priority, with ``"replay/index"`` and ``"replay/weight"``.
+
+        Raises:
+            ValueError: at a draw, if the previous minibatch's priorities
+                were not given back (``update_priorities``).
+        """
+        replay = cast(PrioritizedReplayBuffer, self.replay)
+        while self.owed >= 1 and replay is not None:
+            if self._awaited:
+                raise ValueError(
+                    "PrioritizedStorage: the last minibatch's priorities never came back; its algorithm "
+                    "must set priorities = (minibatch['replay/index'], |TD error|) in its loss (DQN and "
+                    "SAC do)"
+                )
+            self.owed -= 1
+            rows, indices, weights = replay.sample(self.batch_size, self.current_beta())
+            self._awaited = True
+            yield DictTensor({**dict(rows.items()), INDEX: indices, WEIGHT: weights})
+
+    def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
+        """Set the priorities of the last minibatch's rows (``indices`` from its ``"replay/index"``)."""
+        cast(PrioritizedReplayBuffer, self.replay).update_priorities(indices, priorities)
+        self._awaited = False
+
+
+def give_priorities(algorithm: Any, buffer: object) -> None:
+    """Hand the priorities of ``algorithm``'s last loss to ``buffer``, if both speak of them.
+
+    An algorithm sets ``priorities`` to ``(slots, values)`` when its
+    minibatch came with ``"replay/index"``; a buffer with
+    ``update_priorities`` (``PrioritizedStorage``) takes them. They are
+    taken once.
+    """
+    priorities = getattr(algorithm, "priorities", None)
+    update = getattr(buffer, "update_priorities", None)
+    if priorities is not None and callable(update):
+        update(*priorities)
+        algorithm.priorities = None
 
 
 class HindsightStorage(ReplayStorage):
@@ -289,7 +396,9 @@ class SAC(Hyperparameters):
     """SAC's maths for a scheme: transitions stored whole, one loss for the critics, the actor and the temperature.
 
     The defaults are those of ``rlstruct.algos.sac.Config``. Use it with a
-    ``ReplayStorage`` (or ``HindsightStorage``). ``prepare`` checks the
+    ``ReplayStorage``, a ``PrioritizedStorage`` (the critics' loss weighs
+    each row; its priority is the twins' mean |TD error|) or a
+    ``HindsightStorage``. ``prepare`` checks the
     agent's outputs and keeps, of each collected step, what the losses read;
     ``loss`` is the sum of the three losses of ``SACLearner.step``, whose
     parameters are disjoint, so one optimiser step (Adam over all of
@@ -356,6 +465,8 @@ class SAC(Hyperparameters):
         self.generator = torch.Generator(device).manual_seed(int(torch.randint(0, 2**62, ())))
         self.optimizer = torch.optim.Adam(self.trained.parameters(), lr=self.lr)
         self._checked = False
+        self.priorities: tuple[torch.Tensor, torch.Tensor] | None = None
+        """The last loss's ``(slots, |TD error|)`` when its minibatch came from a ``PrioritizedStorage``."""
 
     def prepare(self, batch: Trajectories) -> TemporalDictTensor:
         """The steps of ``batch`` ``[B, T]`` with what the losses read (and ``next/done``, ``*_goal`` if there)."""
@@ -381,7 +492,11 @@ class SAC(Hyperparameters):
                 self.gamma,
             )
         q = t.critic(observation, minibatch["unit_action"])
-        critic_loss = 0.5 * (q - target).pow(2).mean(1).sum()
+        error = q - target
+        squared = error.pow(2) * minibatch[WEIGHT] if WEIGHT in minibatch else error.pow(2)
+        critic_loss = 0.5 * squared.mean(1).sum()
+        if INDEX in minibatch:  # for a PrioritizedStorage: the mean |TD error| of the twins
+            self.priorities = (minibatch[INDEX], error.detach().abs().mean(0))
         action, log_prob = self.policy.sample(observation, self.generator)
         t.critic.requires_grad_(False)
         try:  # the actor's loss reaches the action, not the critics
@@ -408,8 +523,9 @@ class DQN(Hyperparameters):
     """DQN's maths for a scheme: transitions stored whole, the Huber loss against (double) Q targets.
 
     The defaults are those of ``rlstruct.algos.dqn.Config``. Use it with a
-    ``ReplayStorage`` (or ``HindsightStorage`` on a goal task); prioritized
-    replay is not served in schemes. The target network is a
+    ``ReplayStorage``, a ``PrioritizedStorage`` (the loss weighs each row
+    with its importance-sampling weight and gives back its |TD error| as its
+    priority) or a ``HindsightStorage`` on a goal task. The target network is a
     ``frozen_copy`` of the agent in ``trained``: every
     ``target_update_every`` updates (counted where they are applied) it
     moves ``tau`` of the way to the agent (1.0: a copy). The agent's
@@ -462,6 +578,8 @@ class DQN(Hyperparameters):
         self.optimizer = torch.optim.Adam(model.parameters(), lr=self.lr)
         self.updates = 0
         self._checked = False
+        self.priorities: tuple[torch.Tensor, torch.Tensor] | None = None
+        """The last loss's ``(slots, |TD error|)`` when its minibatch came from a ``PrioritizedStorage``."""
 
     def prepare(self, batch: Trajectories) -> TemporalDictTensor:
         """The steps of ``batch`` ``[B, T]`` with what the loss reads (and ``next/done``, ``*_goal`` if there)."""
@@ -472,11 +590,21 @@ class DQN(Hyperparameters):
 
     def loss(self, minibatch: DictTensor) -> tuple[torch.Tensor, dict[str, float]]:
         """``rlstruct.learning.q_learning.dqn_loss`` on sampled transitions ``[N]``."""
-        weights = torch.ones(minibatch.n_elems(), device=minibatch["action"].device)
+        if WEIGHT in minibatch:
+            weights = minibatch[WEIGHT]
+        else:
+            weights = torch.ones(minibatch.n_elems(), device=minibatch["action"].device)
         target = cast(QAgent, self.trained.target)
         rows = dict(minibatch.items())
-        loss, q, _ = dqn_loss(self.q_agent, target, rows, self.keys, weights, self.gamma, self.double)
-        return loss, {"loss": float(loss.detach()), "q_mean": float(q.detach().mean())}
+        loss, q, y = dqn_loss(self.q_agent, target, rows, self.keys, weights, self.gamma, self.double)
+        td = (q - y).detach().abs()
+        if INDEX in minibatch:  # for a PrioritizedStorage
+            self.priorities = (minibatch[INDEX], td)
+        return loss, {
+            "loss": float(loss.detach()),
+            "q_mean": float(q.detach().mean()),
+            "td_abs": float(td.mean()),
+        }
 
     def after_update(self) -> None:
         """Count the update; every ``target_update_every``-th moves the target network ``tau`` of the way."""

@@ -63,10 +63,16 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.batchers import cpu_weights
 from rlstruct.checks import check_choice, check_int, check_number
-from rlstruct.distributed.algorithms import Algorithm, Buffer, after_update, trained_module
+from rlstruct.distributed.algorithms import Algorithm, Buffer, after_update, target_buffers, trained_module
 from rlstruct.distributed.codec import check_codec, pack
 from rlstruct.distributed.collection import CollectionWorker, Collectors
-from rlstruct.distributed.gradients import GradientResult, GradientWorker, seeded, set_flat_gradients
+from rlstruct.distributed.gradients import (
+    GradientResult,
+    GradientWorker,
+    load_local_state,
+    seeded,
+    set_flat_gradients,
+)
 from rlstruct.distributed.options import Collection, Gradients, Updates, check_combination
 from rlstruct.env import Environment
 from rlstruct.errors import DistributedError, describe
@@ -357,18 +363,21 @@ class Scheme:
         return None, _pool.Pool("gradient", self.gradient_actors, on_failure, timeout)
 
     def _check_algorithm(self) -> None:
-        """Refuse the options an algorithm with ``after_update`` (target networks) cannot run under.
+        """Refuse the options an algorithm with ``after_update`` cannot run under.
 
         Raises:
-            ValueError: for ``gradients.local_steps`` above 1: rounds of local
-                steps average the parameters the workers reach, not the
-                target networks each moved after its own steps.
+            ValueError: for ``gradients.local_steps`` above 1 with an
+                algorithm whose ``after_update`` moves tensors the scheme
+                cannot name (``target_buffers`` is None): rounds of local
+                steps carry the parameters and the target networks, and
+                nothing else that ``after_update`` may change.
         """
-        if self.gradients.local_steps > 1 and callable(getattr(self.algorithm, "after_update", None)):
+        if self.gradients.local_steps > 1 and target_buffers(self.algorithm) is None:
             raise ValueError(
-                f"Scheme: gradients.local_steps > 1 averages the parameters the gradient workers reach, not "
-                f"the target networks {type(self.algorithm).__name__} moves after each update; got "
-                f"gradients.local_steps={self.gradients.local_steps} (use 1)"
+                f"Scheme: gradients.local_steps > 1 carries the parameters and the target networks "
+                f"(trained.target) back from the gradient workers, and {type(self.algorithm).__name__} has "
+                f"an after_update() but no trained.target; got gradients.local_steps="
+                f"{self.gradients.local_steps} (use 1)"
             )
 
     def _get(self, refs: list[Any], what: str, timeout: float) -> list[Any]:
@@ -506,7 +515,7 @@ class Scheme:
         """
         asynchrony = [self.version - r.version for r in results]
         flat = torch.stack([r.flat_parameters() for r in results]).mean(0)  # one worker: its own, exactly
-        torch.nn.utils.vector_to_parameters(flat.to(self.device), self.trained.parameters())
+        load_local_state(self.algorithm, flat)
         self._merge_statistics(results)
         self.version += max(r.steps for r in results)
         if self.local is not None:
