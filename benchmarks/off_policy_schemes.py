@@ -27,9 +27,19 @@ each update is one minibatch of each (so 2 gradient steps' worth of data
 per env step). Target: at least -200 on each (the target of the in-process
 and remote-collection runs).
 
+With ``--dqn``: DQN in process on CartPole-v1 with ``rlstruct train dqn``'s
+defaults (a dueling ``QNetwork`` of 256 x 256 units, double-Q targets, a
+copy every 100 updates, batches of 256 from a 100k replay, 0.25 updates per
+env step from the 1,000th step on, 4 environments x 64 steps a round, the
+exploration rate from 1 to 0.05 over the first 20% and the learning rate
+5e-4 annealed to 0, both set through ``update_algorithm_parameter`` after
+every step), 100k env steps (``--steps``), from a ``ReplayStorage`` and from
+a ``PrioritizedStorage`` (alpha 0.6, beta 0.4 grown to 1 over the run).
+Target: at least 400 on each (``rlstruct train dqn``'s).
+
 Usage:
     python benchmarks/off_policy_schemes.py [--quick] [--steps N] [--seed S]
-        [--decentralised | --combinations] [--json PATH]
+        [--decentralised | --combinations | --dqn] [--json PATH]
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ import argparse
 import functools
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -45,8 +56,20 @@ import torch
 from _common import Row, parse_args, report
 
 from rlstruct import GymEnv
+from rlstruct.algos.dqn import linear_schedule
 from rlstruct.algos.evaluation import Evaluator, env_spaces
-from rlstruct.distributed import SAC, Collection, Gradients, Learner, ReplayStorage, Scheme, Updates
+from rlstruct.distributed import (
+    DQN,
+    SAC,
+    Collection,
+    Gradients,
+    Learner,
+    PrioritizedStorage,
+    ReplayStorage,
+    Scheme,
+    Updates,
+)
+from rlstruct.learning.q_learning import QNetwork
 from rlstruct.learning.soft_actor_critic import SquashedGaussianActor
 
 ENV = "Pendulum-v1"
@@ -60,6 +83,9 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decentralised", action="store_true", help="the decentralised Bullet run instead")
     parser.add_argument(
         "--combinations", action="store_true", help="the other scheme combinations on Pendulum-v1 instead"
+    )
+    parser.add_argument(
+        "--dqn", action="store_true", help="DQN on CartPole-v1, uniform against prioritized, instead"
     )
     parser.add_argument("--seed", type=int, default=0, help="the schemes' seed (default 0)")
 
@@ -149,6 +175,44 @@ def run(
     }
 
 
+def run_dqn(
+    storage: Callable[..., ReplayStorage], steps: int, seed: int, learning_starts: int
+) -> dict[str, float]:
+    """DQN with ``rlstruct train dqn``'s defaults in process on CartPole-v1; its speed and greedy return."""
+    network = {"obs_dim": 4, "n_actions": 2, "hidden": (256, 256), "dueling": True}
+    lr = 5e-4
+    scheme = Scheme(
+        QNetwork,
+        network,
+        GymEnv,
+        {"env": "CartPole-v1"},
+        functools.partial(DQN, lr=lr, target_update_every=100, epsilon=1.0),
+        functools.partial(
+            storage, 100_000, batch_size=256, gradient_steps=0.25, learning_starts=learning_starts
+        ),
+        collection=Collection(n_envs=4, n_steps=64),
+        seed=seed,
+    )
+    start = time.monotonic()
+    with Learner(scheme, steps, progress=False) as learner:
+        while not learner.done():
+            learner.step()
+            progress = min(1.0, learner.env_steps / steps)
+            learner.update_algorithm_parameter("epsilon", linear_schedule(1.0, 0.05, 0.2, progress))
+            learner.update_algorithm_parameter("lr", lr * (1.0 - progress))
+        metrics = learner.metrics()
+        weights = scheme.weights()
+    wall = time.monotonic() - start
+    with Evaluator(QNetwork, network, "CartPole-v1", n_episodes=10, max_steps=500, seed=10**6) as evaluator:
+        result = evaluator.evaluate(weights, metrics["env_steps"])
+    return {
+        "return": result.mean,
+        "std": result.std,
+        "sps": metrics["env_steps"] / wall,
+        "updates": learner.updates,
+    }
+
+
 def main() -> None:
     args, _ = parse_args(__doc__.split("\n\n")[0], extra=options)
     torch.set_num_threads(1)
@@ -160,6 +224,14 @@ def main() -> None:
     try:
         if args.decentralised:
             results = {"2 decentralised gradient workers": run(env, 0, steps, args.seed, starts, True)}
+        elif args.dqn:
+            steps = 2_048 if args.quick else args.steps or 100_000
+            env = "CartPole-v1"
+            prioritized = functools.partial(PrioritizedStorage, alpha=0.6, beta=0.4, beta_steps=steps)
+            results = {
+                "DQN, uniform replay": run_dqn(ReplayStorage, steps, args.seed, starts),
+                "DQN, prioritized replay": run_dqn(prioritized, steps, args.seed, starts),
+            }
         elif args.combinations:
             results = {}
             for label, scheme_options in COMBINATIONS.items():
@@ -174,10 +246,11 @@ def main() -> None:
         ray.shutdown()
     rows: list[Row] = []
     for label, result in results.items():
+        label = label if label.startswith("DQN") else f"SAC scheme, {label}"
         rows += [
-            Row(f"SAC scheme, {label}: greedy return", result["return"], "return", higher_is_better=True),
-            Row(f"SAC scheme, {label}: env steps/s", result["sps"], "steps/s", higher_is_better=True),
-            Row(f"SAC scheme, {label}: updates", result["updates"], "updates"),
+            Row(f"{label}: greedy return", result["return"], "return", higher_is_better=True),
+            Row(f"{label}: env steps/s", result["sps"], "steps/s", higher_is_better=True),
+            Row(f"{label}: updates", result["updates"], "updates"),
         ]
     print(f"\n$ python {' '.join(['benchmarks/off_policy_schemes.py', *sys.argv[1:]])}")
     print(f"{env}, {steps} env steps per run, seed {args.seed}, greedy return over 10 episodes\n")
