@@ -131,9 +131,11 @@ class Gradients:
     local_steps: int = 1
     """Optimiser steps a gradient worker takes per round trip, at least 1. 1: it returns one
     minibatch's gradients and the update worker applies them. ``k`` above 1: it takes up to ``k``
-    steps itself with its own copy of the optimiser, stopping after its batch's last minibatch,
-    and returns its parameters; the update worker averages them and broadcasts them (as many
-    updates as the most steps a worker took). With one gradient worker and the same data the
+    steps itself with its own copy of the optimiser (and the algorithm's ``after_update`` after
+    each), stopping after its batch's last minibatch, and returns its parameters (with the
+    target networks, ``trained.target``, of an algorithm that has them); the update worker
+    averages them and broadcasts them (as many updates as the most steps a worker took). With
+    one gradient worker and the same data the
     weights are bit for bit those of 1-step rounds; with several, the update averages the workers'
     parameters after ``k`` steps each (local SGD). Above 1 needs synchronous communication here,
     centralised updates and synchronous collection."""
