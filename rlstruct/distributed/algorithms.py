@@ -146,7 +146,10 @@ def target_buffers(algorithm: Algorithm) -> list[torch.Tensor] | None:
     ``[]`` for an algorithm without ``after_update``. For one with it, the
     buffers of its trained module's ``target`` submodule (the target
     network, a ``rlstruct.distributed.off_policy.frozen_copy``, as ``SAC``
-    and ``DQN`` keep it), else None. Rounds of local steps carry these
+    and ``DQN`` keep it) that have the parameters' dtype: the target's
+    weights (statistics of another dtype, such as an observation
+    normaliser's float64 moments, are not moved by a target update); else
+    None. Rounds of local steps carry these
     tensors with the parameters, and the update worker averages both: every
     move of a target network (a Polyak step or a copy) is linear in the
     parameters, so the mean of the workers' target networks, moved from the
@@ -155,8 +158,12 @@ def target_buffers(algorithm: Algorithm) -> list[torch.Tensor] | None:
     """
     if not callable(getattr(algorithm, "after_update", None)):
         return []
-    target = getattr(trained_module(algorithm), "target", None)
-    return list(target.buffers()) if isinstance(target, torch.nn.Module) else None
+    trained = trained_module(algorithm)
+    target = getattr(trained, "target", None)
+    if not isinstance(target, torch.nn.Module):
+        return None
+    dtype = next(iter(trained.parameters())).dtype
+    return [b for b in target.buffers() if b.dtype == dtype]
 
 
 class Hyperparameters:

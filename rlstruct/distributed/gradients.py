@@ -181,7 +181,7 @@ def local_state(algorithm: Algorithm) -> torch.Tensor:
     """
     trained = trained_module(algorithm)
     parts = [p.detach().reshape(-1) for p in trained.parameters()]
-    parts += [b.reshape(-1).to(parts[0].dtype) for b in target_buffers(algorithm) or []]
+    parts += [b.reshape(-1) for b in target_buffers(algorithm) or []]
     return torch.cat(parts).to("cpu")
 
 
