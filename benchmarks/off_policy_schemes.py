@@ -37,9 +37,19 @@ every step), 100k env steps (``--steps``), from a ``ReplayStorage`` and from
 a ``PrioritizedStorage`` (alpha 0.6, beta 0.4 grown to 1 over the run).
 Target: at least 400 on each (``rlstruct train dqn``'s).
 
+With ``--metrics``: what crosses the network, as the on-policy schemes
+report it. SAC on Pendulum-v1 with 1 remote gradient worker (one update a
+round trip) fed by 2 remote collection workers, 3,000 env steps
+(``--steps``) learning from the 1,000th: the codecs "none", "lz4" and
+"zstd", then asynchronous collection with ``Updates(broadcast_interval=1)``
+and ``16`` (codec "none"). Rows: env
+steps/s, the gradients sent per update (kB, and before compression), the
+rollouts received per rollout of 16 steps (kB, and before compression), the
+policy lag and the gradient asynchrony.
+
 Usage:
     python benchmarks/off_policy_schemes.py [--quick] [--steps N] [--seed S]
-        [--decentralised | --combinations | --dqn] [--json PATH]
+        [--decentralised | --combinations | --dqn | --metrics] [--json PATH]
 """
 
 from __future__ import annotations
@@ -87,6 +97,9 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dqn", action="store_true", help="DQN on CartPole-v1, uniform against prioritized, instead"
     )
+    parser.add_argument(
+        "--metrics", action="store_true", help="bytes, lags and asynchrony under each codec, instead"
+    )
     parser.add_argument("--seed", type=int, default=0, help="the schemes' seed (default 0)")
 
 
@@ -110,6 +123,22 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
     },
 }  # fmt: skip
 """The combinations of ``--combinations``: the scheme's options besides the defaults of ``run``."""
+
+METERED = Collection(n_envs=1, n_steps=16, remote_workers=2, worker_cpus=0.3)
+QUEUED = Collection(n_envs=1, n_steps=16, remote_workers=2, communication="asynchronous", worker_cpus=0.3)
+METRICS: dict[str, dict[str, Any]] = {
+    **{f"codec {codec}": {"collection": METERED, "compression": codec} for codec in ("none", "lz4", "zstd")},
+    **{
+        f"asynchronous collection, broadcast_interval={interval}": {
+            "collection": QUEUED,
+            "updates": Updates(broadcast_interval=interval),
+        }
+        for interval in (1, 16)
+    },
+}
+for metered in METRICS.values():
+    metered["gradients"] = Gradients(remote_workers=1, worker_cpus=0.3)
+"""The runs of ``--metrics``: 1 remote gradient worker with 2 remote collection workers, by codec."""
 
 
 def run(
@@ -172,6 +201,11 @@ def run(
         "sps": metrics["env_steps"] / wall,
         "updates": learner.updates,
         "policy_lag": metrics["policy_lag"],
+        "gradient_asynchrony": metrics["gradient_asynchrony"],
+        "gradient_kb": metrics["sent_bytes"] / max(1, learner.updates) / 1e3,
+        "gradient_raw_kb": metrics["raw_bytes"] / max(1, learner.updates) / 1e3,
+        "rollout_kb": metrics["rollout_bytes"] / max(1, metrics["env_steps"] // 16) / 1e3,
+        "rollout_raw_kb": metrics["rollout_raw_bytes"] / max(1, metrics["env_steps"] // 16) / 1e3,
     }
 
 
@@ -232,6 +266,11 @@ def main() -> None:
                 "DQN, uniform replay": run_dqn(ReplayStorage, steps, args.seed, starts),
                 "DQN, prioritized replay": run_dqn(prioritized, steps, args.seed, starts),
             }
+        elif args.metrics:
+            steps = 256 if args.quick else args.steps or 3_000
+            results = {}
+            for label, scheme_options in METRICS.items():
+                results[label] = run(env, 0, steps, args.seed, starts, **scheme_options)
         elif args.combinations:
             results = {}
             for label, scheme_options in COMBINATIONS.items():
@@ -245,6 +284,16 @@ def main() -> None:
     finally:
         ray.shutdown()
     rows: list[Row] = []
+    if args.metrics:
+        for label, result in results.items():
+            rows += [
+                Row(f"{label}: env steps/s", result["sps"], "steps/s", higher_is_better=True),
+                Row(f"{label}: gradients per update", result["gradient_kb"], "kB", result["gradient_raw_kb"]),
+                Row(f"{label}: rollout of 16 steps", result["rollout_kb"], "kB", result["rollout_raw_kb"]),
+                Row(f"{label}: policy lag", result["policy_lag"], "versions"),
+                Row(f"{label}: gradient asynchrony", result["gradient_asynchrony"], "versions"),
+            ]
+        results = {}
     for label, result in results.items():
         label = label if label.startswith("DQN") else f"SAC scheme, {label}"
         rows += [
