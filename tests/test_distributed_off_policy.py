@@ -353,8 +353,9 @@ class MovingPPO(PPO):
 def test_local_steps_are_refused_for_an_after_update_without_a_target_network() -> None:
     with pytest.raises(
         ValueError,
-        match=r"local_steps > 1 carries the parameters and the target networks \(trained.target\).*MovingPPO "
-        r"has an after_update\(\) but no trained.target; got gradients.local_steps=4",
+        match=r"local_steps > 1 carries the parameters and the target networks \(trained.target, a frozen_copy\)"
+        r".*MovingPPO has an after_update\(\) but no trained.target made by frozen_copy; got "
+        r"gradients.local_steps=4",
     ):
         Scheme(
             ActorCritic,
@@ -452,6 +453,33 @@ def test_a_dqn_scheme_learns_from_a_prioritized_storage() -> None:
     assert replay is not None
     stored = cast(PrioritizedReplayBuffer, replay).sum_tree.get(torch.arange(len(replay)))
     assert len(stored.unique()) > 100  # the priorities given back, most rows drawn at least once
+
+
+def test_a_failed_loss_is_retried_on_its_minibatch_and_its_priorities_still_come_back() -> None:
+    storage = functools.partial(
+        PrioritizedStorage, 10_000, batch_size=32, gradient_steps=0.25, learning_starts=64
+    )
+    scheme = dqn_scheme(storage=storage)
+    assert scheme.local is not None
+    algorithm = scheme.local.algorithm
+    loss = algorithm.loss
+    with Learner(scheme, target_steps=10**6, progress=False) as learner:
+        learner.step()
+        algorithm.loss = lambda minibatch: (_ for _ in ()).throw(RuntimeError("interrupted"))  # type: ignore[method-assign]
+        with pytest.raises(RuntimeError, match="interrupted"):
+            learner.step()
+        algorithm.loss = loss  # type: ignore[method-assign]
+        learner.step()  # the same minibatch again, not "its priorities never came back"
+        assert learner.updates == 2
+
+
+def test_dqn_counts_its_updates_from_the_version_a_gradient_worker_loads() -> None:
+    scheme = dqn_scheme()
+    assert scheme.local is not None
+    scheme.local.set_weights(scheme.trained.state_dict(), 7)
+    algorithm = scheme.local.algorithm
+    assert isinstance(algorithm, DQN) and algorithm.updates == 7
+    scheme.close()
 
 
 def test_dqn_relabels_goals_in_a_scheme() -> None:

@@ -64,6 +64,7 @@ __all__ = [
     "MinibatchBuffer",
     "WholeBatchBuffer",
     "after_update",
+    "at_version",
     "target_buffers",
     "trained_module",
 ]
@@ -88,7 +89,9 @@ class Algorithm(Protocol):
     its state dict the weights the gradient workers get (the collection
     workers get ``model``'s alone); ``trained_module`` gives ``model``
     without it. And ``after_update()``, called after every optimiser step
-    where the step is taken (target networks; see ``after_update``).
+    where the step is taken (target networks; see ``after_update``), and
+    ``at_version(version)``, called when a gradient worker loads the weights
+    of policy ``version`` (see ``at_version``).
     """
 
     model: torch.nn.Module
@@ -140,30 +143,35 @@ def after_update(algorithm: Algorithm) -> None:
         hook()
 
 
+def at_version(algorithm: Algorithm, version: int) -> None:
+    """Call ``algorithm.at_version(version)`` if it has one (when a gradient worker loads weights of ``version``)."""
+    hook = getattr(algorithm, "at_version", None)
+    if callable(hook):
+        hook(version)
+
+
 def target_buffers(algorithm: Algorithm) -> list[torch.Tensor] | None:
-    """The tensors ``after_update`` moves: the buffers of ``trained.target``; None where they are unknown.
+    """The tensors ``after_update`` moves: the weights of ``trained.target``; None where they are unknown.
 
     ``[]`` for an algorithm without ``after_update``. For one with it, the
-    buffers of its trained module's ``target`` submodule (the target
-    network, a ``rlstruct.distributed.off_policy.frozen_copy``, as ``SAC``
-    and ``DQN`` keep it) that have the parameters' dtype: the target's
-    weights (statistics of another dtype, such as an observation
-    normaliser's float64 moments, are not moved by a target update); else
-    None. Rounds of local steps carry these
-    tensors with the parameters, and the update worker averages both: every
-    move of a target network (a Polyak step or a copy) is linear in the
-    parameters, so the mean of the workers' target networks, moved from the
-    same start, is the target network that followed the mean of their
+    buffers that stand for parameters in its trained module's ``target``
+    (a ``rlstruct.distributed.off_policy.frozen_copy``, as ``SAC`` and
+    ``DQN`` keep their target networks: its ``frozen_names``), not its other
+    buffers (statistics, an exploration rate), which a target update does not
+    move; else None. Rounds of local steps carry these tensors with the
+    parameters, and the update worker averages both: every move of a target
+    network (a Polyak step or a copy) is linear in the parameters, so when
+    the workers took the same steps from the same start, the mean of their
+    target networks is the target network that followed the mean of their
     parameters step by step.
     """
     if not callable(getattr(algorithm, "after_update", None)):
         return []
-    trained = trained_module(algorithm)
-    target = getattr(trained, "target", None)
-    if not isinstance(target, torch.nn.Module):
+    target = getattr(trained_module(algorithm), "target", None)
+    names = getattr(target, "frozen_names", None)
+    if not isinstance(target, torch.nn.Module) or names is None:
         return None
-    dtype = next(iter(trained.parameters())).dtype
-    return [b for b in target.buffers() if b.dtype == dtype]
+    return [target.get_buffer(name) for name in names]
 
 
 class Hyperparameters:

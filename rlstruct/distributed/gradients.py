@@ -28,7 +28,14 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.batchers import cpu_weights
-from rlstruct.distributed.algorithms import Algorithm, Buffer, after_update, target_buffers, trained_module
+from rlstruct.distributed.algorithms import (
+    Algorithm,
+    Buffer,
+    after_update,
+    at_version,
+    target_buffers,
+    trained_module,
+)
 from rlstruct.distributed.codec import Packed, pack, unpack
 from rlstruct.distributed.collection import CollectionWorker, Collectors, node_and_pid, resolve_weights
 from rlstruct.distributed.off_policy import give_priorities
@@ -94,8 +101,9 @@ class GradientResult:
             received from remote collection workers (0 in process or without
             a collection); ``rollout_raw_bytes`` before compression.
         batch_end: True when this minibatch was the last of its batch.
-        parameters: after local steps, the flat parameters they led to
-            (``[n_params]``, CPU, packed as ``gradients`` are); else None.
+        parameters: after local steps, the flat parameters they led to,
+            then the target networks' weights (``local_state``; CPU, packed
+            as ``gradients`` are); else None.
         steps: optimiser steps this result stands for: 1 for gradients,
             the number taken for local steps.
         observation_moments: with ``batch_end``, the count, mean and
@@ -192,6 +200,9 @@ def load_local_state(algorithm: Algorithm, flat: torch.Tensor) -> None:
     total = sum(t.numel() for t in tensors)
     if flat.dim() != 1 or flat.numel() != total:
         raise ValueError(f"load_local_state: flat must have shape [{total}], got {list(flat.shape)}")
+    if flat.dtype != tensors[0].dtype:
+        raise ValueError(f"load_local_state: flat must have dtype {tensors[0].dtype}, got {flat.dtype}")
+    flat = flat.to(tensors[0].device)  # one copy to the model's device
     offset = 0
     with torch.no_grad():
         for t in tensors:
@@ -276,6 +287,7 @@ class GradientWorker:
         """
         self.trained.load_state_dict(resolve_weights(weights))
         self.version = version
+        at_version(self.algorithm, version)
         self._maybe_broadcast(weights if self.trained is self.model else None)
 
     def _maybe_broadcast(self, weights: Mapping[str, torch.Tensor] | list[Any] | None) -> None:
@@ -322,6 +334,7 @@ class GradientWorker:
             result.rollout_raw_bytes += sum(p.raw_nbytes for p in packed)
         if lags:
             result.policy_lag = sum(lags) / len(lags)
+        self._next = minibatch  # pending until its loss went through: a step that failed retries it
         self.trained.zero_grad(set_to_none=True)
         loss, result.stats = self.algorithm.loss(minibatch)
         loss.backward()

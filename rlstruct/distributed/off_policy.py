@@ -229,7 +229,7 @@ class PrioritizedStorage(ReplayStorage):
                 raise ValueError(
                     "PrioritizedStorage: the last minibatch's priorities never came back; its algorithm "
                     "must set priorities = (minibatch['replay/index'], |TD error|) in its loss (DQN and "
-                    "SAC do)"
+                    "SAC do), and give_priorities must run after it before the next draw"
                 )
             self.owed -= 1
             rows, indices, weights = replay.sample(self.batch_size, self.current_beta())
@@ -313,13 +313,16 @@ def frozen_copy(module: torch.nn.Module) -> torch.nn.Module:
     It computes what ``module`` computes, with its own tensors; they are in
     its state dict (so they travel with the weights a scheme broadcasts) and
     out of ``parameters()`` (so out of the gradients and the optimiser).
-    ``follow`` moves them towards the module's parameters.
+    ``follow`` moves them towards the module's parameters. Their names, the
+    module's parameters' names, are the copy's ``frozen_names``.
     """
     frozen = copy.deepcopy(module)
+    names = [name for name, _ in module.named_parameters()]
     for submodule in frozen.modules():
         for name, p in list(submodule.named_parameters(recurse=False)):
             delattr(submodule, name)
             submodule.register_buffer(name, p.detach().clone())
+    frozen.__dict__["frozen_names"] = tuple(names)  # the buffers standing for parameters (target_buffers)
     return frozen
 
 
@@ -611,6 +614,15 @@ class DQN(Hyperparameters):
         self.updates += 1
         if self.updates % self.target_update_every == 0:
             follow(self.trained.target, self.model, self.tau)
+
+    def at_version(self, version: int) -> None:
+        """Count the updates from ``version``, the policy version of the weights a gradient worker loaded.
+
+        Every copy then moves its target network at the same updates, even
+        after rounds of local steps in which the workers took different
+        numbers of steps.
+        """
+        self.updates = version
 
     def set_parameter(self, name: str, value: float) -> None:
         """As ``PPO.set_parameter``; ``epsilon`` also fills the agent's buffer (the collection workers' rate)."""

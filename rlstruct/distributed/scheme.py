@@ -163,8 +163,8 @@ class Scheme:
             ``Algorithm``); use ``functools.partial`` for its hyperparameters.
         buffer_factory: ``buffer_factory()`` makes a gradient worker's buffer
             (``MinibatchBuffer`` or ``WholeBatchBuffer`` on-policy,
-            ``ReplayStorage`` or ``HindsightStorage`` off-policy, or any
-            ``Buffer``).
+            ``ReplayStorage``, ``PrioritizedStorage`` or ``HindsightStorage``
+            off-policy, or any ``Buffer``).
         collection: where and how rollouts are collected (``Collection``:
             environments, steps, remote workers, communication); defaults
             to ``Collection()``: 8 environments x 32 steps, in process.
@@ -375,9 +375,9 @@ class Scheme:
         if self.gradients.local_steps > 1 and target_buffers(self.algorithm) is None:
             raise ValueError(
                 f"Scheme: gradients.local_steps > 1 carries the parameters and the target networks "
-                f"(trained.target) back from the gradient workers, and {type(self.algorithm).__name__} has "
-                f"an after_update() but no trained.target; got gradients.local_steps="
-                f"{self.gradients.local_steps} (use 1)"
+                f"(trained.target, a frozen_copy) back from the gradient workers, and "
+                f"{type(self.algorithm).__name__} has an after_update() but no trained.target made by "
+                f"frozen_copy; got gradients.local_steps={self.gradients.local_steps} (use 1)"
             )
 
     def _get(self, refs: list[Any], what: str, timeout: float) -> list[Any]:
@@ -514,8 +514,9 @@ class Scheme:
         asynchrony of each result (0: all started from these weights).
         """
         asynchrony = [self.version - r.version for r in results]
-        flat = torch.stack([r.flat_parameters() for r in results]).mean(0)  # one worker: its own, exactly
-        load_local_state(self.algorithm, flat)
+        # The mean in float64, cast back: exact for one worker, and for workers that agree on a value
+        flat = torch.stack([r.flat_parameters().double() for r in results]).mean(0)
+        load_local_state(self.algorithm, flat.to(results[0].flat_parameters().dtype))
         self._merge_statistics(results)
         self.version += max(r.steps for r in results)
         if self.local is not None:
