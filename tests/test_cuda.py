@@ -148,3 +148,64 @@ def test_in_process_scheme_learns_on_cuda_like_on_the_cpu() -> None:
     for key, value in weights["cpu"].items():
         assert weights["cuda"][key].device.type == "cpu" and weights["cuda"][key].dtype == value.dtype
         assert torch.allclose(weights["cuda"][key], value, atol=1e-4), key
+
+
+def test_off_policy_local_steps_and_prioritized_replay_run_on_cuda() -> None:
+    # Local steps carry the parameters and the target critics back from the device and load them
+    # there: on CUDA as on the CPU, one gradient worker gives the weights of 1-step rounds. A
+    # prioritized storage made on the device serves its draws and takes its priorities there.
+    import functools
+
+    from rlstruct.distributed import (
+        DQN,
+        SAC,
+        Collection,
+        Gradients,
+        Learner,
+        PrioritizedStorage,
+        ReplayStorage,
+        Scheme,
+    )
+    from rlstruct.learning.q_learning import QNetwork
+    from rlstruct.learning.soft_actor_critic import SquashedGaussianActor
+
+    actor = {"obs_dim": 3, "action_low": [-2.0], "action_high": [2.0], "hidden": (16, 16)}
+    trained = []
+    for local_steps in (1, 8):
+        scheme = Scheme(
+            SquashedGaussianActor,
+            actor,
+            GymEnv,
+            {"env": "Pendulum-v1"},
+            functools.partial(SAC, hidden=(16, 16)),
+            functools.partial(ReplayStorage, 10_000, batch_size=32, gradient_steps=0.25, learning_starts=64),
+            collection=Collection(n_envs=2, n_steps=16),
+            gradients=Gradients(local_steps=local_steps),
+            device="cuda",
+            seed=3,
+        )
+        with Learner(scheme, target_steps=256, progress=False) as learner:
+            while not learner.done():
+                learner.step()
+        assert all(v.device.type == "cuda" for v in scheme.trained.state_dict().values())
+        trained.append({k: v.cpu() for k, v in scheme.trained.state_dict().items()})
+    for key, value in trained[0].items():
+        assert torch.allclose(trained[1][key], value, atol=1e-6), key
+
+    scheme = Scheme(
+        QNetwork,
+        {"obs_dim": 4, "n_actions": 2, "hidden": (16, 16)},
+        GymEnv,
+        ENV,
+        DQN,
+        functools.partial(PrioritizedStorage, 10_000, batch_size=32, gradient_steps=0.25, learning_starts=64),
+        collection=Collection(n_envs=2, n_steps=16),
+        device="cuda",
+    )
+    with Learner(scheme, target_steps=256, progress=False) as learner:
+        while not learner.done():
+            learner.step()
+        assert learner.updates > 0
+    assert scheme.local is not None and isinstance(scheme.local.buffer, PrioritizedStorage)
+    replay = scheme.local.buffer.replay
+    assert replay is not None and replay.device.type == "cuda"
