@@ -564,6 +564,21 @@ def test_a_remote_gradient_worker_trains_as_the_in_process_scheme_bit_for_bit(
 
 
 @pytest.mark.slow
+def test_two_gradient_workers_take_local_steps_and_share_the_averaged_targets(local_ray: None) -> None:
+    start = trained(sac_scheme(seed=4))
+    scheme = sac_scheme(seed=4, gradients=Gradients(remote_workers=2, local_steps=4, worker_cpus=0.2))
+    with Learner(scheme, target_steps=256, progress=False) as learner:
+        while not learner.done():
+            learner.step()
+        central = trained(scheme)
+        copies = ray.get([actor.trained_weights.remote() for actor in scheme.gradient_actors])
+    targets = [k for k in central if k.startswith("target.")]
+    assert learner.updates > 0 and targets
+    assert not any(torch.equal(central[k], start[k]) for k in targets)  # moved on the workers, averaged here
+    assert all(torch.equal(copy[k], central[k]) for copy in copies for k in central)  # and sent back to both
+
+
+@pytest.mark.slow
 def test_synchronous_remote_collection_is_reproducible(local_ray: None) -> None:
     options = {"collection": Collection(n_envs=2, n_steps=16, remote_workers=2, worker_cpus=0.2)}
     first, learner = run(sac_scheme(seed=1, **options), 256)
