@@ -180,6 +180,11 @@ def set_flat_gradients(model: torch.nn.Module, flat: torch.Tensor) -> None:
         offset += p.numel()
 
 
+def _local_tensors(algorithm: Algorithm) -> list[torch.Tensor]:
+    """The tensors a round of local steps carries: the trained parameters, then ``target_buffers``."""
+    return [*trained_module(algorithm).parameters(), *(target_buffers(algorithm) or [])]
+
+
 def local_state(algorithm: Algorithm) -> torch.Tensor:
     """What a round of local steps sends: the trained parameters, then the target networks' tensors, flat.
 
@@ -187,27 +192,21 @@ def local_state(algorithm: Algorithm) -> torch.Tensor:
     parameters, followed by ``target_buffers(algorithm)`` (none for an
     algorithm without target networks). ``load_local_state`` reads it back.
     """
-    trained = trained_module(algorithm)
-    parts = [p.detach().reshape(-1) for p in trained.parameters()]
-    parts += [b.reshape(-1) for b in target_buffers(algorithm) or []]
-    return torch.cat(parts).to("cpu")
+    return torch.cat([t.detach().reshape(-1) for t in _local_tensors(algorithm)]).to("cpu")
 
 
 def load_local_state(algorithm: Algorithm, flat: torch.Tensor) -> None:
     """Load ``flat`` (as ``local_state`` made it, or a mean of such) into the algorithm's parameters and targets."""
-    trained = trained_module(algorithm)
-    tensors = [*trained.parameters(), *(target_buffers(algorithm) or [])]
-    total = sum(t.numel() for t in tensors)
-    if flat.dim() != 1 or flat.numel() != total:
-        raise ValueError(f"load_local_state: flat must have shape [{total}], got {list(flat.shape)}")
+    tensors = _local_tensors(algorithm)
+    sizes = [t.numel() for t in tensors]
+    if flat.dim() != 1 or flat.numel() != sum(sizes):
+        raise ValueError(f"load_local_state: flat must have shape [{sum(sizes)}], got {list(flat.shape)}")
     if flat.dtype != tensors[0].dtype:
         raise ValueError(f"load_local_state: flat must have dtype {tensors[0].dtype}, got {flat.dtype}")
-    flat = flat.to(tensors[0].device)  # one copy to the model's device
-    offset = 0
+    parts = flat.to(tensors[0].device).split(sizes)  # one copy to the model's device
     with torch.no_grad():
-        for t in tensors:
-            t.copy_(flat[offset : offset + t.numel()].view_as(t))
-            offset += t.numel()
+        for t, part in zip(tensors, parts, strict=True):
+            t.copy_(part.view_as(t))
 
 
 class GradientWorker:

@@ -514,9 +514,10 @@ class Scheme:
         asynchrony of each result (0: all started from these weights).
         """
         asynchrony = [self.version - r.version for r in results]
+        flats = [r.flat_parameters() for r in results]  # unpacked once each
         # The mean in float64, cast back: exact for one worker, and for workers that agree on a value
-        flat = torch.stack([r.flat_parameters().double() for r in results]).mean(0)
-        load_local_state(self.algorithm, flat.to(results[0].flat_parameters().dtype))
+        mean = torch.stack([flat.double() for flat in flats]).mean(0)
+        load_local_state(self.algorithm, mean.to(flats[0].dtype))
         self._merge_statistics(results)
         self.version += max(r.steps for r in results)
         if self.local is not None:
