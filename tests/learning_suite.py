@@ -9,9 +9,10 @@ is missed. With ``--write PAGE``, every ``rlstruct train`` entry it ran also
 gets its learning curve, its seeds' runs overlaid by ``rlstruct plot``'s
 function (``rlstruct.logger.plot_runs``), in ``img/learning/<Entry.curve>``
 next to PAGE: ``docs/img/learning/ppo-CartPole-v1.png`` and so on, which the
-algorithm pages show. Without ``--write`` nothing is written into docs/. CI runs it, two runs at a time (about 30 minutes on 2
-cores), but for the entries marked too long for its time (``ci=False``), which ``--all`` adds and
-whose rows in docs/performance.md say when and on which commit they were measured.
+algorithm pages show. Without ``--write`` nothing is written into docs/. CI runs it, two runs at a
+time, the longest first (about 30 minutes on 2 cores), but for the entries marked too long for its
+time (``ci=False``) and the seeds beyond an entry's ``ci_seeds``, which ``--all`` adds and whose rows
+in docs/performance.md say when and on which commit they were measured.
 
 Usage:
     python tests/learning_suite.py [--only TEXT | --all] [--total-steps N] [--jobs N] [--write docs/performance.md] [--json PATH]
@@ -30,7 +31,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +54,8 @@ class Entry:
         False  # a target missed today, said in docs/performance.md: shown, not failing the suite
     )
     ci: bool = True  # False: too long for CI's time; run with --all (or --only), its row dated in the docs
+    ci_seeds: tuple[int, ...] | None = None  # CI's seeds when it runs fewer; --all and --only run them all
+    minutes: float = 1.0  # about how long one seed's run takes here: the longest runs are started first
 
     @property
     def tutorial(self) -> bool:
@@ -79,17 +82,21 @@ class Entry:
 ENTRIES = (
     Entry(("train", "ppo", "--env", "CartPole-v1"), 475, ">= 475 within 50k"),
     Entry(("train", "a2c", "--env", "CartPole-v1"), 400, ">= 400 within 100k"),
-    Entry(("train", "dqn", "--env", "CartPole-v1"), 400, ">= 400 within 100k", (0, 1, 2)),
-    Entry(("train", "sac", "--env", "Pendulum-v1"), -200, ">= -200 within 10k"),
+    Entry(("train", "dqn", "--env", "CartPole-v1"), 400, ">= 400 within 100k", (0, 1, 2), minutes=2),
+    Entry(("train", "sac", "--env", "Pendulum-v1"), -200, ">= -200 within 10k", minutes=2),
     Entry(
         ("train", "sac", "--env", "pybullet_envs_gymnasium:InvertedPendulumBulletEnv-v0"),
         900,
         ">= 900 within 30k",
         (0, 1, 2),
+        ci_seeds=(0,),
+        minutes=10,
     ),
     Entry(("train", "impala", "--env", "CartPole-v1"), 450, ">= 450 within 300k"),
     Entry(("train", "ppo", "--env", "Pendulum-v1"), -200, ">= -200 within 205k"),
-    Entry(("train", "ppo", "--env", "CartPoleNoVel-v1"), 475, ">= 475 within 100k", (0, 1, 2, 3, 4)),
+    Entry(
+        ("train", "ppo", "--env", "CartPoleNoVel-v1"), 475, ">= 475 within 100k", (0, 1, 2, 3, 4), minutes=4
+    ),
     Entry(
         ("train", "ppo", "--env", "CartPoleNoVel-v1", "--memory", "lstm"),
         None,
@@ -97,7 +104,7 @@ ENTRIES = (
         (0, 1, 2, 3, 4),
         ci=False,
     ),
-    Entry(("train", "dqn", "--env", "CartPoleNoVel-v1"), 475, ">= 475 within 200k"),
+    Entry(("train", "dqn", "--env", "CartPoleNoVel-v1"), 475, ">= 475 within 200k", minutes=18),
     Entry(
         ("train", "sac", "--env", "PendulumNoVel-v1"),
         -200,
@@ -127,7 +134,7 @@ ENTRIES = (
         (0, 1, 2),
         known_miss=True,
     ),
-    Entry(("09_attention_history.py",), 475, ">= 475 within 200k"),
+    Entry(("09_attention_history.py",), 475, ">= 475 within 200k", minutes=4),
     Entry(
         ("09_attention_history.py", "--env", "CueMemory-v0", "--steps", "50000"),
         1.0,
@@ -261,21 +268,29 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     if args.only is not None:
         entries = [e for e in ENTRIES if args.only in e.shown()]
+    elif args.all:
+        entries = list(ENTRIES)
     else:
-        entries = [e for e in ENTRIES if e.ci or args.all]
+        entries = [replace(e, seeds=e.ci_seeds or e.seeds) for e in ENTRIES if e.ci]
     if not entries:
         parser.error(f"no entry's command contains {args.only!r}")
     rows: list[tuple[Entry, list[Result], bool | None]] = []
     start = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
-        # every run is queued at once, in order; each entry is reported as soon as its seeds are done
-        runs = []
-        for index, entry in enumerate(entries):
-            workdir = Path(tmp) / str(index)
+        # every run is queued at once, the longest first (so that no long run starts near the end and
+        # leaves the other worker idle); the entries are reported in order, each once its seeds are done
+        workdirs = [Path(tmp) / str(index) for index in range(len(entries))]
+        for workdir in workdirs:
             workdir.mkdir()
-            runs.append([pool.submit(run, entry, seed, args.total_steps, workdir) for seed in entry.seeds])
-        for entry, futures in zip(entries, runs, strict=True):
-            results = [future.result() for future in futures]
+        queue = [(index, seed) for index, entry in enumerate(entries) for seed in entry.seeds]
+        queue.sort(key=lambda item: -entries[item[0]].minutes)  # stable: equal lengths keep their order
+        futures = {
+            (index, seed): pool.submit(run, entries[index], seed, args.total_steps, workdirs[index])
+            for index, seed in queue
+        }
+        runs = [[futures[index, seed] for seed in entry.seeds] for index, entry in enumerate(entries)]
+        for entry, pending in zip(entries, runs, strict=True):
+            results = [future.result() for future in pending]
             threshold = entry.threshold
             met = (
                 None

@@ -123,3 +123,31 @@ def test_ci_runs_the_entries_that_fit_its_time_and_all_runs_every_entry(
     ran.clear()
     assert learning_suite.main(["--only", "PendulumNoVel"]) == 0  # --only names one, in CI or not
     assert set(ran) == {"rlstruct train sac --env PendulumNoVel-v1"}
+
+
+def test_ci_runs_its_seeds_of_an_entry_and_starts_the_longest_runs_first(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ran: list[tuple[str, int]] = []
+
+    def fake(entry: learning_suite.Entry, seed: int, *args: object) -> learning_suite.Result:
+        ran.append((entry.shown(), seed))
+        return learning_suite.Result(10.0**6, 1, 1.0)
+
+    monkeypatch.setattr(learning_suite, "run", fake)
+    bullet = "rlstruct train sac --env pybullet_envs_gymnasium:InvertedPendulumBulletEnv-v0"
+    assert learning_suite.main(["--jobs", "1"]) == 0
+    assert [seed for command, seed in ran if command == bullet] == [0]  # its ci_seeds
+    out = capsys.readouterr().out
+    assert f"| `{bullet}` | >= 900 within 30k | 0 |" in out
+    ci = [e for e in learning_suite.ENTRIES if e.ci]
+    # the table keeps the entries' order, whatever order they ran in
+    table = [line.split("`")[1] for line in out.splitlines() if line.startswith("| `")]
+    assert table == [e.shown() for e in ci]
+    longest = max(ci, key=lambda e: e.minutes)
+    assert ran[0] == (longest.shown(), longest.seeds[0])  # one worker: started in the queue's order
+    minutes = {e.shown(): e.minutes for e in learning_suite.ENTRIES}
+    assert [minutes[command] for command, _ in ran] == sorted((minutes[c] for c, _ in ran), reverse=True)
+    ran.clear()
+    assert learning_suite.main(["--only", "InvertedPendulumBullet"]) == 0
+    assert ran == [(bullet, 0), (bullet, 1), (bullet, 2)]  # --only (and --all) run every seed
