@@ -46,6 +46,7 @@ def test_tutorials_are_found() -> None:
     assert any(path.name == "01_structures.py" for path in TUTORIALS)
 
 
+@pytest.mark.timeout(660)  # the script's own limit, 600 s, decides; pytest's 120 s would stop it first
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
 def test_tutorial_runs(path: Path, tmp_path: Path) -> None:
     result = subprocess.run(
