@@ -17,6 +17,11 @@ Rows (median microseconds per call, single-threaded torch, transitions of an
   against the same buffer holding 10^4 steps (125 chunks): a sample gathers
   32 chunks whatever the number held, so the target ratio is 1.2. With
   ``--quick``: 10^5 against 10^4 steps.
+- ``sequence sample 32x80 @ 4e6 vs 1e6 steps``: the same, 4 x 10^6 steps
+  (50,000 chunks) against 10^6: both too large for the processor's caches,
+  where the small one of the row above fits. No target: the row shows
+  whether the cost grows with the size once the chunks come from main
+  memory. Not run with ``--quick``.
 
 Usage:
     python benchmarks/replay.py [--quick] [--repeats N] [--json PATH]
@@ -25,6 +30,7 @@ Usage:
 from __future__ import annotations
 
 import random
+from functools import partial
 
 import torch
 from _common import Row, compare, parse_args, report
@@ -43,6 +49,7 @@ ALPHA = 0.6
 SEQUENCE_BATCH = 32
 SEQUENCE_T = 80
 SEQUENCE_BURN_IN = 40
+SEQUENCE_HELD = (10_000, 1_000_000, 4_000_000)
 
 
 def transitions(n: int, gen: torch.Generator) -> DictTensor:
@@ -158,12 +165,18 @@ def main() -> None:
         name = f"prioritized sample+update 256 @ {capacity:.0e}".replace("e+0", "e")
         rows.append(Row(name, value * 1e6, "us", baseline * 1e6))
 
-    small, large = (sequence_buffer(steps, gen) for steps in (10_000, 100_000 if args.quick else 1_000_000))
-    value, baseline = compare(
-        [lambda: large.sample(SEQUENCE_BATCH), lambda: small.sample(SEQUENCE_BATCH)], budget
+    held = {
+        steps: sequence_buffer(steps, gen) for steps in ((10_000, 100_000) if args.quick else SEQUENCE_HELD)
+    }
+    pairs = (
+        [(10_000, 100_000, 1.2)] if args.quick else [(10_000, 1_000_000, 1.2), (1_000_000, 4_000_000, None)]
     )
-    name = f"sequence sample 32x80 @ {large.steps_held():.0e} vs {small.steps_held():.0e} steps"
-    rows.append(Row(name.replace("e+0", "e"), value * 1e6, "us", baseline * 1e6, target=1.2))
+    for small, large, target in pairs:
+        value, baseline = compare(
+            [partial(held[large].sample, SEQUENCE_BATCH), partial(held[small].sample, SEQUENCE_BATCH)], budget
+        )
+        name = f"sequence sample 32x80 @ {large:.0e} vs {small:.0e} steps".replace("e+0", "e")
+        rows.append(Row(name, value * 1e6, "us", baseline * 1e6, target=target))
     report(args, rows, "rlstruct", "reference")
 
 
