@@ -135,11 +135,11 @@ def test_ci_runs_its_seeds_of_an_entry_and_starts_the_longest_runs_first(
         return learning_suite.Result(10.0**6, 1, 1.0)
 
     monkeypatch.setattr(learning_suite, "run", fake)
-    bullet = "rlstruct train sac --env pybullet_envs_gymnasium:InvertedPendulumBulletEnv-v0"
+    novel = "rlstruct train ppo --env CartPoleNoVel-v1"
     assert learning_suite.main(["--jobs", "1"]) == 0
-    assert [seed for command, seed in ran if command == bullet] == [0]  # its ci_seeds
+    assert [seed for command, seed in ran if command == novel] == [0, 1, 2]  # its ci_seeds, of 0-4
     out = capsys.readouterr().out
-    assert f"| `{bullet}` | >= 900 within 30k | 0 |" in out
+    assert f"| `{novel}` | >= 475 within 100k | 0, 1, 2 |" in out
     ci = [e for e in learning_suite.ENTRIES if e.ci]
     # the table keeps the entries' order, whatever order they ran in
     table = [line.split("`")[1] for line in out.splitlines() if line.startswith("| `")]
@@ -149,5 +149,5 @@ def test_ci_runs_its_seeds_of_an_entry_and_starts_the_longest_runs_first(
     minutes = {e.shown(): e.minutes for e in learning_suite.ENTRIES}
     assert [minutes[command] for command, _ in ran] == sorted((minutes[c] for c, _ in ran), reverse=True)
     ran.clear()
-    assert learning_suite.main(["--only", "InvertedPendulumBullet"]) == 0
-    assert ran == [(bullet, 0), (bullet, 1), (bullet, 2)]  # --only (and --all) run every seed
+    assert learning_suite.main(["--only", "ppo --env CartPoleNoVel-v1"]) == 0  # the LSTM row's too
+    assert [seed for command, seed in ran if command == novel] == [0, 1, 2, 3, 4]  # --only runs every seed
