@@ -293,9 +293,8 @@ def main(argv: list[str] | None = None) -> int:
             (index, seed): pool.submit(run, entries[index], seed, args.total_steps, workdirs[index])
             for index, seed in queue
         }
-        runs = [[futures[index, seed] for seed in entry.seeds] for index, entry in enumerate(entries)]
-        for entry, pending in zip(entries, runs, strict=True):
-            results = [future.result() for future in pending]
+        for index, entry in enumerate(entries):
+            results = [futures[index, seed].result() for seed in entry.seeds]
             threshold = entry.threshold
             met = (
                 None
