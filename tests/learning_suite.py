@@ -9,16 +9,13 @@ is missed. With ``--write PAGE``, every ``rlstruct train`` entry it ran also
 gets its learning curve, its seeds' runs overlaid by ``rlstruct plot``'s
 function (``rlstruct.logger.plot_runs``), in ``img/learning/<Entry.curve>``
 next to PAGE: ``docs/img/learning/ppo-CartPole-v1.png`` and so on, which the
-algorithm pages show. Without ``--write`` nothing is written into docs/. The runs start the
-longest first, two at a time (``--jobs``; alone, the CI selection takes about 25 minutes on 2 cores).
-CI runs every entry but those marked too long for its time (``ci=False``) and the seeds beyond an
-entry's ``ci_seeds``, which ``--all`` adds and whose rows in docs/performance.md say when and on
-which commit they were measured. It runs them beside the test suite, which keeps about one core
-busy: ``--beside PID`` starts one run at a time until process PID has ended, then ``--jobs``.
+algorithm pages show. Without ``--write`` nothing is written into docs/. CI runs it, two runs at a
+time, the longest first (about 20 to 25 minutes on 2 cores), but for the entries marked too long for its
+time (``ci=False``) and the seeds beyond an entry's ``ci_seeds``, which ``--all`` adds and whose rows
+in docs/performance.md say when and on which commit they were measured.
 
 Usage:
-    python tests/learning_suite.py [--only TEXT | --all] [--total-steps N] [--jobs N] [--beside PID]
-        [--write docs/performance.md] [--json PATH]
+    python tests/learning_suite.py [--only TEXT | --all] [--total-steps N] [--jobs N] [--write docs/performance.md] [--json PATH]
 
 ``--only`` keeps the entries whose command contains TEXT; ``--total-steps``
 replaces every budget (a smoke run: the thresholds are then not checked).
@@ -28,13 +25,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import select
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -43,7 +37,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- learning-suite:start -->", "<!-- learning-suite:end -->"
 RUN_TIMEOUT_S = 1800
-BESIDE_TIMEOUT_S = 7200  # the longest wait for the process given to --beside
 TUTORIAL_RESULT = re.compile(
     r"final greedy return (-?[\d.]+)(?: \+- [\d.]+)? over \d+ episodes after (\d+) env steps"
 )
@@ -214,32 +207,6 @@ def plot(entry: Entry, results: list[Result], folder: Path) -> Path | None:
     )
 
 
-def wait_for_exit(pid: int, timeout: float) -> None:
-    """Block until process ``pid`` (any process, not only a child) has ended, or ``timeout`` seconds."""
-    try:
-        handle = os.pidfd_open(pid)
-    except ProcessLookupError:  # already gone
-        return
-    try:
-        select.select([handle], [], [], timeout)  # a process's pidfd turns readable when it ends
-    finally:
-        os.close(handle)
-
-
-def run_slots(jobs: int, beside: int | None) -> threading.Semaphore:
-    """The runs allowed at a time: ``jobs``, or one until process ``beside`` has ended, then ``jobs``."""
-    if beside is None:
-        return threading.Semaphore(jobs)
-    slots = threading.Semaphore(1)
-
-    def widen() -> None:
-        wait_for_exit(beside, BESIDE_TIMEOUT_S)
-        slots.release(jobs - 1)
-
-    threading.Thread(target=widen, name="widen-after-exit", daemon=True).start()
-    return slots
-
-
 HEADER = (
     "| command | target | seeds | final greedy return | env steps | training s | met |\n"
     "|---|---|---|---:|---:|---:|---|"
@@ -301,17 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--jobs", type=int, default=2, metavar="N", help="runs at a time (default: 2)")
-    parser.add_argument(
-        "--beside",
-        type=int,
-        metavar="PID",
-        help="one run at a time while process PID runs (CI: the test suite), then --jobs",
-    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
-    if args.beside is not None and args.beside < 1:
-        parser.error(f"--beside must be a process id (a positive integer), got {args.beside}")
     if args.only is not None:
         entries = [e for e in ENTRIES if args.only in e.shown()]
     elif args.all:
@@ -322,12 +281,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no entry's command contains {args.only!r}")
     rows: list[tuple[Entry, list[Result], bool | None]] = []
     start = time.monotonic()
-    slots = run_slots(args.jobs, args.beside)
-
-    def run_in_slot(entry: Entry, seed: int, workdir: Path) -> Result:
-        with slots:
-            return run(entry, seed, args.total_steps, workdir)
-
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
         # every run is queued at once, the longest first (so that no long run starts near the end and
         # leaves the other worker idle); the entries are reported in order, each once its seeds are done
@@ -337,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         queue = [(index, seed) for index, entry in enumerate(entries) for seed in entry.seeds]
         queue.sort(key=lambda item: -entries[item[0]].minutes)  # stable: equal lengths keep their order
         futures = {
-            (index, seed): pool.submit(run_in_slot, entries[index], seed, workdirs[index])
+            (index, seed): pool.submit(run, entries[index], seed, args.total_steps, workdirs[index])
             for index, seed in queue
         }
         for index, entry in enumerate(entries):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import learning_suite
@@ -153,32 +151,3 @@ def test_ci_runs_its_seeds_of_an_entry_and_starts_the_longest_runs_first(
     ran.clear()
     assert learning_suite.main(["--only", "ppo --env CartPoleNoVel-v1"]) == 0  # the LSTM row's too
     assert [seed for command, seed in ran if command == novel] == [0, 1, 2, 3, 4]  # --only runs every seed
-
-
-def test_beside_a_running_process_one_run_at_a_time_then_jobs_once_it_ends() -> None:
-    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    try:
-        slots = learning_suite.run_slots(2, other.pid)
-        assert slots.acquire(timeout=10)
-        assert not slots.acquire(blocking=False)  # the other process still runs: one slot
-        assert other.stdin is not None
-        other.stdin.close()  # it reads its input to the end, then exits
-        assert other.wait(timeout=30) == 0
-        assert slots.acquire(timeout=30)  # the second slot, once it has ended
-        assert not slots.acquire(blocking=False)  # and no more than --jobs
-    finally:
-        other.kill()
-        other.wait(timeout=30)
-
-
-def test_beside_a_process_already_ended_runs_jobs_at_once() -> None:
-    slots = learning_suite.run_slots(2, 2**22 + 1)  # above Linux's largest process id: no such process
-    assert slots.acquire(timeout=30) and slots.acquire(timeout=30)
-    assert not slots.acquire(blocking=False)
-
-
-def test_beside_takes_a_process_id(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        learning_suite.main(["--beside", "0"])
-    assert exit_.value.code == 2
-    assert "--beside must be a process id (a positive integer), got 0" in capsys.readouterr().err
