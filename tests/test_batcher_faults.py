@@ -286,9 +286,10 @@ def test_a_worker_that_dies_before_it_runs_is_reported_with_its_exit_code(no_new
 
 
 def test_start_up_has_its_own_bound(no_new_children: None) -> None:
-    # a timeout far below what starting a worker takes (it imports torch): only start_timeout bounds it
+    # a timeout far below what starting a worker takes (it imports torch, a second or more): only
+    # start_timeout bounds the start; 0.25 s still leaves a loaded machine time for the steps after it
     with MultiprocessBatcher(
-        CountingAgent, {}, CounterEnv, {}, n_envs=2, n_timesteps=3, timeout=0.05, start_timeout=DEADLINE_S
+        CountingAgent, {}, CounterEnv, {}, n_envs=2, n_timesteps=3, timeout=0.25, start_timeout=DEADLINE_S
     ) as batcher:
         batcher.reset()
         assert run_once(batcher).trajectories["count"].shape == (4, 3)

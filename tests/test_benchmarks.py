@@ -22,6 +22,7 @@ def test_benchmarks_are_found() -> None:
     assert any(path.name == "structures.py" for path in BENCHMARKS)
 
 
+@pytest.mark.timeout(360)  # the run's own limit, 300 s, decides; pytest's 120 s would stop it first
 @pytest.mark.parametrize("path", BENCHMARKS, ids=lambda p: p.stem)
 def test_benchmark_quick_run_writes_json_rows(path: Path, tmp_path: Path) -> None:
     out = tmp_path / "rows.json"
