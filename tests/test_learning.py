@@ -137,9 +137,9 @@ def test_ci_runs_its_seeds_of_an_entry_and_starts_the_longest_runs_first(
     monkeypatch.setattr(learning_suite, "run", fake)
     novel = "rlstruct train ppo --env CartPoleNoVel-v1"
     assert learning_suite.main(["--jobs", "1"]) == 0
-    assert [seed for command, seed in ran if command == novel] == [0, 1, 2]  # its ci_seeds, of 0-4
+    assert [seed for command, seed in ran if command == novel] == [0]  # its ci_seeds, of 0-4
     out = capsys.readouterr().out
-    assert f"| `{novel}` | >= 475 within 100k | 0, 1, 2 |" in out
+    assert f"| `{novel}` | >= 475 within 100k | 0 |" in out
     ci = [e for e in learning_suite.ENTRIES if e.ci]
     # the table keeps the entries' order, whatever order they ran in
     table = [line.split("`")[1] for line in out.splitlines() if line.startswith("| `")]
