@@ -16,7 +16,8 @@ PositionOnlyCartPoleEasy, PositionOnlyPendulumEasy and AutoencodeEasy:
 - **POPGym <id>: MMER**: ``rlstruct train ppo --env popgym:popgym-<id>-v0
   --recurrent --normalize --total-steps N`` (``--total-steps``, default
   200,000; the settings PPO's tuned memory tasks have, PPO's defaults
-  otherwise: no setting is tuned for these ids), the mean over the seeds
+  otherwise, and the id's own tuned settings in ``ppo.TUNED``: only
+  PositionOnlyPendulumEasy has some, ``gamma=0.95, gae_lambda=0.95``), the mean over the seeds
   (``--seeds``, default 1: seed 0). Baseline: sb3-contrib's
   ``RecurrentPPO("MlpLstmPolicy", env, seed=seed)`` with its defaults (one
   environment; a ``Discrete`` observation one-hot, as Stable-Baselines3
@@ -85,6 +86,7 @@ import torch
 from _common import Row, evaluations, first_reaching, parse_args, report
 
 from rlstruct.algos import ppo
+from rlstruct.algos.config import env_key
 from rlstruct.algos.evaluation import eval_seed
 
 POPGYM_IDS = (
@@ -257,6 +259,17 @@ def popgym_id(name: str) -> str:
     return f"popgym:popgym-{name}-v0"
 
 
+def popgym_settings(env_id: str) -> dict[str, Any]:
+    """The settings of the runs on ``env_id`` beside PPO's defaults, as ``ppo.Config`` fields.
+
+    ``recurrent`` and ``normalize`` (what PPO's tuned memory tasks set),
+    then the id's own tuned settings in ``ppo.TUNED`` if it has any, less
+    their budget (the benchmark's ``--total-steps`` replaces it).
+    """
+    tuned = {k: v for k, v in ppo.TUNED.get(env_key(env_id), {}).items() if k != "total_steps"}
+    return {"recurrent": True, "normalize": True, **tuned}
+
+
 def popgym_results(
     names: Sequence[str], total: int, eval_every: int, seeds: Sequence[int], with_sb3: bool, root: Path
 ) -> list[PopgymResult]:
@@ -267,8 +280,7 @@ def popgym_results(
         configs = [
             ppo.Config(
                 env=env_id,
-                recurrent=True,
-                normalize=True,
+                **popgym_settings(env_id),
                 total_steps=total,
                 seed=seed,
                 eval_every=eval_every,

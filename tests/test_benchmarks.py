@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from rlstruct.algos import ppo
+
 DIRECTORY = Path(__file__).resolve().parents[1] / "benchmarks"
 BENCHMARKS = sorted(p for p in DIRECTORY.glob("*.py") if not p.name.startswith("_"))
 FIELDS = {"name", "value", "unit", "baseline", "ratio", "target", "higher_is_better"}
@@ -117,3 +119,17 @@ def test_memory_tasks_reads_mmer_and_first_reaching_from_the_evaluations(
     assert (curve.mmer, curve.final, curve.env_steps) == (0.96, 0.9, 30_720)  # the best, not the last
     assert curve.first_reaching(0.95) == 20_480 and curve.first_reaching(1.0) is None
     assert [memory_tasks._aligned(n) for n in (100, 20_000, 200_000)] == [256, 19_968, 199_936]
+
+
+def test_memory_tasks_runs_each_popgym_id_with_its_tuned_settings_and_the_benchmarks_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(DIRECTORY))
+    memory_tasks = importlib.import_module("memory_tasks")
+    untuned = memory_tasks.popgym_settings(memory_tasks.popgym_id("RepeatPreviousEasy"))
+    assert untuned == {"recurrent": True, "normalize": True}
+    monkeypatch.setitem(ppo.TUNED, "popgym-RepeatPreviousEasy-v0", {"gamma": 0.9, "total_steps": 5_000})
+    tuned = memory_tasks.popgym_settings(memory_tasks.popgym_id("RepeatPreviousEasy"))
+    assert tuned == {"recurrent": True, "normalize": True, "gamma": 0.9}  # the budget stays the benchmark's
+    pendulum = memory_tasks.popgym_settings(memory_tasks.popgym_id("PositionOnlyPendulumEasy"))
+    assert (pendulum["gamma"], pendulum["gae_lambda"]) == (0.95, 0.95)

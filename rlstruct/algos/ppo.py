@@ -292,6 +292,12 @@ TUNED: dict[str, dict[str, Any]] = {
     },
     "CartPoleNoVel-v1": {"recurrent": True, "normalize": True, "n_envs": 16, "total_steps": 100_000},
     "CueMemory-v0": {"recurrent": True, "normalize": True},
+    "popgym-PositionOnlyPendulumEasy-v0": {
+        "recurrent": True,
+        "normalize": True,
+        "gamma": 0.95,
+        "gae_lambda": 0.95,
+    },
 }
 """What ``rlstruct train ppo --env ID`` uses for these ids, under the flags given (docs/performance.md)."""
 
