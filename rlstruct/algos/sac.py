@@ -363,7 +363,13 @@ def learn(
 
 TUNED: dict[str, dict[str, Any]] = {
     "InvertedPendulumBulletEnv-v0": {"hidden": 256, "gradient_steps": 2.0, "total_steps": 30_000},
-    "PendulumNoVel-v1": {"recurrent": True, "n_steps": 32, "hidden": 64, "total_steps": 60_000},
+    "PendulumNoVel-v1": {
+        "recurrent": True,
+        "n_steps": 32,
+        "hidden": 64,
+        "gamma": 0.98,
+        "total_steps": 60_000,
+    },
 }
 """What ``rlstruct train sac --env ID`` uses for these ids, under the flags given (docs/performance.md)."""
 
