@@ -10,9 +10,10 @@ gets its learning curve, its seeds' runs overlaid by ``rlstruct plot``'s
 function (``rlstruct.logger.plot_runs``), in ``img/learning/<Entry.curve>``
 next to PAGE: ``docs/img/learning/ppo-CartPole-v1.png`` and so on, which the
 algorithm pages show. Without ``--write`` nothing is written into docs/. CI runs it, two runs at a
-time, the longest first (about 15 minutes on 2 cores), but for the entries marked too long for its
-time (``ci=False``) and the seeds beyond an entry's ``ci_seeds``, which ``--all`` adds and whose rows
-in docs/performance.md say when and on which commit they were measured.
+time, the longest first (about 11 minutes on 2 cores), but for the entries it leaves out
+(``ci=False``: too long for its time, or a known miss) and the seeds beyond an entry's ``ci_seeds``,
+which ``--all`` adds and whose rows in docs/performance.md say when and on which commit they were
+measured.
 
 Usage:
     python tests/learning_suite.py [--only TEXT | --all] [--total-steps N] [--jobs N] [--write docs/performance.md] [--json PATH]
@@ -53,9 +54,9 @@ class Entry:
     known_miss: bool = (
         False  # a target missed today, said in docs/performance.md: shown, not failing the suite
     )
-    ci: bool = True  # False: too long for CI's time; run with --all (or --only), its row dated in the docs
+    ci: bool = True  # False: not in CI (too long, or a known miss); run with --all or --only, its row dated
     ci_seeds: tuple[int, ...] | None = None  # CI's seeds when it runs fewer; --all and --only run them all
-    minutes: float = 1.0  # about how long one seed's run takes here: the longest runs are started first
+    minutes: float = 1.0  # about how long one seed's run takes in CI: the longest runs are started first
 
     @property
     def tutorial(self) -> bool:
@@ -80,17 +81,17 @@ class Entry:
 
 
 ENTRIES = (
-    Entry(("train", "ppo", "--env", "CartPole-v1"), 475, ">= 475 within 50k"),
-    Entry(("train", "a2c", "--env", "CartPole-v1"), 400, ">= 400 within 100k"),
+    Entry(("train", "ppo", "--env", "CartPole-v1"), 475, ">= 475 within 50k", minutes=0.5),
+    Entry(("train", "a2c", "--env", "CartPole-v1"), 400, ">= 400 within 100k", minutes=0.3),
     Entry(
         ("train", "dqn", "--env", "CartPole-v1"),
         400,
         ">= 400 within 100k",
         (0, 1, 2),
         ci_seeds=(0,),
-        minutes=2,
+        minutes=3.5,
     ),
-    Entry(("train", "sac", "--env", "Pendulum-v1"), -200, ">= -200 within 10k", minutes=2),
+    Entry(("train", "sac", "--env", "Pendulum-v1"), -200, ">= -200 within 10k", minutes=3.2),
     Entry(
         ("train", "sac", "--env", "pybullet_envs_gymnasium:InvertedPendulumBulletEnv-v0"),
         900,
@@ -99,8 +100,8 @@ ENTRIES = (
         ci=False,
         minutes=10,
     ),
-    Entry(("train", "impala", "--env", "CartPole-v1"), 450, ">= 450 within 300k"),
-    Entry(("train", "ppo", "--env", "Pendulum-v1"), -200, ">= -200 within 205k"),
+    Entry(("train", "impala", "--env", "CartPole-v1"), 450, ">= 450 within 300k", minutes=0.5),
+    Entry(("train", "ppo", "--env", "Pendulum-v1"), -200, ">= -200 within 205k", minutes=1.3),
     Entry(
         ("train", "ppo", "--env", "CartPoleNoVel-v1"),
         475,
@@ -125,7 +126,7 @@ ENTRIES = (
         ci=False,
         minutes=20,
     ),
-    Entry(("train", "ppo", "--env", "CueMemory-v0"), 1.0, "the optimum, 1.0, within 50k"),
+    Entry(("train", "ppo", "--env", "CueMemory-v0"), 1.0, "the optimum, 1.0, within 50k", minutes=1.3),
     Entry(
         (
             "train",
@@ -138,6 +139,7 @@ ENTRIES = (
         ),
         0.95,
         ">= 0.95 within 100k (the maximum is 1.0)",
+        minutes=3.5,
     ),
     Entry(
         ("train", "a2c", "--env", "CartPole-v1", "--recurrent"),
@@ -145,12 +147,15 @@ ENTRIES = (
         ">= 400 within 100k",
         (0, 1, 2),
         known_miss=True,
+        ci=False,
+        minutes=0.5,
     ),
     Entry(("09_attention_history.py",), 475, ">= 475 within 200k", ci=False, minutes=4),
     Entry(
         ("09_attention_history.py", "--env", "CueMemory-v0", "--steps", "50000"),
         1.0,
         "the optimum, 1.0, within 50k",
+        minutes=2,
     ),
 )
 
