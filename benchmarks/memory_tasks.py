@@ -17,7 +17,7 @@ PositionOnlyCartPoleEasy, PositionOnlyPendulumEasy and AutoencodeEasy:
   --recurrent --normalize --total-steps N`` (``--total-steps``, default
   200,000; the settings PPO's tuned memory tasks have, PPO's defaults
   otherwise, and the id's own tuned settings in ``ppo.TUNED``: only
-  PositionOnlyPendulumEasy has some, ``gamma=0.95, gae_lambda=0.95``), the mean over the seeds
+  PositionOnlyPendulumEasy has some, ``gamma=0.95, gae_lambda=0.95, n_envs=16``), the mean over the seeds
   (``--seeds``, default 1: seed 0). Baseline: sb3-contrib's
   ``RecurrentPPO("MlpLstmPolicy", env, seed=seed)`` with its defaults (one
   environment; a ``Discrete`` observation one-hot, as Stable-Baselines3

@@ -132,4 +132,4 @@ def test_memory_tasks_runs_each_popgym_id_with_its_tuned_settings_and_the_benchm
     tuned = memory_tasks.popgym_settings(memory_tasks.popgym_id("RepeatPreviousEasy"))
     assert tuned == {"recurrent": True, "normalize": True, "gamma": 0.9}  # the budget stays the benchmark's
     pendulum = memory_tasks.popgym_settings(memory_tasks.popgym_id("PositionOnlyPendulumEasy"))
-    assert (pendulum["gamma"], pendulum["gae_lambda"]) == (0.95, 0.95)
+    assert (pendulum["gamma"], pendulum["gae_lambda"], pendulum["n_envs"]) == (0.95, 0.95, 16)

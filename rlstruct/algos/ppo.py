@@ -297,6 +297,7 @@ TUNED: dict[str, dict[str, Any]] = {
         "normalize": True,
         "gamma": 0.95,
         "gae_lambda": 0.95,
+        "n_envs": 16,
     },
 }
 """What ``rlstruct train ppo --env ID`` uses for these ids, under the flags given (docs/performance.md)."""
