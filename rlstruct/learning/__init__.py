@@ -2,6 +2,9 @@
 
 - ``actor_critic``: ``ActorCritic``, the agent A2C, PPO and IMPALA build, and
   its memory helper ``run_memory``;
+- ``parallel``: ``run_in_parallel``, modules that share no parameter (the
+  two memories of an actor-critic) run side by side on CPU threads, forward
+  and backward, with the numbers of running them one after the other;
 - ``encoders``: ``ObservationEncoder``, the features of observations of
   every gymnasium space (one-hot, joined keys, a CNN for images);
 - ``metrics``: the returns of finished episodes and how well a value fits;
@@ -28,6 +31,7 @@ from rlstruct.learning.actor_critic import MEMORIES, ActorCritic, mlp, run_memor
 from rlstruct.learning.categorical import CategoricalPolicy
 from rlstruct.learning.encoders import ObservationEncoder
 from rlstruct.learning.metrics import EpisodeReturns, explained_variance
+from rlstruct.learning.parallel import run_in_parallel
 from rlstruct.learning.protocols import OnPolicyAgent, check_on_policy_agent
 
 __all__ = [
@@ -40,5 +44,6 @@ __all__ = [
     "check_on_policy_agent",
     "explained_variance",
     "mlp",
+    "run_in_parallel",
     "run_memory",
 ]

@@ -27,6 +27,7 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.dicttensor import DictTensor
 from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder
+from rlstruct.learning.parallel import run_in_parallel
 from rlstruct.normalize import ObservationNormalizer
 from rlstruct.specs import ObservationSpace
 from rlstruct.temporal import TemporalDictTensor
@@ -494,8 +495,14 @@ class ActorCritic(Agent):
             params, value = self.heads(x)
         else:
             starts = observation["initial_state"]
-            x_pi = run_memory(self.actor_memory, x, [state[k] for k in self._state_keys("pi")], starts)
-            x_v = run_memory(self.critic_memory, x, [state[k] for k in self._state_keys("v")], starts)
+            pi, v = self.actor_memory, self.critic_memory
+            h_pi, h_v = [state[k] for k in self._state_keys("pi")], [state[k] for k in self._state_keys("v")]
+            # the two memories share no parameter: on the CPU they run side by side, forward and backward
+            x_pi, x_v = run_in_parallel(
+                [lambda x: run_memory(pi, x, h_pi, starts), lambda x: run_memory(v, x, h_v, starts)],
+                x,
+                [list(pi.parameters()), list(v.parameters())],
+            )
             params, value = self.actor(x_pi), self.critic(x_v).squeeze(-1)
         out["value"] = value
         out["logits" if self.discrete else "mean"] = params
