@@ -8,7 +8,9 @@ Rows:
   (loss: the sum of the logits and the values) over a [B=8, T=32] batch of
   CartPole-v1 collected by a ``LocalBatcher``: ``rlstruct.replay_agent``
   against the same two GRUs and heads written in plain torch and called
-  directly over the same observations from the same initial state.
+  directly over the same observations from the same initial state (one GRU
+  after the other, where the agent runs its two side by side on two threads:
+  ``rlstruct.learning.run_in_parallel``).
   Milliseconds per call (lower is better):
 
   a. no episode starts inside a row (a collected batch whose in-row episode

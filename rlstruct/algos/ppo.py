@@ -103,7 +103,8 @@ class Config(TrainConfig):
     orthogonal_init: bool = True
     """Orthogonal initial weights (see ``ActorCritic``); else torch's default initialisation."""
     torch_threads: int = 1
-    """Threads of the learner's torch operations (small networks run fastest on one)."""
+    """Threads of the learner's torch operations (small networks run fastest on one); a recurrent
+    agent's two memories run side by side besides, one thread each (``run_in_parallel``)."""
 
 
 def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]]:
