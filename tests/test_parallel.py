@@ -169,3 +169,16 @@ def test_an_actor_critic_replay_gives_the_gradients_of_memories_run_one_after_th
     parallel = replay()
     monkeypatch.setattr(actor_critic_module, "run_in_parallel", lambda calls, x, _: [c(x) for c in calls])
     assert_same(replay(), parallel)
+
+
+def test_under_anomaly_detection_a_parameter_left_out_is_refused() -> None:
+    a, b, starts, states = memories(torch.nn.GRU)
+    x = torch.randn(B, T, D)
+    listed = [list(a.parameters()), list(b.parameters())[:-1]]  # b's last bias left out
+    run_in_parallel(both(a, b, states, starts), x, listed)  # not checked: it costs a walk of the graphs
+    with torch.autograd.set_detect_anomaly(True):
+        with pytest.raises(
+            ValueError, match=re.escape("call 1 uses a tensor that needs a gradient (shape (24,))")
+        ):
+            run_in_parallel(both(a, b, states, starts), x, listed)
+        run_in_parallel(both(a, b, states, starts), x, [list(a.parameters()), list(b.parameters())])

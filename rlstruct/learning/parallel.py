@@ -59,7 +59,10 @@ def run_in_parallel(
             (an encoder's output): the gradients the calls send it are summed.
         parameters: for each call, the parameters it uses; those that need
             a gradient get theirs as from running the calls one after the
-            other.
+            other. One left out gets no gradient: under
+            ``torch.autograd.set_detect_anomaly(True)`` the graphs are walked
+            and such a parameter is refused (a ValueError), which costs
+            about 0.5 ms per GRU graph of 32 steps, too much to do always.
 
     Returns:
         The calls' outputs, in order, as they would be without threads (same
@@ -67,7 +70,14 @@ def run_in_parallel(
         enabled. Backward through them runs once (no ``retain_graph``, no
         second-order gradients).
 
+    With two calls the input's gradient is the sum the autograd engine makes
+    of the two; with more, the calls' parts are summed in their order, which
+    may round differently from the engine's order.
+
     Raises:
+        ValueError: if ``calls`` and ``parameters`` differ in length; under
+            anomaly detection, if a call uses a parameter that needs a
+            gradient and is not in its ``parameters``.
         Whatever a call raises, on the caller's thread.
     """
     if len(calls) != len(parameters):
@@ -115,6 +125,9 @@ class _Parallel(torch.autograd.Function):
         for size in sizes:
             groups.append(list(flat[start : start + size]))
             start += size
+        if torch.is_anomaly_enabled():
+            for i, (out, group) in enumerate(zip(outputs, groups, strict=True)):
+                _check_leaves(i, out, [inner_x, *group])
         ctx.inner = (inner_x, outputs, groups)
         ctx.set_materialize_grads(False)
         return tuple(out.detach() for out in outputs)
@@ -150,6 +163,25 @@ class _Parallel(torch.autograd.Function):
                     grad_x = part if grad_x is None else grad_x + part
             grad_flat.extend(result)
         return (None, None, grad_x, *grad_flat)
+
+
+def _check_leaves(i: int, out: torch.Tensor, listed: list[torch.Tensor]) -> None:
+    """Raise if ``out``'s graph reaches a tensor that needs a gradient and is not in ``listed``."""
+    known = {id(t) for t in listed}
+    seen: set[Any] = set()
+    stack = [out.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        leaf = getattr(node, "variable", None)  # an AccumulateGrad node: a leaf that needs a gradient
+        if leaf is not None and id(leaf) not in known:
+            raise ValueError(
+                f"run_in_parallel: call {i} uses a tensor that needs a gradient (shape {tuple(leaf.shape)}) "
+                f"and is not in parameters[{i}]; it would get no gradient: list every parameter the call uses"
+            )
+        stack.extend(next_node for next_node, _ in node.next_functions)
 
 
 def _on_threads(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
