@@ -78,7 +78,7 @@ def run_in_parallel(
         ValueError: if ``calls`` and ``parameters`` differ in length; under
             anomaly detection, if a call uses a parameter that needs a
             gradient and is not in its ``parameters``.
-        Whatever a call raises, on the caller's thread.
+        Exception: whatever a call raises, raised again on the caller's thread.
     """
     if len(calls) != len(parameters):
         raise ValueError(
