@@ -87,13 +87,13 @@ def run_in_parallel(
     if len(calls) < 2 or x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
         return [call(x) for call in calls]
     trained = [[p for p in group if p.requires_grad] for group in parameters]
-    if not torch.is_grad_enabled() or not (x.requires_grad or any(trained)):
-        no_grad = not torch.is_grad_enabled()
+    grad = torch.is_grad_enabled()
+    if not grad or not (x.requires_grad or any(trained)):
         inference = torch.is_inference_mode_enabled()
 
         def plain(call: Call) -> Callable[[], torch.Tensor]:
-            def run() -> torch.Tensor:
-                with torch.inference_mode(inference), torch.set_grad_enabled(not no_grad):
+            def run() -> torch.Tensor:  # the caller's modes, which are per thread
+                with torch.inference_mode(inference), torch.set_grad_enabled(grad):
                     return call(x)
 
             return run
