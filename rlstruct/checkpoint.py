@@ -36,6 +36,7 @@ Examples:
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import tempfile
 from pathlib import Path
@@ -119,8 +120,12 @@ def load_checkpoint(
         Every stored value by name, state dicts included.
 
     Raises:
-        FileNotFoundError: if ``path`` does not exist.
-        ValueError: if an object's name is not in the checkpoint.
+        FileNotFoundError: if ``path`` is not a file.
+        ValueError: if the file cannot be read as a checkpoint (truncated,
+            empty, not written by ``torch.save``), or an object's name is
+            not in the checkpoint.
+        pickle.UnpicklingError: if ``weights_only`` refuses an object the
+            file holds (as ``torch.load`` does).
         TypeError: if an object has no ``load_state_dict`` method.
     """
     for name, obj in objects.items():
@@ -128,7 +133,21 @@ def load_checkpoint(
             raise TypeError(
                 f"load_checkpoint: {name}= must have a load_state_dict method, got a {type(obj).__name__}"
             )
-    state: dict[str, Any] = torch.load(Path(path), map_location=map_location, weights_only=weights_only)
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"load_checkpoint: {str(path)!r} is not a file")
+    try:
+        state: dict[str, Any] = torch.load(Path(path), map_location=map_location, weights_only=weights_only)
+    except Exception as error:  # a truncated, empty or foreign file: what torch.load raises varies
+        if isinstance(error, pickle.UnpicklingError) and "Unsupported global" in str(error):
+            raise  # weights_only refused what the file holds: torch's message says what to do
+        raise ValueError(
+            f"load_checkpoint: {str(path)!r} cannot be read as a checkpoint "
+            f"({type(error).__name__}: {' '.join(str(error).split())[:200]})"
+        ) from error
+    if not isinstance(state, dict):
+        raise ValueError(
+            f"load_checkpoint: {str(path)!r} holds a {type(state).__name__}, not a checkpoint's dict"
+        )
     missing = [name for name in objects if name not in state]
     if missing:
         raise ValueError(

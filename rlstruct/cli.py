@@ -33,14 +33,21 @@ the wrong type or out of range (named as typed: ``rlstruct: --total-steps
 must be in (0, inf), got -5``), flags that do not fit together, an
 environment id gymnasium cannot make or whose actions the algorithm cannot
 take (the line names the algorithms that can), a device this torch cannot
-use, an agent class that cannot be found or trained, a ``--resume`` of a run
-that finished or wrote no checkpoint yet; for ``eval`` and ``plot``, a run
-directory that does not exist or lacks its ``config.json``, ``checkpoint.pt``
-or ``progress.csv``, a column a ``progress.csv`` does not have, an
-environment that cannot render a GIF.
+use, a setting of the recurrent agent without ``--recurrent``, a replay
+buffer smaller than a batch, a ``--hidden`` or ``--buffer-size`` larger than
+the device's memory, an agent class that cannot be found or trained, a
+``--resume`` of a run that finished or wrote no checkpoint yet, or whose
+checkpoint cannot be read or does not fit its ``config.json``; for ``eval``
+and ``plot``, a run directory that does not exist or lacks its
+``config.json``, ``checkpoint.pt`` or ``progress.csv``, a column a
+``progress.csv`` does not have, an environment that cannot render a GIF; a
+``--json``, ``--out`` or ``OUT`` that names a folder or nothing.
 
 A run whose losses or training return stop being finite ends with one line naming
-them and the run directory, exit status 1 (``TrainingDiverged``).
+them and the run directory, exit status 1 (``TrainingDiverged``). One that
+runs out of memory past what the checks foresee ends with one line saying so,
+exit status 1 too (a replay buffer or a hidden layer larger than the device's
+memory is a mistake of its flag, found before the run starts).
 
 Modules named by ``--env module:Id`` and ``--agent module:Class`` are looked
 for in the current directory first, as ``python -m`` does.
@@ -66,6 +73,8 @@ import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from rlstruct.algos import ALGORITHMS
 from rlstruct.algos.config import OneLineParser
@@ -197,6 +206,11 @@ def _train(algo: str, args: list[str]) -> int:
             raise
         print(f"rlstruct: {error}", file=sys.stderr)
         return 1
+    except RuntimeError as error:  # an allocation too large for this machine, past what the checks foresee
+        if _debug() or not _out_of_memory(error):
+            raise
+        print(f"rlstruct: {algo}: {_out_of_memory(error)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM: one line naming the run, if one began
         if _debug():
             raise
@@ -207,6 +221,26 @@ def _train(algo: str, args: list[str]) -> int:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _out_of_memory(error: RuntimeError) -> str:
+    """What a failed allocation asked for, in one line; empty for any other ``RuntimeError``.
+
+    Examples:
+        >>> _out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 4000 bytes."))
+        'out of memory (4000 bytes asked for at once); a size such as --n-envs, --hidden or --buffer-size is too large for this machine'
+        >>> _out_of_memory(RuntimeError("shape mismatch"))
+        ''
+    """
+    text = str(error)
+    if not isinstance(error, torch.OutOfMemoryError) and "can't allocate memory" not in text:
+        return ""
+    asked = re.search(r"tried to allocate ([\d.]+ ?[KMGT]?i?B|\d+ bytes)", text)
+    amount = f" ({asked.group(1)} asked for at once)" if asked else ""
+    return (
+        f"out of memory{amount}; a size such as --n-envs, --hidden or --buffer-size is too large for "
+        "this machine"
+    )
 
 
 def _on_sigterm(received: list[int]) -> Any:
@@ -281,7 +315,11 @@ def _run(
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    """An int flag's value that must be 1 or more; argparse's one line names the flag otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive int, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive int, got {value}")
     return value
@@ -402,6 +440,9 @@ def _export(options: argparse.Namespace) -> int:
 
     if not Path(options.run_dir).is_dir():
         return _mistake(f"rlstruct export: run directory {options.run_dir!r} does not exist")
+    if options.out == "" or Path(options.out).is_dir():
+        got = "''" if options.out == "" else f"the folder {options.out!r}"
+        return _mistake(f"rlstruct export: OUT must name the file to write, got {got}")
     if not Path(options.out).resolve().parent.is_dir():
         return _mistake(f"rlstruct export: OUT's folder {str(Path(options.out).parent)!r} does not exist")
     source = Path(options.run_dir) / BEST_NAME if options.best else options.run_dir
@@ -452,11 +493,12 @@ def _plot_parser() -> argparse.ArgumentParser:
 
 
 def _plot(options: argparse.Namespace) -> int:
-    from rlstruct.logger import plot_runs
+    from rlstruct.logger import _image_path, plot_runs
 
     y, optional = (["eval_return_mean"], ["train_return_mean"]) if options.y is None else ([options.y], [])
     try:
-        path = plot_runs(options.run_dirs, y, optional=optional, x=X_COLUMNS[options.x], path=options.out)
+        out = _image_path(options.out, "--out")
+        path = plot_runs(options.run_dirs, y, optional=optional, x=X_COLUMNS[options.x], path=out)
     except (FileNotFoundError, ValueError) as error:
         if _debug():
             raise

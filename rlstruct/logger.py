@@ -362,22 +362,24 @@ def plot_csv(
         y: the column or columns to plot, such as ``"return_mean"``.
         x: the column on the x axis.
         path: the image file to write (its suffix picks the format: ``.png``,
-            ``.svg``, ``.pdf``); ``learning_curve.png`` next to ``csv_path`` by
-            default.
+            ``.svg``, ``.pdf``; none: ``.png`` is added); ``learning_curve.png``
+            next to ``csv_path`` by default.
 
     Returns:
         The path of the image.
 
     Raises:
-        ValueError: if ``y`` is empty, a column is missing from the file, or a
-            column in ``y`` has no value where ``x`` has one.
+        ValueError: if ``y`` is empty, a column is missing from the file, a
+            column in ``y`` has no value where ``x`` has one, or ``path`` is
+            empty or a folder.
+        FileNotFoundError: if ``path``'s folder does not exist.
     """
     csv_path = Path(csv_path)
     names = [y] if isinstance(y, str) else list(y)
     if not names:
         raise ValueError("plot_csv: y must name at least one column, got none")
     curves = _read_curves(csv_path, names, (), x, interpolate_x=False, prefix="plot_csv: ")
-    image = csv_path.with_name(PLOT_NAME) if path is None else Path(path)
+    image = csv_path.with_name(PLOT_NAME) if path is None else _image_path(path, "plot_csv: path")
     y_label = _y_label(names)
     return _draw(
         [
@@ -426,18 +428,22 @@ def plot_runs(
         optional: columns to plot where present, such as
             ``"train_return_mean"``.
         x: the column on the x axis, such as ``"env_steps"`` or ``"wall_s"``.
-        path: the image file to write (its suffix picks the format).
+        path: the image file to write (its suffix picks the format; none:
+            ``.png`` is added).
 
     Returns:
         The path of the image.
 
     Raises:
         FileNotFoundError: if a run directory does not exist or has no
-            ``progress.csv``; the message names it.
+            ``progress.csv`` (the message names it), or ``path``'s folder
+            does not exist.
         ValueError: if ``run_dirs`` or ``y`` is empty, or a column of ``y`` or
-            ``x`` is missing from a file or has no value to plot; the message
-            names the file and lists its columns.
+            ``x`` is missing from a file or has no value to plot (the message
+            names the file and lists its columns), or ``path`` is empty or a
+            folder.
     """
+    image = _image_path(path, "plot_runs: path")
     names = [y] if isinstance(y, str) else list(y)
     if not names:
         raise ValueError("plot_runs: y must name at least one column, got none")
@@ -465,7 +471,7 @@ def plot_runs(
         y=_y_label(sorted(plotted)),
         title="",
         legend=True,
-        path=Path(path),
+        path=image,
     )
 
 
@@ -531,6 +537,31 @@ def _read_curves(
             )
         curves[name] = points
     return curves
+
+
+def _image_path(path: str | os.PathLike[str], name: str) -> Path:
+    """``path`` as the image file to write: ``.png`` added if it has no suffix.
+
+    Args:
+        path: the file; its folder must exist.
+        name: how the caller's argument is called, for the messages.
+
+    Raises:
+        ValueError: if ``path`` is empty or an existing folder.
+        FileNotFoundError: if its folder does not exist.
+
+    Examples:
+        >>> _image_path("curves", "path")
+        PosixPath('curves.png')
+    """
+    if str(path) == "":
+        raise ValueError(f"{name} must name an image file, got ''")
+    image = Path(path)
+    if image.is_dir():
+        raise ValueError(f"{name} must name an image file, got the folder {str(image)!r}")
+    if not image.resolve().parent.is_dir():
+        raise FileNotFoundError(f"{name}: the folder {str(image.parent)!r} does not exist")
+    return image if image.suffix else image.with_name(image.name + ".png")
 
 
 def _draw(curves: Sequence[_Curve], *, x: str, y: str, title: str, legend: bool, path: Path) -> Path:

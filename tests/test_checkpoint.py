@@ -274,3 +274,17 @@ def test_errors_name_the_argument(tmp_path: Path) -> None:
         set_rng_state({k: v for k, v in state.items() if k != "numpy"}, torch.Generator())
     with pytest.raises(ValueError, match=message("state holds the generators of 99 CUDA devices")):
         set_rng_state({**state, "cuda": [torch.get_rng_state()] * 99}, torch.Generator())
+
+
+@pytest.mark.parametrize("content", [b"", b"not a checkpoint", b"PK\x03\x04 truncated"])
+def test_a_file_that_is_not_a_checkpoint_is_a_value_error_naming_it(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(content)
+    with pytest.raises(
+        ValueError, match=re.escape(f"load_checkpoint: {str(path)!r} cannot be read as a checkpoint (")
+    ):
+        load_checkpoint(path)
+    with pytest.raises(
+        FileNotFoundError, match=re.escape(f"load_checkpoint: {str(tmp_path)!r} is not a file")
+    ):
+        load_checkpoint(tmp_path)

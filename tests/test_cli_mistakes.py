@@ -12,11 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium
 import pytest
 import torch
 
 from rlstruct.algos import a2c, dqn, impala, ppo, sac
 from rlstruct.algos.config import check_device
+from rlstruct.algos.evaluation import UnknownEnvironment
 from rlstruct.cli import main
 from rlstruct.errors import ConfigError
 
@@ -119,6 +121,34 @@ TRAIN_MISTAKES = [
         "rlstruct: --json must be a file in an existing folder, got '/no/such/folder/results.json'",
     ),
     (
+        ["ppo", *CARTPOLE, "--memory", "lstm"],
+        "rlstruct: --memory ('lstm') is a setting of the recurrent agent and needs --recurrent; without it, "
+        "leave --memory at 'gru'",
+    ),
+    (
+        ["a2c", *CARTPOLE, "--memory", "lstm"],
+        "rlstruct: --memory ('lstm') is a setting of the recurrent agent and needs --recurrent; without it, "
+        "leave --memory at 'gru'",
+    ),
+    (
+        ["dqn", *CARTPOLE, "--burn-in", "4"],
+        "rlstruct: --burn-in (4) is a setting of the recurrent agent and needs --recurrent; without it, "
+        "leave --burn-in at 8",
+    ),
+    (
+        ["sac", "--env", "Pendulum-v1", "--burn-in", "4"],
+        "rlstruct: --burn-in (4) is a setting of the recurrent agent and needs --recurrent; without it, "
+        "leave --burn-in at 8",
+    ),
+    (
+        ["dqn", *CARTPOLE, "--buffer-size", "10"],
+        "rlstruct: --buffer-size (10) must hold at least one batch of --batch-size (256) transitions",
+    ),
+    (
+        ["sac", "--env", "Pendulum-v1", "--target-entropy", "nan"],
+        "rlstruct: --target-entropy must be in (-inf, inf), got nan",
+    ),
+    (
         ["foo", *CARTPOLE],
         "rlstruct train: unknown algorithm 'foo'; choose one of a2c, dqn, impala, ppo, sac "
         "(rlstruct train --help lists them)",
@@ -164,6 +194,16 @@ def test_a_train_mistake_is_one_line_and_makes_no_run_directory(
             "(rlstruct eval --help lists the flags)",
         ),
         (
+            ["eval", "runs/x", "--episodes", "2.5"],
+            "rlstruct eval: argument --episodes: must be a positive int, got '2.5' "
+            "(rlstruct eval --help lists the flags)",
+        ),
+        (["plot", "runs/x", "--out", ""], "rlstruct plot: --out must name an image file, got ''"),
+        (
+            ["plot", "runs/x", "--out", "/no/such/folder/curves.png"],
+            "rlstruct plot: --out: the folder '/no/such/folder' does not exist",
+        ),
+        (
             ["plot", "runs/x", "--x", "steps"],
             "rlstruct plot: argument --x: invalid choice: 'steps' (choose from 'env_steps', 'wall_time') "
             "(rlstruct plot --help lists the flags)",
@@ -176,6 +216,84 @@ def test_a_command_mistake_is_one_line(
     assert main(argv) == 2
     out = capsys.readouterr()
     assert (out.out, out.err) == ("", line + "\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "what"),
+    [
+        (["ppo", *CARTPOLE, "--hidden", "10000000000"], "--hidden (10000000000)", "a hidden layer's weights"),
+        (["dqn", *CARTPOLE, "--buffer-size", str(10**13)], f"--buffer-size ({10**13})", "a replay buffer"),
+        (
+            ["sac", "--env", "Pendulum-v1", "--buffer-size", str(10**13)],
+            f"--buffer-size ({10**13})",
+            "a replay buffer",
+        ),
+    ],
+)
+def test_a_size_beyond_the_machine_s_memory_is_one_line_before_the_run_starts(
+    argv: list[str], flag: str, what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["train", *argv, "--run-dir", str(tmp_path), "--no-progress"]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert re.fullmatch(
+        rf"rlstruct: {re.escape(flag)} asks for {what} of at least [\d.]+ [kMGTP]?B, more than the [\d.]+ "
+        r"[kMGTP]?B of memory of --device 'cpu'\n",
+        out.err,
+    ), out.err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_paths_that_are_folders_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    runs = tmp_path / "runs"
+    assert main(["train", "ppo", *CARTPOLE, "--json", str(folder), "--run-dir", str(runs)]) == 2
+    assert capsys.readouterr().err == (
+        f"rlstruct: --json must be a file in an existing folder, got the folder {str(folder)!r}\n"
+    )
+    assert not runs.exists()
+    assert main(["plot", str(tmp_path), "--out", str(folder)]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"rlstruct plot: --out must name an image file, got the folder {str(folder)!r}\n"
+    )
+    for out, got in ((str(folder), f"the folder {str(folder)!r}"), ("", "''")):
+        assert main(["export", str(tmp_path), out]) == 2
+        assert capsys.readouterr().err == f"rlstruct export: OUT must name the file to write, got {got}\n"
+    assert list(folder.iterdir()) == []
+
+
+def test_a_run_that_runs_out_of_memory_ends_in_one_line_with_status_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def allocation_failure(config: ppo.Config) -> None:
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you "
+            "tried to allocate 400000000000 bytes. Error code 12 (Cannot allocate memory)"
+        )
+
+    monkeypatch.setattr(ppo, "train", allocation_failure)
+    assert main(["train", "ppo", *CARTPOLE, "--run-dir", str(tmp_path), "--no-progress"]) == 1
+    assert capsys.readouterr().err == (
+        "rlstruct: ppo: out of memory (400000000000 bytes asked for at once); a size such as --n-envs, "
+        "--hidden or --buffer-size is too large for this machine\n"
+    )
+
+    def another_failure(config: ppo.Config) -> None:
+        raise RuntimeError("a bug, not a mistake")
+
+    monkeypatch.setattr(ppo, "train", another_failure)
+    with pytest.raises(RuntimeError, match="a bug, not a mistake"):  # a bug keeps its traceback
+        main(["train", "ppo", *CARTPOLE, "--run-dir", str(tmp_path), "--no-progress"])
+
+
+def test_a_bare_popgym_id_is_told_its_prefix() -> None:
+    error = UnknownEnvironment("popgym-RepeatPreviousEasy-v0", gymnasium.error.NameNotFound("not registered"))
+    assert str(error).endswith(
+        "POPGym environments need the module prefix and the popgym extra: "
+        "--env popgym:popgym-RepeatPreviousEasy-v0"
+    )
 
 
 def test_resuming_a_run_without_a_checkpoint_is_one_line_and_writes_nothing(

@@ -168,6 +168,23 @@ def test_plot_runs_overlays_runs_and_plots_optional_columns_where_present(tmp_pa
         FileNotFoundError, match=message(f"run directory {str(tmp_path / 'd')!r} does not exist")
     ):
         plot_runs([*runs, tmp_path / "d"], "eval_return_mean")
+    # no suffix: .png is added, and the path returned is the file written
+    assert (
+        plot_runs(runs, "eval_return_mean", x="wall_s", path=tmp_path / "curves") == tmp_path / "curves.png"
+    )
+    assert (tmp_path / "curves.png").read_bytes().startswith(PNG_SIGNATURE)
+    with pytest.raises(
+        ValueError,
+        match=message(f"plot_runs: path must name an image file, got the folder {str(tmp_path)!r}"),
+    ):
+        plot_runs(runs, "eval_return_mean", path=tmp_path)
+    with pytest.raises(ValueError, match=message("plot_runs: path must name an image file, got ''")):
+        plot_runs(runs, "eval_return_mean", path="")
+    with pytest.raises(
+        FileNotFoundError,
+        match=message(f"plot_runs: path: the folder {str(tmp_path / 'e')!r} does not exist"),
+    ):
+        plot_runs(runs, "eval_return_mean", path=tmp_path / "e" / "o.png")
 
 
 def test_progress_goes_through_the_logger(tmp_path: Path) -> None:

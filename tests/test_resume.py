@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -133,7 +134,13 @@ def test_resume_takes_the_settings_of_the_run(tmp_path: Path, capsys: pytest.Cap
     with pytest.raises(SystemExit):
         parse(["--resume", str(tmp_path / "missing")])
     err = capsys.readouterr().err
-    assert re.search(r"--resume: '.*missing/config.json' does not exist; expected a run directory", err)
+    assert re.search(r"--resume: '.*missing' does not exist; expected a run directory", err)
+
+    (tmp_path / "a_file").write_text("not a run")
+    with pytest.raises(SystemExit):
+        parse(["--resume", str(tmp_path / "a_file")])
+    err = capsys.readouterr().err
+    assert re.search(r"--resume: '.*a_file' is a file; expected a run directory", err)
 
     (run_dir / "config.json").write_text('{"env": "CartPole-v1", "epsilon_start": 1.0}\n')
     with pytest.raises(SystemExit):
@@ -214,3 +221,48 @@ def test_a_finished_run_and_impala_refuse_to_resume(
         impala.train(impala.Config(env="CartPole-v1", checkpoint_every=1000, progress=False))
     with pytest.raises(ValueError, match=re.escape("impala: config.resume is not supported")):
         impala.train(impala.Config(env="CartPole-v1", resume=str(run_dir), progress=False))
+
+
+def test_a_checkpoint_that_cannot_be_read_or_does_not_fit_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [
+        "--env",
+        "CartPole-v1",
+        "--total-steps",
+        "1024",
+        "--checkpoint-every",
+        "512",
+        "--eval-episodes",
+        "1",
+    ]
+    with monkeypatch.context() as patch:
+        crash_after_first_checkpoint(patch)
+        with pytest.raises(Interrupted):
+            cli(["train", "ppo", *args, "--run-dir", str(tmp_path), "--no-progress"])
+    run_dir = only_run(tmp_path)
+    checkpoint = run_dir / "checkpoint.pt"
+    stored = checkpoint.read_bytes()
+    capsys.readouterr()
+
+    config = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**config, "hidden": 32}))  # edited: another network
+    assert cli(["train", "ppo", "--resume", str(run_dir), "--no-progress"]) == 2
+    out = capsys.readouterr()
+    assert out.err.count("\n") == 1 and "Traceback" not in out.err
+    assert out.err.startswith(
+        f"rlstruct: ppo: --resume {str(run_dir)!r}: its checkpoint.pt does not fit the model that "
+        f"{str(run_dir / 'config.json')!r} describes (RuntimeError: "
+    )
+    assert checkpoint.read_bytes() == stored
+    (run_dir / "config.json").write_text(json.dumps(config))
+
+    for content in (b"", stored[: len(stored) // 2], b"not a checkpoint"):
+        checkpoint.write_bytes(content)
+        assert cli(["train", "ppo", "--resume", str(run_dir), "--no-progress"]) == 2
+        out = capsys.readouterr()
+        assert out.err.count("\n") == 1 and "Traceback" not in out.err
+        assert out.err.startswith(
+            f"rlstruct: ppo: --resume {str(run_dir)!r}: load_checkpoint: {str(checkpoint)!r} cannot be read "
+            "as a checkpoint ("
+        )

@@ -25,6 +25,8 @@ import dataclasses
 import inspect
 import itertools
 import json
+import math
+import os
 import textwrap
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -50,7 +52,11 @@ __all__ = [
     "check_config",
     "check_device",
     "check_env",
+    "check_fits_memory",
+    "check_hidden",
     "check_layout",
+    "check_recurrent_only",
+    "check_replay",
     "config_errors",
     "env_key",
     "field_docs",
@@ -193,8 +199,9 @@ def check_config(config: TrainConfig, **positive: int | float) -> None:
             ) from error
     if Path(config.run_dir).exists() and not Path(config.run_dir).is_dir():
         raise ValueError(f"config.run_dir must be a folder (or one to make), got the file {config.run_dir!r}")
-    if config.json is not None and not Path(config.json).parent.is_dir():
-        raise ValueError(f"config.json must be a file in an existing folder, got {config.json!r}")
+    if config.json is not None and (not Path(config.json).parent.is_dir() or Path(config.json).is_dir()):
+        got = f"the folder {config.json!r}" if Path(config.json).is_dir() else repr(config.json)
+        raise ValueError(f"config.json must be a file in an existing folder, got {got}")
 
 
 def check_device(device: object) -> None:
@@ -237,7 +244,9 @@ def check_actor_critic(config: Any) -> None:
     """Raise ValueError for an actor-critic field out of range (A2C, PPO, IMPALA).
 
     ``gamma`` (and ``gae_lambda``, where the config has one) in [0, 1],
-    ``ent_coef`` and ``vf_coef`` >= 0, ``memory`` one of ``MEMORIES``.
+    ``ent_coef`` and ``vf_coef`` >= 0, ``memory`` one of ``MEMORIES`` (and
+    left at its default without ``recurrent``), ``hidden`` within the
+    device's memory.
     """
     for name in ("gamma", "gae_lambda"):
         if hasattr(config, name):
@@ -245,6 +254,84 @@ def check_actor_critic(config: Any) -> None:
     for name in ("ent_coef", "vf_coef"):
         check_number("config", name, getattr(config, name), 0.0)
     check_choice("config", "memory", config.memory, tuple(MEMORIES))
+    check_recurrent_only(config, "memory")
+    if config.agent is None:  # your own agent does not read hidden
+        check_hidden(config)
+
+
+def check_recurrent_only(config: Any, *names: str) -> None:
+    """Raise ValueError for a field of ``names`` that only the recurrent agent reads, changed without ``recurrent``.
+
+    A field left at its default passes: the check can only see a value
+    that differs from it (``--memory lstm`` without ``--recurrent``).
+    """
+    if config.recurrent:
+        return
+    defaults = {field.name: field.default for field in dataclasses.fields(config)}
+    for name in names:
+        value = getattr(config, name)
+        if value != defaults[name]:
+            raise ValueError(
+                f"config.{name} ({value!r}) is a setting of the recurrent agent and needs config.recurrent "
+                f"(--recurrent); without it, leave config.{name} at {defaults[name]!r}"
+            )
+
+
+def machine_memory(device: str) -> int | None:
+    """The bytes of memory of ``device``: the machine's physical memory for "cpu", the GPU's for "cuda";
+    None where it cannot be read."""
+    if torch.device(device).type == "cuda":
+        return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):  # a platform without these names
+        return None
+
+
+def _size(n_bytes: float) -> str:
+    """``n_bytes`` in the largest unit that keeps it at 1 or more (``'24.0 GB'``)."""
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if n_bytes < 1000 or unit == "PB":
+            return f"{n_bytes:.1f} {unit}"
+        n_bytes /= 1000
+    raise AssertionError("unreachable")
+
+
+def check_fits_memory(config: Any, name: str, n_bytes: float, what: str) -> None:
+    """Raise ValueError naming ``config.<name>`` if ``n_bytes`` (what it asks for) exceed ``config.device``'s memory.
+
+    Caught here, before a run directory is made, instead of as an
+    allocation failure once training has started.
+    """
+    total = machine_memory(config.device)
+    if total is not None and n_bytes > total:
+        raise ValueError(
+            f"config.{name} ({getattr(config, name)}) asks for {what} of at least {_size(n_bytes)}, more than "
+            f"the {_size(total)} of memory of config.device {config.device!r}"
+        )
+
+
+def check_replay(config: Any, spaces: EnvSpaces) -> None:
+    """Raise ValueError unless ``buffer_size`` holds a batch (``batch_size``) and fits ``config.device``'s memory.
+
+    A transition's bytes are counted from the environment's spaces: its
+    observation twice (now and next), the action and the reward.
+    """
+    if config.buffer_size < config.batch_size:
+        raise ValueError(
+            f"config.buffer_size ({config.buffer_size}) must hold at least one batch of "
+            f"config.batch_size ({config.batch_size}) transitions"
+        )
+    observation = sum(math.prod(space.shape) * space.dtype.itemsize for space in spaces.observation.values())
+    action = 8 if spaces.n_actions is not None else 4 * len(spaces.action_low or ())
+    check_fits_memory(
+        config, "buffer_size", config.buffer_size * (2 * observation + action + 4), "a replay buffer"
+    )
+
+
+def check_hidden(config: Any) -> None:
+    """Raise ValueError if a ``hidden x hidden`` float32 weight (every network here has one) exceeds the memory."""
+    check_fits_memory(config, "hidden", 4 * config.hidden**2, "a hidden layer's weights")
 
 
 def check_layout(config: TrainConfig, n_envs: int, n_steps: int | None) -> None:
@@ -484,7 +571,11 @@ def _resumed(cls: type[C], parser: argparse.ArgumentParser, given: dict[str, Any
         parser.error(
             f"--resume continues a run with the settings of its config.json; drop {' '.join(others)}"
         )
-    path = Path(given["resume"]) / "config.json"
+    folder = Path(given["resume"])
+    if not folder.is_dir():
+        state = "is a file" if folder.exists() else "does not exist"
+        parser.error(f"--resume: {str(folder)!r} {state}; expected a run directory written by rlstruct train")
+    path = folder / "config.json"
     try:
         stored = json.loads(path.read_text())
     except FileNotFoundError:

@@ -48,7 +48,10 @@ from rlstruct.algos.config import (
     annealed,
     check_config,
     check_env,
+    check_hidden,
     check_layout,
+    check_recurrent_only,
+    check_replay,
     config_errors,
     parse_config,
     set_learning_rate,
@@ -259,8 +262,12 @@ def check(config: Config) -> EnvSpaces:
                 f"config.td_steps ({config.td_steps}) above 1 needs recurrent (--recurrent): the replay of "
                 "single transitions gives one-step targets (with --no-recurrent, give --td-steps 1 too)"
             )
+        check_recurrent_only(config, "burn_in")
         check_layout(config, config.n_envs, config.n_steps)
+        if config.agent is None:
+            check_hidden(config)
         spaces = check_env("dqn", config.env)
+        check_replay(config, spaces)
         if config.her:
             check_goals(config.env, spaces)
             hindsight_reward(config.env)

@@ -81,6 +81,8 @@ class UnknownEnvironment(ValueError):
                 f"Bullet environments need the module prefix and the bullet extra: "
                 f"--env pybullet_envs_gymnasium:{name} (pip install -e '.[bullet]')"
             )
+        elif ":" not in env and name.startswith("popgym-"):
+            hint = f"POPGym environments need the module prefix and the popgym extra: --env popgym:{name}"
         else:
             close = difflib.get_close_matches(name, list(gym.registry), n=1)
             hint = f"did you mean {close[0]!r}?" if close else "see gymnasium.pprint_registry() for the ids"

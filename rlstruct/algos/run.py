@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -142,6 +143,8 @@ class Run:
     Raises:
         TypeError: if ``hooks`` is not a list or tuple of callables, before
             anything is made.
+        CannotResume: if ``config.resume`` names a run that cannot be
+            continued, before anything is made.
     """
 
     def __init__(
@@ -315,12 +318,24 @@ class Run:
                 ``rng`` holds, in the order they were given to ``rng_state``.
             **objects: modules, optimisers, scalers... loaded from the stored
                 state of the same name; None values are skipped.
+
+        Raises:
+            CannotResume: if a stored state does not fit its object (the run's
+                config.json was edited, or the agent's code changed).
         """
         if self.resumed is None:
             return 0
         for name, obj in objects.items():
-            if obj is not None:
+            if obj is None:
+                continue
+            try:
                 obj.load_state_dict(self.resumed[name])
+            except (KeyError, RuntimeError, ValueError) as error:  # an edited config.json, another agent
+                raise CannotResume(
+                    f"{self.algo}: config.resume {str(self.dir)!r}: its {CHECKPOINT_NAME} does not fit the "
+                    f"{name} that {str(self.dir / 'config.json')!r} describes "
+                    f"({type(error).__name__}: {' '.join(str(error).split())[:200]})"
+                ) from error
         set_rng_state(self.resumed["rng"], *generators)
         return int(self.resumed["env_steps"])
 
@@ -632,8 +647,11 @@ class CannotResume(ValueError):
     """A run directory that ``resume`` names but no run can continue.
 
     It holds no checkpoint yet (the run was stopped before its first
-    ``checkpoint_every``), its run finished, or its checkpoint is too old.
-    Raised when ``Run`` is made, before it writes anything or starts a worker.
+    ``checkpoint_every``), its run finished, or its checkpoint is too old or
+    cannot be read (truncated, empty, not a checkpoint). Raised when ``Run``
+    is made, before it writes anything or starts a worker; or by
+    ``Run.restore``, if a stored state does not fit the object it is loaded
+    into (an edited config.json).
 
     ``rlstruct train`` reports it in one line on standard error (exit status 2).
     """
@@ -648,7 +666,12 @@ def _resumable(algo: str, path: Path, every: int) -> dict[str, Any]:
             else "the run stopped before its end and had no config.checkpoint_every; train it again"
         )
         raise CannotResume(f"{algo}: config.resume {str(path.parent)!r} holds no {path.name} yet: {why}")
-    state: dict[str, Any] = load_checkpoint(path)
+    try:
+        state: dict[str, Any] = load_checkpoint(path)
+    except (ValueError, pickle.UnpicklingError) as error:
+        raise CannotResume(
+            f"{algo}: config.resume {str(path.parent)!r}: {' '.join(str(error).split())}"
+        ) from error
     missing = [key for key in ("segment", "next_eval", "rng") if key not in state]
     if missing:
         raise CannotResume(

@@ -36,7 +36,10 @@ from rlstruct.algos.config import (
     TrainConfig,
     check_config,
     check_env,
+    check_hidden,
     check_layout,
+    check_recurrent_only,
+    check_replay,
     config_errors,
     parse_config,
 )
@@ -231,8 +234,15 @@ def check(config: Config) -> EnvSpaces:
                 f"config.burn_in ({config.burn_in}) must be below config.n_steps ({config.n_steps}) with config.recurrent: "
                 "a chunk is a row of n_steps steps, and its burn-in steps are not learned from"
             )
+        check_recurrent_only(config, "burn_in")
+        if config.target_entropy is not None:
+            check_number("config", "target_entropy", config.target_entropy)
         check_layout(config, config.n_envs, config.n_steps)
-        return check_env("sac", config.env)
+        if config.agent is None:
+            check_hidden(config)
+        spaces = check_env("sac", config.env)
+        check_replay(config, spaces)
+        return spaces
 
 
 def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:

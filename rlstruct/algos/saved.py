@@ -24,6 +24,7 @@ import dataclasses
 import importlib
 import json
 import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,12 +182,18 @@ def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> Sav
     if not path.exists():
         raise FileNotFoundError(f"run directory {str(path)!r} does not exist")
     checkpoint_path = path / CHECKPOINT_NAME
-    if path.is_file():  # a checkpoint of the run directory it is in (best.pt)
+    given_file = path.is_file()
+    if given_file:  # a checkpoint of the run directory it is in (best.pt)
         path, checkpoint_path = path.parent, path
     if not path.is_dir():
         raise FileNotFoundError(f"run directory {str(path)!r} is not a directory")
     config_path = path / CONFIG_NAME
     if not config_path.is_file():
+        if given_file:
+            raise FileNotFoundError(
+                f"{str(checkpoint_path)!r} is a file, not a run directory, and its folder {str(path)!r} "
+                f"has no {CONFIG_NAME}: a checkpoint given alone (best.pt) must lie in its run directory"
+            )
         raise FileNotFoundError(
             f"run directory {str(path)!r} has no {CONFIG_NAME} (rlstruct train writes it when a run starts)"
         )
@@ -195,7 +202,10 @@ def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> Sav
             f"run directory {str(path)!r} has no {CHECKPOINT_NAME} (rlstruct train writes it when a run "
             "finishes: was it interrupted?)"
         )
-    data = json.loads(config_path.read_text())
+    try:
+        data = json.loads(config_path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{str(config_path)!r} is not valid JSON ({error})") from error
     if not isinstance(data, dict):
         raise ValueError(f"{str(config_path)!r} must hold a JSON object, got {type(data).__name__}")
     if algo is None:
@@ -209,12 +219,9 @@ def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> Sav
         raise ValueError(f"{str(config_path)!r} is not a {algo} Config: {error}") from error
     agent, agent_args = module.make_agent(config, env_spaces(config.env))
     try:
-        state = load_checkpoint(checkpoint_path, map_location="cpu")
-    except Exception as error:  # a truncated or foreign file: what torch.load raises varies
-        raise ValueError(
-            f"{str(checkpoint_path)!r} cannot be read as a checkpoint: {type(error).__name__}: "
-            f"{' '.join(str(error).split())}"
-        ) from error
+        state = load_checkpoint(checkpoint_path, map_location="cpu")  # a ValueError for an unreadable file
+    except pickle.UnpicklingError as error:  # objects other than weights, which weights_only refuses
+        raise ValueError(f"{str(checkpoint_path)!r} holds objects other than weights: {error}") from error
     if "model" not in state:
         raise ValueError(f"{str(checkpoint_path)!r} holds no 'model' weights; it holds {sorted(state)}")
     try:
