@@ -409,3 +409,20 @@ def test_eval_records_a_gif_of_a_users_agent(tmp_path: Path, capsys: pytest.Capt
     report = json.loads(capsys.readouterr().out)
     assert report["gif"]["path"] == str(gif) and gif.stat().st_size > 0
     assert report["gif"]["return"] == report["returns"][0]
+
+
+def test_a_network_that_takes_obs_dim_or_observation_spaces_gets_the_spaces_alone() -> None:
+    from rlstruct.learning.actor_critic import ActorCritic
+    from rlstruct.learning.recurrent_q import RecurrentQNetwork
+
+    spaces = env_spaces("CartPoleNoVel-v1")
+    agent, args = user_agent(RecurrentQNetwork, None, spaces)
+    assert "obs_dim" not in args and args["observation_spaces"] == spaces.observation
+    assert isinstance(agent, RecurrentQNetwork)
+    with pytest.raises(
+        AgentError, match=r"config.agent: RecurrentQNetwork\(\*\*.*\) failed: RecurrentQNetwork: give"
+    ):
+        user_agent(RecurrentQNetwork, {"obs_dim": 2}, spaces)
+    # a constructor's ValueError is the agent's mistake, in one line
+    with pytest.raises(AgentError, match=r"config.agent: ActorCritic\(\*\*.*\) failed: ActorCritic: hidden"):
+        user_agent(ActorCritic, {"hidden": 0}, spaces)

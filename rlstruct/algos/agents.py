@@ -142,6 +142,11 @@ def user_agent(
 ) -> tuple[Agent, dict[str, Any]]:
     """``cls(**args)`` and ``args``: ``agent_args`` plus the ``ENV_ARGUMENTS`` the constructor takes.
 
+    A constructor that takes ``obs_dim`` and ``observation_spaces`` both
+    defaulting to None takes one or the other (as the library's networks
+    do): it gets ``observation_spaces`` alone, unless ``agent_args`` gives
+    ``obs_dim``.
+
     Raises:
         AgentError: if ``agent_args`` is not a dict, or the constructor
             refuses the arguments (its message, with the class's name).
@@ -156,12 +161,15 @@ def user_agent(
         **{name: getattr(spaces, name) for name in ENV_ARGUMENTS[:-1]},
         "observation_spaces": spaces.observation,
     }
+    either = all(name in takes and takes[name].default is None for name in ("obs_dim", "observation_spaces"))
     for name in ENV_ARGUMENTS:
         if name in takes and name not in args:
             args[name] = given[name]
+    if either and "obs_dim" not in (agent_args or {}):  # one or the other (the library's networks): the spaces
+        del args["obs_dim"]
     try:
         agent = cls(**args)
-    except TypeError as error:
+    except (TypeError, ValueError, RuntimeError) as error:  # what a constructor refusing its arguments raises
         raise AgentError(f"config.agent: {cls.__name__}(**{args!r}) failed: {error}") from error
     return agent, args
 
