@@ -182,3 +182,50 @@ def test_under_anomaly_detection_a_parameter_left_out_is_refused() -> None:
         ):
             run_in_parallel(both(a, b, states, starts), x, listed)
         run_in_parallel(both(a, b, states, starts), x, [list(a.parameters()), list(b.parameters())])
+
+
+def test_misuse_of_run_in_parallel_is_a_type_error_naming_it() -> None:
+    a, b = torch.nn.GRU(3, 4, batch_first=True), torch.nn.GRU(3, 4, batch_first=True)
+    x = torch.randn(2, 5, 3)
+    groups = [list(a.parameters()), list(b.parameters())]
+    with pytest.raises(
+        TypeError, match=re.escape("run_in_parallel: call 0 must return one tensor, got a tuple")
+    ):
+        run_in_parallel([a, b], x, groups)  # a GRU returns (output, state)
+    with pytest.raises(TypeError, match=re.escape("run_in_parallel: x must be a torch.Tensor, got list")):
+        run_in_parallel([lambda x: a(x)[0], lambda x: b(x)[0]], [x], groups)  # type: ignore[arg-type]
+    flat = [*a.parameters(), *b.parameters()][:2]  # one flat list, not one list per call
+    with pytest.raises(TypeError, match=re.escape("parameters[0] is a Parameter")):
+        run_in_parallel([lambda x: a(x)[0], lambda x: b(x)[0]], x, flat)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        (
+            {"starts": torch.zeros(2, 5, dtype=torch.int64)},
+            TypeError,
+            "starts must be a bool tensor [B, T], got dtype torch.int64",
+        ),
+        (
+            {"starts": torch.zeros(2, dtype=torch.bool)},
+            ValueError,
+            "starts must be [B, T] = [2, 5] as x, got [2]",
+        ),
+        ({"state": torch.zeros(2, 4)}, TypeError, "state must be a list of 1 tensor(s) ([h] for a GRU"),
+        ({"state": [torch.zeros(2, 4)] * 2}, ValueError, "state must hold 1 tensor(s) for a GRU, got 2"),
+        ({"state": [torch.zeros(3, 4)]}, ValueError, "each state must be [B, H] = [2, 4], got [3, 4]"),
+        ({"x": torch.zeros(2, 3)}, ValueError, "x must be a tensor [B, T, d], got shape (2, 3)"),
+    ],
+)
+def test_run_memory_refuses_inputs_it_would_misread(
+    change: dict[str, Any], error: type, message: str
+) -> None:
+    gru = torch.nn.GRU(3, 4, batch_first=True)
+    inputs: dict[str, Any] = {
+        "x": torch.randn(2, 5, 3),
+        "state": [torch.zeros(2, 4)],
+        "starts": torch.zeros(2, 5, dtype=torch.bool),
+    }
+    with pytest.raises(error, match=re.escape(f"run_memory: {message}")):
+        run_memory(gru, **(inputs | change))

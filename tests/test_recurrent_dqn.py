@@ -5,7 +5,9 @@ on replayed chunks, the checks, and smoke runs whose saved agents replay their f
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from rlstruct import DictTensor, TemporalDictTensor, Trajectories
 from rlstruct.algos import dqn
 from rlstruct.errors import AgentError
 from rlstruct.learning.recurrent_q import RecurrentQNetwork, n_step_targets, recurrent_dqn_loss
+from rlstruct.learning.recurrent_sac import RecurrentSquashedGaussianActor, RecurrentTwinQ
 
 
 def slow_n_step_targets(reward, terminated, done, valid, next_value, gamma, n):  # type: ignore[no-untyped-def]
@@ -194,3 +197,26 @@ def test_an_agent_without_q_sequence_is_refused_with_recurrent(tmp_path: Path) -
     )
     with pytest.raises(AgentError, match="lacks q_sequence"):
         dqn.train(config)
+
+
+@pytest.mark.parametrize(
+    ("make", "owner"),
+    [
+        (lambda: RecurrentQNetwork(obs_dim=2, n_actions=2, hidden=64), "RecurrentQNetwork"),
+        (lambda: RecurrentTwinQ(obs_dim=2, action_dim=1, hidden=64), "RecurrentTwinQ"),
+        (
+            lambda: RecurrentSquashedGaussianActor(
+                obs_dim=2, action_low=[-1.0], action_high=[1.0], hidden=64
+            ),
+            "RecurrentSquashedGaussianActor",
+        ),
+    ],
+)
+def test_an_int_hidden_is_refused_naming_the_network(make: Any, owner: str) -> None:
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            f"{owner}: hidden must be a sequence of layer sizes such as (64, 64), got the int 64"
+        ),
+    ):
+        make()

@@ -165,7 +165,9 @@ def user_agent(
     for name in ENV_ARGUMENTS:
         if name in takes and name not in args:
             args[name] = given[name]
-    if either and "obs_dim" not in (agent_args or {}):  # one or the other (the library's networks): the spaces
+    if either and "obs_dim" not in (
+        agent_args or {}
+    ):  # one or the other (the library's networks): the spaces
         del args["obs_dim"]
     try:
         agent = cls(**args)

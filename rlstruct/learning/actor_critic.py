@@ -537,6 +537,12 @@ def run_memory(
     Returns:
         The outputs ``[B, T, H]`` (the hidden state after every step).
 
+    Raises:
+        TypeError: if ``x`` or ``starts`` is not a tensor, ``starts`` not
+            bool, or ``state`` not a list of tensors.
+        ValueError: if ``x`` is not ``[B, T, d]``, ``starts`` not ``[B, T]``,
+            or ``state`` not one ``[B, H]`` tensor per part of ``rnn``'s state.
+
     Examples:
         >>> import torch
         >>> gru = torch.nn.GRU(3, 4, batch_first=True)
@@ -549,6 +555,7 @@ def run_memory(
         >>> torch.allclose(out[1], gru(x[1:], h[1:].unsqueeze(0))[0][0], atol=1e-6)
         True
     """
+    _check_memory_inputs(rnn, x, state, starts)
     b, t, _ = x.shape
     keep = (~starts[:, 0]).to(x.dtype).unsqueeze(-1)
     first = [s * keep for s in state]
@@ -569,6 +576,37 @@ def run_memory(
     init = [f[begin_at // t] * carried for f in first]
     out = rnn(padded, _hidden(rnn, init))[0]
     return out[piece, pos].view(b, t, -1)  # type: ignore[no-any-return]
+
+
+def _check_memory_inputs(
+    rnn: torch.nn.GRU | torch.nn.LSTM, x: torch.Tensor, state: Sequence[torch.Tensor], starts: torch.Tensor
+) -> None:
+    """Raise naming the argument of ``run_memory`` that is not what it must be (a few attribute reads)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        got = f"shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise (ValueError if isinstance(x, torch.Tensor) else TypeError)(
+            f"run_memory: x must be a tensor [B, T, d], got {got}"
+        )
+    b, t = x.shape[:2]
+    if not isinstance(starts, torch.Tensor) or starts.dtype != torch.bool:
+        got = f"dtype {starts.dtype}" if isinstance(starts, torch.Tensor) else type(starts).__name__
+        raise TypeError(f"run_memory: starts must be a bool tensor [B, T], got {got}")
+    if starts.shape != (b, t):
+        raise ValueError(f"run_memory: starts must be [B, T] = {[b, t]} as x, got {list(starts.shape)}")
+    parts = 2 if isinstance(rnn, torch.nn.LSTM) else 1
+    if isinstance(state, torch.Tensor) or not isinstance(state, Sequence):
+        raise TypeError(
+            f"run_memory: state must be a list of {parts} tensor(s) ([h] for a GRU, [h, c] for an LSTM), "
+            f"got {type(state).__name__}"
+        )
+    if len(state) != parts:
+        raise ValueError(
+            f"run_memory: state must hold {parts} tensor(s) for a {type(rnn).__name__}, got {len(state)}"
+        )
+    for s in state:
+        if not isinstance(s, torch.Tensor) or tuple(s.shape) != (b, rnn.hidden_size):
+            what = str(list(s.shape)) if isinstance(s, torch.Tensor) else type(s).__name__
+            raise ValueError(f"run_memory: each state must be [B, H] = {[b, rnn.hidden_size]}, got {what}")
 
 
 def _hidden(

@@ -75,30 +75,41 @@ def run_in_parallel(
     may round differently from the engine's order.
 
     Raises:
+        TypeError: if ``x`` is not a tensor, an entry of ``parameters`` is
+            not a list of parameters, or a call returns anything but one
+            tensor.
         ValueError: if ``calls`` and ``parameters`` differ in length; under
             anomaly detection, if a call uses a parameter that needs a
             gradient and is not in its ``parameters``.
         Exception: whatever a call raises, raised again on the caller's thread.
     """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"run_in_parallel: x must be a torch.Tensor, got {type(x).__name__}")
     if len(calls) != len(parameters):
         raise ValueError(
             f"run_in_parallel: calls and parameters must have the same length, got {len(calls)} and {len(parameters)}"
         )
+    for i, group in enumerate(parameters):
+        if isinstance(group, torch.Tensor) or not isinstance(group, Sequence):
+            raise TypeError(
+                f"run_in_parallel: parameters must hold one list of parameters per call; parameters[{i}] "
+                f"is a {type(group).__name__}"
+            )
     if len(calls) < 2 or x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
-        return [call(x) for call in calls]
+        return [_one_tensor(i, call(x)) for i, call in enumerate(calls)]
     trained = [[p for p in group if p.requires_grad] for group in parameters]
     grad = torch.is_grad_enabled()
     if not grad or not (x.requires_grad or any(trained)):
         inference = torch.is_inference_mode_enabled()
 
-        def plain(call: Call) -> Callable[[], torch.Tensor]:
+        def plain(i: int, call: Call) -> Callable[[], torch.Tensor]:
             def run() -> torch.Tensor:  # the caller's modes, which are per thread
                 with torch.inference_mode(inference), torch.set_grad_enabled(grad):
-                    return call(x)
+                    return _one_tensor(i, call(x))
 
             return run
 
-        return _on_threads([plain(call) for call in calls])
+        return _on_threads([plain(i, call) for i, call in enumerate(calls)])
     sizes = [len(group) for group in trained]
     flat = [p for group in trained for p in group]
     return list(_Parallel.apply(calls, sizes, x, *flat))
@@ -113,14 +124,14 @@ class _Parallel(torch.autograd.Function):
     ) -> Any:
         inner_x = x.detach().requires_grad_(x.requires_grad)
 
-        def graph(call: Call) -> Callable[[], torch.Tensor]:
+        def graph(i: int, call: Call) -> Callable[[], torch.Tensor]:
             def run() -> torch.Tensor:
                 with torch.enable_grad():
-                    return call(inner_x)
+                    return _one_tensor(i, call(inner_x))
 
             return run
 
-        outputs = _on_threads([graph(call) for call in calls])
+        outputs = _on_threads([graph(i, call) for i, call in enumerate(calls)])
         groups, start = [], 0
         for size in sizes:
             groups.append(list(flat[start : start + size]))
@@ -163,6 +174,16 @@ class _Parallel(torch.autograd.Function):
                     grad_x = part if grad_x is None else grad_x + part
             grad_flat.extend(result)
         return (None, None, grad_x, *grad_flat)
+
+
+def _one_tensor(i: int, out: object) -> torch.Tensor:
+    """``out``, checked to be the one tensor call ``i`` must return."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(
+            f"run_in_parallel: call {i} must return one tensor, got a {type(out).__name__} "
+            "(a GRU returns (output, state): return its output alone)"
+        )
+    return out
 
 
 def _check_leaves(i: int, out: torch.Tensor, listed: list[torch.Tensor]) -> None:

@@ -231,9 +231,23 @@ def check_q_sizes(owner: str, n_actions: int | None, hidden: Sequence[int]) -> i
     """
     if n_actions is None or n_actions < 1:
         raise ValueError(f"{owner}: n_actions must be a positive int (discrete actions), got {n_actions}")
+    check_layer_sizes(owner, hidden)
+    return n_actions
+
+
+def check_layer_sizes(owner: str, hidden: Sequence[int]) -> None:
+    """Raise unless ``hidden`` is a non-empty sequence of layer sizes (an int is refused, not read as one layer).
+
+    Raises:
+        TypeError: for an int (``hidden=64``), naming ``owner``.
+        ValueError: for an empty sequence, naming ``owner``.
+    """
+    if isinstance(hidden, int):
+        raise TypeError(
+            f"{owner}: hidden must be a sequence of layer sizes such as ({hidden}, {hidden}), got the int {hidden}"
+        )
     if len(hidden) < 1:
         raise ValueError(f"{owner}: hidden must name at least one layer size, got {tuple(hidden)}")
-    return n_actions
 
 
 def q_layers(

@@ -201,6 +201,7 @@ class RecurrentQNetwork(EpsilonGreedyPolicy, Agent):
     Output keys (per row): ``action`` (int64).
 
     Raises:
+        TypeError: for an int ``hidden`` (a sequence of sizes is expected).
         ValueError: for a non-positive ``n_actions``, no hidden size, or
             not exactly one of ``obs_dim``,
             ``observation_spaces`` and ``encoder``.

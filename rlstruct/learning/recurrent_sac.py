@@ -41,6 +41,7 @@ from rlstruct.dicttensor import DictTensor
 from rlstruct.learning.actor_critic import mlp
 from rlstruct.learning.encoders import encoded_keys, observation_encoder
 from rlstruct.learning.protocols import check_chunk_agent
+from rlstruct.learning.q_learning import check_layer_sizes
 from rlstruct.learning.recurrent_q import memory_step, replay_chunk
 from rlstruct.learning.soft_actor_critic import (
     LOG_STD_MAX,
@@ -135,6 +136,7 @@ class RecurrentSquashedGaussianActor(SquashedGaussianPolicy, Agent):
     Output keys (per row, float32): ``unit_action`` [k] and ``action`` [k].
 
     Raises:
+        TypeError: for an int ``hidden`` (a sequence of sizes is expected).
         ValueError: for no hidden size, not exactly one of ``obs_dim``,
             ``observation_spaces`` and ``encoder``, or bounds that are empty,
             of different lengths, or not ``low < high``.
@@ -150,8 +152,7 @@ class RecurrentSquashedGaussianActor(SquashedGaussianPolicy, Agent):
         encoder: torch.nn.Module | None = None,
     ) -> None:
         super().__init__(action_low, action_high)
-        if len(hidden) == 0:
-            raise ValueError("RecurrentSquashedGaussianActor: hidden must name the memory's size, got ()")
+        check_layer_sizes("RecurrentSquashedGaussianActor", hidden)  # the memory's size first
         self.encoder, obs_dim = observation_encoder(
             "RecurrentSquashedGaussianActor", obs_dim, observation_spaces, encoder
         )
@@ -229,6 +230,7 @@ class RecurrentTwinQ(torch.nn.Module):
         encoder: instead of either, your own encoder module.
 
     Raises:
+        TypeError: for an int ``hidden`` (a sequence of sizes is expected).
         ValueError: for no hidden size, or not exactly one of ``obs_dim``,
             ``observation_spaces`` and ``encoder``.
     """
@@ -242,8 +244,7 @@ class RecurrentTwinQ(torch.nn.Module):
         encoder: torch.nn.Module | None = None,
     ) -> None:
         super().__init__()
-        if len(hidden) == 0:
-            raise ValueError("RecurrentTwinQ: hidden must name the memory's size, got ()")
+        check_layer_sizes("RecurrentTwinQ", hidden)  # the memory's size first
         self.encoder, obs_dim = observation_encoder("RecurrentTwinQ", obs_dim, observation_spaces, encoder)
         self.memory = torch.nn.GRU(obs_dim, hidden[0], batch_first=True)
         self.q = TwinQ(obs_dim=hidden[0], action_dim=action_dim, hidden=hidden[1:] or hidden)
