@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import pickle
 import re
 from pathlib import Path
 
@@ -463,3 +464,18 @@ def test_a_spawned_process_adds_chunks_into_a_shared_buffer() -> None:
     del buffer, batch, held
     gc.collect()
     assert_nothing_left_in_shm(shm_before)
+
+
+def test_the_storage_s_checks_name_the_sequence_buffer() -> None:
+    with pytest.raises(
+        ValueError, match=re.escape("SequenceReplayBuffer: timeout must be in (0, inf), got -1")
+    ):
+        SequenceReplayBuffer(10, timeout=-1)
+    with pytest.raises(
+        TypeError, match=re.escape("SequenceReplayBuffer: generator must be a torch.Generator")
+    ):
+        SequenceReplayBuffer(10, prioritized=True, generator=3)  # type: ignore[arg-type]
+    with pytest.raises(
+        RuntimeError, match=re.escape("SequenceReplayBuffer: a shared buffer needs its storage")
+    ):
+        pickle.dumps(SequenceReplayBuffer(10, shared=True))

@@ -203,23 +203,24 @@ class SequenceReplayBuffer:
         alpha = check_number(name, "alpha", alpha, 0.0)
         self._beta = check_number(name, "beta", beta, 0.0, 1.0)
         self._prioritized = bool(prioritized)
-        self._buffer: ReplayBuffer
-        if self._prioritized:
-            self._buffer = PrioritizedReplayBuffer(
-                capacity,
-                alpha=alpha,
-                beta=beta,
-                device=device,
-                generator=generator,
-                shared=shared,
-                timeout=timeout,
+        kind = PrioritizedReplayBuffer if self._prioritized else ReplayBuffer
+        extra: dict[str, Any] = {"alpha": alpha, "beta": beta} if self._prioritized else {}
+        try:
+            self._buffer: ReplayBuffer = kind(
+                capacity, device=device, generator=generator, shared=shared, timeout=timeout, **extra
             )
-        else:
-            self._buffer = ReplayBuffer(
-                capacity, device=device, generator=generator, shared=shared, timeout=timeout
-            )
+        except (TypeError, ValueError) as error:  # the storage's checks, told as this buffer's
+            raise type(error)(str(error).replace(f"{kind.__name__}:", f"{name}:", 1)) from error
         self._alpha = alpha
         self._n_timesteps: int | None = None  # T, once the first add or load fixed it
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self.shared and len(self._buffer) == 0 and self._n_timesteps is None:
+            raise RuntimeError(
+                "SequenceReplayBuffer: a shared buffer needs its storage before it is handed to another "
+                "process; add a first batch"
+            )
+        return self.__dict__.copy()
 
     # ------------------------------------------------------------------ properties
 
