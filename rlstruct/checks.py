@@ -25,9 +25,11 @@ import math
 import numbers
 from collections.abc import Iterable
 
+import torch
+
 from rlstruct.errors import describe
 
-__all__ = ["check_choice", "check_int", "check_keys", "check_number"]
+__all__ = ["check_choice", "check_int", "check_keys", "check_number", "check_tensor"]
 
 
 def check_int(owner: str, name: str, value: object, low: int = 1) -> int:
@@ -100,3 +102,28 @@ def check_keys(owner: str, name: str, keys: object, available: Iterable[str], wh
     if missing:
         raise ValueError(f"{owner}: {name} {missing} are not in {where}, whose keys are {sorted(known)}")
     return keys
+
+
+def check_tensor(owner: str, name: str, value: object, shape: tuple[int, ...], kind: str) -> torch.Tensor:
+    """Return ``value``, checked to be a tensor of ``shape`` whose dtype is of ``kind``: "bool" or "float".
+
+    Raises:
+        TypeError: if ``value`` is not a tensor, or its dtype not of ``kind``.
+        ValueError: if its shape is not ``shape``.
+
+    Examples:
+        >>> import torch
+        >>> check_tensor("n_step_targets", "done", torch.zeros(2, 3), (2, 3), "bool")
+        Traceback (most recent call last):
+            ...
+        TypeError: n_step_targets: done must be a bool tensor [2, 3], got dtype torch.float32
+    """
+    expected = f"{owner}: {name} must be a {kind} tensor {list(shape)}"
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{expected}, got {describe(value)}")
+    fits = value.dtype == torch.bool if kind == "bool" else value.dtype.is_floating_point
+    if not fits:
+        raise TypeError(f"{expected}, got dtype {value.dtype}")
+    if tuple(value.shape) != tuple(shape):
+        raise ValueError(f"{expected}, got shape {list(value.shape)}")
+    return value

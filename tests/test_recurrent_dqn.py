@@ -124,6 +124,21 @@ def test_the_loss_counts_only_the_learned_steps() -> None:
     loss, q, y = recurrent_dqn_loss(model, target, batch, learn, weights, 0.9, 2, True, 4)
     kept = torch.nn.functional.smooth_l1_loss(q[[0, 2], 6:], y[[0, 2], 6:], reduction="sum") / 12
     torch.testing.assert_close(loss, kept)
+    # what it would misread is refused, naming the argument
+    with pytest.raises(
+        TypeError,
+        match=re.escape("recurrent_dqn_loss: learn must be a bool tensor [3, 10], got dtype torch.int64"),
+    ):
+        recurrent_dqn_loss(model, target, batch, learn.long(), weights, 0.9, 2, True, 4)
+    with pytest.raises(
+        ValueError,
+        match=re.escape("recurrent_dqn_loss: weights must be a float tensor [3], got shape [3, 1]"),
+    ):
+        recurrent_dqn_loss(model, target, batch, learn, weights[:, None], 0.9, 2, True, 4)
+    with pytest.raises(
+        ValueError, match=re.escape("recurrent_dqn_loss: burn_in must be below the chunks' T = 10, got 10")
+    ):
+        recurrent_dqn_loss(model, target, batch, learn, weights, 0.9, 2, True, 10)
 
 
 def test_the_network_acts_greedily_where_told_and_carries_its_memory() -> None:
@@ -220,3 +235,19 @@ def test_an_int_hidden_is_refused_naming_the_network(make: Any, owner: str) -> N
         ),
     ):
         make()
+
+
+def test_n_step_targets_refuse_what_they_would_misread() -> None:
+    r, v = torch.ones(1, 3), torch.full((1, 3), 10.0)
+    no = torch.zeros(1, 3, dtype=torch.bool)
+    with pytest.raises(
+        TypeError,
+        match=re.escape("n_step_targets: done must be a bool tensor [1, 3], got dtype torch.float32"),
+    ):
+        n_step_targets(r, no, no.float(), ~no, v, 0.5, 2)
+    with pytest.raises(
+        ValueError, match=re.escape("n_step_targets: valid must be a bool tensor [1, 3], got shape [3]")
+    ):
+        n_step_targets(r, no, no, ~no[0], v, 0.5, 2)
+    with pytest.raises(ValueError, match=re.escape("n_step_targets: gamma must be in [0, 1], got 1.5")):
+        n_step_targets(r, no, no, ~no, v, 1.5, 2)

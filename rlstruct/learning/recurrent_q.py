@@ -34,8 +34,9 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.checks import check_int
+from rlstruct.checks import check_int, check_number, check_tensor
 from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import describe
 from rlstruct.learning.actor_critic import run_memory
 from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder
 from rlstruct.learning.protocols import check_chunk_agent
@@ -296,7 +297,10 @@ def n_step_targets(
         The targets ``[B, T]`` (0 at padding steps), of ``next_value``'s dtype.
 
     Raises:
-        ValueError: for ``n`` below 1.
+        TypeError: for an argument that is not a tensor of its dtype kind
+            (float for ``reward`` and ``next_value``, bool for the others).
+        ValueError: for ``n`` below 1, ``gamma`` outside [0, 1], or a tensor
+            that is not ``[B, T]`` as ``next_value``.
 
     Examples:
         >>> import torch
@@ -306,7 +310,16 @@ def n_step_targets(
         >>> n_step_targets(r, no, no, ~no, v, 0.5, 2)
         tensor([[4., 4., 6.]])
     """
-    check_int("n_step_targets", "n", n)
+    op = "n_step_targets"
+    check_int(op, "n", n)
+    check_number(op, "gamma", gamma, 0.0, 1.0)
+    if not isinstance(next_value, torch.Tensor) or next_value.dim() != 2:
+        raise ValueError(f"{op}: next_value must be a float tensor [B, T], got {describe(next_value)}")
+    shape = tuple(next_value.shape)
+    check_tensor(op, "next_value", next_value, shape, "float")
+    check_tensor(op, "reward", reward, shape, "float")
+    for name, flags in (("terminated", terminated), ("done", done), ("valid", valid)):
+        check_tensor(op, name, flags, shape, "bool")
     dtype = next_value.dtype
     y = torch.zeros_like(next_value)
     discount = torch.ones_like(next_value)
@@ -356,12 +369,24 @@ def recurrent_dqn_loss(
         steps), Q(s, a) ``[B, T]`` and the targets ``[B, T]`` (no gradients).
 
     Raises:
-        ValueError: if the agent's ``q_sequence`` returns Q-values of another shape than
+        TypeError: if ``learn`` is not bool, ``weights`` not float, or
+            ``n_step`` or ``burn_in`` not an int.
+        ValueError: if ``learn`` is not ``[B, T]`` or ``weights`` not ``[B]``
+            as the chunks, ``gamma`` is outside [0, 1], ``n_step`` below 1,
+            ``burn_in`` below 0 or not below T; if the agent's
+            ``q_sequence`` returns Q-values of another shape than
             ``[B, T, n_actions]`` for both the observations and the reached ones.
     """
+    op = "recurrent_dqn_loss"
     steps = batch.trajectories
-    q_all, q_next_online = model.q_sequence(batch, burn_in)
     b, t = steps.n_elems(), steps.n_timesteps()
+    check_tensor(op, "learn", learn, (b, t), "bool")
+    check_tensor(op, "weights", weights, (b,), "float")
+    check_number(op, "gamma", gamma, 0.0, 1.0)
+    check_int(op, "n_step", n_step)
+    if check_int(op, "burn_in", burn_in, 0) >= t:
+        raise ValueError(f"{op}: burn_in must be below the chunks' T = {t}, got {burn_in}")
+    q_all, q_next_online = model.q_sequence(batch, burn_in)
     if q_all.dim() != 3 or q_all.shape[:2] != (b, t) or q_next_online.shape != q_all.shape:
         raise ValueError(
             f"recurrent_dqn_loss: q_sequence must return two [B, T, n_actions] tensors for chunks of "
