@@ -36,6 +36,25 @@ def crash_after_first_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Run, "checkpoint", checkpoint_then_crash)
 
 
+def interrupted_run(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The directory of a ppo run of 1024 steps started from the command line and stopped after its checkpoint at 512."""
+    args = [
+        "--env",
+        "CartPole-v1",
+        "--total-steps",
+        "1024",
+        "--checkpoint-every",
+        "512",
+        "--eval-episodes",
+        "1",
+    ]
+    with monkeypatch.context() as patch:
+        crash_after_first_checkpoint(patch)
+        with pytest.raises(Interrupted):
+            cli(["train", "ppo", *args, "--run-dir", str(root), "--no-progress"])
+    return only_run(root)
+
+
 def only_run(root: Path) -> Path:
     (run_dir,) = root.iterdir()
     return run_dir
@@ -177,21 +196,7 @@ def test_resuming_a_directory_without_a_checkpoint_names_it(tmp_path: Path) -> N
 
 
 def test_the_command_line_resumes_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    args = [
-        "--env",
-        "CartPole-v1",
-        "--total-steps",
-        "1024",
-        "--checkpoint-every",
-        "512",
-        "--eval-episodes",
-        "1",
-    ]
-    with monkeypatch.context() as patch:
-        crash_after_first_checkpoint(patch)
-        with pytest.raises(Interrupted):
-            cli(["train", "ppo", *args, "--run-dir", str(tmp_path), "--no-progress"])
-    run_dir = only_run(tmp_path)
+    run_dir = interrupted_run(tmp_path, monkeypatch)
     assert cli(["train", "ppo", "--resume", str(run_dir), "--no-progress"]) == 0
     assert load_checkpoint(run_dir / "checkpoint.pt")["env_steps"] == 1024
 
@@ -226,21 +231,7 @@ def test_a_finished_run_and_impala_refuse_to_resume(
 def test_a_checkpoint_that_cannot_be_read_or_does_not_fit_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = [
-        "--env",
-        "CartPole-v1",
-        "--total-steps",
-        "1024",
-        "--checkpoint-every",
-        "512",
-        "--eval-episodes",
-        "1",
-    ]
-    with monkeypatch.context() as patch:
-        crash_after_first_checkpoint(patch)
-        with pytest.raises(Interrupted):
-            cli(["train", "ppo", *args, "--run-dir", str(tmp_path), "--no-progress"])
-    run_dir = only_run(tmp_path)
+    run_dir = interrupted_run(tmp_path, monkeypatch)
     checkpoint = run_dir / "checkpoint.pt"
     stored = checkpoint.read_bytes()
     capsys.readouterr()
