@@ -426,3 +426,29 @@ def test_a_network_that_takes_obs_dim_or_observation_spaces_gets_the_spaces_alon
     # a constructor's ValueError is the agent's mistake, in one line
     with pytest.raises(AgentError, match=r"config.agent: ActorCritic\(\*\*.*\) failed: ActorCritic: hidden"):
         user_agent(ActorCritic, {"hidden": 0}, spaces)
+
+
+def test_an_agent_of_your_own_gets_no_tuned_setting_of_the_built_in_agent(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from rlstruct.algos.agents import ACTOR_CRITIC_FIELDS
+    from rlstruct.algos.config import parse_config
+
+    def parse(*argv: str) -> ppo.Config:
+        return parse_config(ppo.Config, list(argv), tuned=ppo.TUNED, agent_fields=ACTOR_CRITIC_FIELDS)
+
+    built_in = parse("--env", "CartPoleNoVel-v1")
+    assert (built_in.recurrent, built_in.normalize, built_in.n_envs) == (True, True, 16)
+    assert capsys.readouterr().out == (
+        "tuned settings for CartPoleNoVel-v1: --recurrent --normalize --n-envs 16 --total-steps 100000 "
+        "(flags given override them)\n"
+    )
+    own = parse("--env", "CartPoleNoVel-v1", "--agent", "own_agents:GruAgent")
+    assert (own.recurrent, own.normalize, own.n_envs) == (
+        False,
+        False,
+        16,
+    )  # what the run does, not the agent
+    assert capsys.readouterr().out == (
+        "tuned settings for CartPoleNoVel-v1: --n-envs 16 --total-steps 100000 (flags given override them)\n"
+    )

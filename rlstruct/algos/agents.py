@@ -31,6 +31,7 @@ from rlstruct.learning.actor_critic import ActorCritic
 from rlstruct.learning.protocols import check_on_policy_agent
 
 __all__ = [
+    "ACTOR_CRITIC_FIELDS",
     "ENV_ARGUMENTS",
     "actor_critic_agent",
     "agent_class",
@@ -83,6 +84,11 @@ def actor_critic_agent(config: Any, spaces: EnvSpaces, **extra: Any) -> tuple[Ac
         **extra,
     }
     return ActorCritic(**agent_args), agent_args
+
+
+ACTOR_CRITIC_FIELDS = ("hidden", "recurrent", "memory", "normalize")
+"""The config fields only the built-in ``ActorCritic`` reads (``make_actor_critic``): an agent of your own
+(``--agent``) is not given the tuned settings of these."""
 
 
 def observation_args(spaces: EnvSpaces) -> dict[str, Any]:

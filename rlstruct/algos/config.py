@@ -29,7 +29,7 @@ import math
 import os
 import textwrap
 import typing
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -478,6 +478,7 @@ def parse_config(
     prog: str | None = None,
     tuned: Mapping[str, Mapping[str, Any]] | None = None,
     check: Callable[[C], object] | None = None,
+    agent_fields: Collection[str] = (),
 ) -> C:
     """Parse a command line into an instance of the config dataclass ``cls``.
 
@@ -491,6 +492,8 @@ def parse_config(
         check: called with the config before that line is printed, so that
             an error it raises (an unknown environment, a ``ConfigError``)
             comes alone.
+        agent_fields: the fields only the built-in agent reads: with
+            ``--agent`` given, their tuned values are not used (nor listed).
 
     Returns:
         ``cls(**values)``: each field as given on the command line, else as
@@ -550,7 +553,8 @@ def parse_config(
         parser.error("the following arguments are required: --env")
     env = given.get("env", getattr(cls, "env", ""))
     settings = (tuned or {}).get(env_key(env), {})
-    used = {k: v for k, v in settings.items() if k not in given}
+    own_agent = given.get("agent") is not None
+    used = {k: v for k, v in settings.items() if k not in given and not (own_agent and k in agent_fields)}
     config = cls(**(used | given))
     if used:
         if check is not None:

@@ -32,7 +32,7 @@ from typing import Any, cast
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.algos.agents import on_policy_agent
+from rlstruct.algos.agents import ACTOR_CRITIC_FIELDS, on_policy_agent
 from rlstruct.algos.config import (
     TrainConfig,
     annealed,
@@ -312,6 +312,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         prog="rlstruct train ppo",
         tuned=TUNED,
         check=check,  # a mistake is reported alone, before the tuned settings are listed
+        agent_fields=ACTOR_CRITIC_FIELDS,
     )
     return train(config)
 
