@@ -223,6 +223,10 @@ def _train(algo: str, args: list[str]) -> int:
     return 0
 
 
+OUT_OF_MEMORY: type[Exception] = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+"""What torch raises when a GPU allocation fails (``torch.OutOfMemoryError`` from torch 2.5 on)."""
+
+
 def _out_of_memory(error: RuntimeError) -> str:
     """What a failed allocation asked for, in one line; empty for any other ``RuntimeError``.
 
@@ -233,9 +237,9 @@ def _out_of_memory(error: RuntimeError) -> str:
         ''
     """
     text = str(error)
-    if not isinstance(error, torch.OutOfMemoryError) and "can't allocate memory" not in text:
+    if not isinstance(error, OUT_OF_MEMORY) and "can't allocate memory" not in text:
         return ""
-    asked = re.search(r"tried to allocate ([\d.]+ ?[KMGT]?i?B|\d+ bytes)", text)
+    asked = re.search(r"tried to allocate (\d+ bytes|[\d.]+ ?[KMGT]?i?B)\b", text, re.IGNORECASE)
     amount = f" ({asked.group(1)} asked for at once)" if asked else ""
     return (
         f"out of memory{amount}; a size such as --n-envs, --hidden or --buffer-size is too large for "

@@ -116,6 +116,7 @@ TRAIN_MISTAKES = [
         ["ppo", *CARTPOLE, "--agent", "no_such_module:Agent"],
         "rlstruct: --agent: cannot import 'no_such_module' (No module named 'no_such_module')",
     ),
+    (["ppo", *CARTPOLE, "--json", ""], "rlstruct: --json must be a file in an existing folder, got ''"),
     (
         ["ppo", *CARTPOLE, "--json", "/no/such/folder/results.json"],
         "rlstruct: --json must be a file in an existing folder, got '/no/such/folder/results.json'",
@@ -458,3 +459,10 @@ def test_main_leaves_sys_path_as_it_found_it(tmp_path: Path, monkeypatch: pytest
     before = list(sys.path)
     assert main(["train", "ppo", *CARTPOLE, "--total-steps", "-5"]) == 2
     assert sys.path == before
+
+
+def test_a_gpu_out_of_memory_error_gives_its_amount() -> None:
+    from rlstruct.cli import OUT_OF_MEMORY, _out_of_memory
+
+    error = OUT_OF_MEMORY("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.1 GiB total capacity)")
+    assert _out_of_memory(error).startswith("out of memory (20.00 GiB asked for at once); ")  # type: ignore[arg-type]

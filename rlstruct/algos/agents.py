@@ -150,8 +150,8 @@ def user_agent(
 
     A constructor that takes ``obs_dim`` and ``observation_spaces`` both
     defaulting to None takes one or the other (as the library's networks
-    do): it gets ``observation_spaces`` alone, unless ``agent_args`` gives
-    ``obs_dim``.
+    do): it gets ``observation_spaces`` alone, or ``obs_dim`` alone if
+    ``agent_args`` gives it.
 
     Raises:
         AgentError: if ``agent_args`` is not a dict, or the constructor
@@ -171,10 +171,11 @@ def user_agent(
     for name in ENV_ARGUMENTS:
         if name in takes and name not in args:
             args[name] = given[name]
-    if either and "obs_dim" not in (
-        agent_args or {}
-    ):  # one or the other (the library's networks): the spaces
-        del args["obs_dim"]
+    chosen = set(agent_args or {}) & {"obs_dim", "observation_spaces"}
+    if (
+        either and len(chosen) < 2
+    ):  # one or the other (the library's networks): the one given, else the spaces
+        del args["observation_spaces" if "obs_dim" in chosen else "obs_dim"]
     try:
         agent = cls(**args)
     except (TypeError, ValueError, RuntimeError) as error:  # what a constructor refusing its arguments raises

@@ -199,8 +199,12 @@ def check_config(config: TrainConfig, **positive: int | float) -> None:
             ) from error
     if Path(config.run_dir).exists() and not Path(config.run_dir).is_dir():
         raise ValueError(f"config.run_dir must be a folder (or one to make), got the file {config.run_dir!r}")
-    if config.json is not None and (not Path(config.json).parent.is_dir() or Path(config.json).is_dir()):
-        got = f"the folder {config.json!r}" if Path(config.json).is_dir() else repr(config.json)
+    if config.json is not None and (
+        config.json == "" or not Path(config.json).parent.is_dir() or Path(config.json).is_dir()
+    ):
+        got = (
+            f"the folder {config.json!r}" if config.json and Path(config.json).is_dir() else repr(config.json)
+        )
         raise ValueError(f"config.json must be a file in an existing folder, got {got}")
 
 
@@ -244,9 +248,9 @@ def check_actor_critic(config: Any) -> None:
     """Raise ValueError for an actor-critic field out of range (A2C, PPO, IMPALA).
 
     ``gamma`` (and ``gae_lambda``, where the config has one) in [0, 1],
-    ``ent_coef`` and ``vf_coef`` >= 0, ``memory`` one of ``MEMORIES`` (and
-    left at its default without ``recurrent``), ``hidden`` within the
-    device's memory.
+    ``ent_coef`` and ``vf_coef`` >= 0, ``memory`` one of ``MEMORIES``; for
+    the built-in agent, ``memory`` left at its default without
+    ``recurrent`` and ``hidden`` within the device's memory.
     """
     for name in ("gamma", "gae_lambda"):
         if hasattr(config, name):
@@ -254,8 +258,8 @@ def check_actor_critic(config: Any) -> None:
     for name in ("ent_coef", "vf_coef"):
         check_number("config", name, getattr(config, name), 0.0)
     check_choice("config", "memory", config.memory, tuple(MEMORIES))
-    check_recurrent_only(config, "memory")
-    if config.agent is None:  # your own agent does not read hidden
+    if config.agent is None:  # your own agent reads neither
+        check_recurrent_only(config, "memory")
         check_hidden(config)
 
 

@@ -213,8 +213,11 @@ def check(config: Config) -> EnvSpaces:
     environment with discrete actions (made once, then closed). With
     ``her``: neither ``recurrent`` nor ``prioritized``, an observation with
     ``GOAL_KEYS`` of one shape and dtype, and a ``torch_reward``
-    (``hindsight_reward``: the environment made once more). Nothing is
-    started or written.
+    (``hindsight_reward``: the environment made once more). Without
+    ``recurrent``, ``burn_in`` and ``td_steps`` at their defaults; a buffer
+    of at least one batch, and a buffer and a hidden layer (for the built-in
+    network) that fit ``device``'s memory (``check_replay``,
+    ``check_hidden``). Nothing is started or written.
 
     Raises:
         ConfigError: (a TypeError and a ValueError) naming the first field

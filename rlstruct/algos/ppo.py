@@ -120,7 +120,9 @@ def check(config: Config) -> EnvSpaces:
 
     The common fields (``check_config``), positive sizes, ``gamma`` and
     ``gae_lambda`` in [0, 1], ``clip`` and ``max_grad_norm`` positive,
-    ``ent_coef`` and ``vf_coef`` >= 0, ``memory`` one of ``MEMORIES``,
+    ``ent_coef`` and ``vf_coef`` >= 0, ``memory`` one of ``MEMORIES``
+    (``check_actor_critic``: for the built-in agent, left at its default
+    without ``recurrent``, and ``hidden`` within the device's memory),
     ``n_envs`` a multiple of ``n_processes``, a budget of one iteration at
     least, minibatches that one iteration can fill (``_check_minibatch``),
     and an environment that can be made (made once, then closed). Nothing is

@@ -203,7 +203,10 @@ def check(config: Config) -> EnvSpaces:
     and ``gamma`` in (0, 1], ``learning_starts`` an int >= 0, ``n_envs`` a
     multiple of ``n_processes``, a budget of one iteration at least, and an
     environment with continuous (Box) actions (made once, then closed).
-    Nothing is started or written.
+    ``target_entropy`` finite if given; without ``recurrent``, ``burn_in``
+    at its default; a buffer of at least one batch, and a buffer and a
+    hidden layer that fit ``device``'s memory (``check_replay``,
+    ``check_hidden``). Nothing is started or written.
 
     Raises:
         ConfigError: (a TypeError and a ValueError) naming the first field
@@ -238,8 +241,7 @@ def check(config: Config) -> EnvSpaces:
         if config.target_entropy is not None:
             check_number("config", "target_entropy", config.target_entropy)
         check_layout(config, config.n_envs, config.n_steps)
-        if config.agent is None:
-            check_hidden(config)
+        check_hidden(config)  # the critics SAC builds for any agent without make_critics()
         spaces = check_env("sac", config.env)
         check_replay(config, spaces)
         return spaces

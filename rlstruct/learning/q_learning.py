@@ -176,6 +176,7 @@ class QNetwork(EpsilonGreedyPolicy, Agent):
     Output keys (per row): ``action`` (int64).
 
     Raises:
+        TypeError: for an int ``hidden`` (a sequence of sizes is expected).
         ValueError: for a non-positive ``obs_dim`` or ``n_actions``, no hidden
             layer, or not exactly one of ``obs_dim``, ``observation_spaces`` and ``encoder``.
 
@@ -227,6 +228,7 @@ def check_q_sizes(owner: str, n_actions: int | None, hidden: Sequence[int]) -> i
     """``n_actions``, checked to be positive, with ``hidden`` checked to name a layer at least.
 
     Raises:
+        TypeError: for an int ``hidden``, naming ``owner``.
         ValueError: naming ``owner`` and the argument.
     """
     if n_actions is None or n_actions < 1:

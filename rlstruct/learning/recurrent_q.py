@@ -298,7 +298,8 @@ def n_step_targets(
 
     Raises:
         TypeError: for an argument that is not a tensor of its dtype kind
-            (float for ``reward`` and ``next_value``, bool for the others).
+            (float for ``reward`` and ``next_value``, bool for the others),
+            or ``n`` or ``gamma`` not a number.
         ValueError: for ``n`` below 1, ``gamma`` outside [0, 1], or a tensor
             that is not ``[B, T]`` as ``next_value``.
 
@@ -313,8 +314,12 @@ def n_step_targets(
     op = "n_step_targets"
     check_int(op, "n", n)
     check_number(op, "gamma", gamma, 0.0, 1.0)
-    if not isinstance(next_value, torch.Tensor) or next_value.dim() != 2:
-        raise ValueError(f"{op}: next_value must be a float tensor [B, T], got {describe(next_value)}")
+    if not isinstance(next_value, torch.Tensor):
+        raise TypeError(f"{op}: next_value must be a float tensor [B, T], got {describe(next_value)}")
+    if next_value.dim() != 2:
+        raise ValueError(
+            f"{op}: next_value must be a float tensor [B, T], got shape {list(next_value.shape)}"
+        )
     shape = tuple(next_value.shape)
     check_tensor(op, "next_value", next_value, shape, "float")
     check_tensor(op, "reward", reward, shape, "float")
@@ -369,8 +374,8 @@ def recurrent_dqn_loss(
         steps), Q(s, a) ``[B, T]`` and the targets ``[B, T]`` (no gradients).
 
     Raises:
-        TypeError: if ``learn`` is not bool, ``weights`` not float, or
-            ``n_step`` or ``burn_in`` not an int.
+        TypeError: if ``learn`` is not bool, ``weights`` not float,
+            ``n_step`` or ``burn_in`` not an int, or ``gamma`` not a number.
         ValueError: if ``learn`` is not ``[B, T]`` or ``weights`` not ``[B]``
             as the chunks, ``gamma`` is outside [0, 1], ``n_step`` below 1,
             ``burn_in`` below 0 or not below T; if the agent's
