@@ -497,16 +497,16 @@ def _plot_parser() -> argparse.ArgumentParser:
 
 
 def _plot(options: argparse.Namespace) -> int:
-    from rlstruct.logger import _image_path, plot_runs
+    from rlstruct.logger import plot_runs
 
     y, optional = (["eval_return_mean"], ["train_return_mean"]) if options.y is None else ([options.y], [])
     try:
-        out = _image_path(options.out, "--out")
-        path = plot_runs(options.run_dirs, y, optional=optional, x=X_COLUMNS[options.x], path=out)
+        path = plot_runs(options.run_dirs, y, optional=optional, x=X_COLUMNS[options.x], path=options.out)
     except (FileNotFoundError, ValueError) as error:
         if _debug():
             raise
-        return _mistake(f"rlstruct plot: {' '.join(str(error).split())}")
+        said = " ".join(str(error).split()).replace("plot_runs: path", "--out")  # its path is the flag
+        return _mistake(f"rlstruct plot: {said}")
     print(path)
     return 0
 
