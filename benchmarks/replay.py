@@ -22,6 +22,12 @@ Rows (median microseconds per call, single-threaded torch, transitions of an
   where the small one of the row above fits. No target: the row shows
   whether the cost grows with the size once the chunks come from main
   memory. Not run with ``--quick``.
+- ``sequence sample 32x80 @ 1e6 steps, keys side by side vs apart``: the
+  same sample from the buffer of 10^6 steps (10^5 with ``--quick``), whose
+  chunk store lays each row's keys side by side in one block, against a
+  copy of it whose keys each have a block of their own (as ``DictTensor.zeros``
+  lays them out): a chunk then comes from one stretch of main memory
+  instead of seven. No target.
 
 Usage:
     python benchmarks/replay.py [--quick] [--repeats N] [--json PATH]
@@ -29,6 +35,7 @@ Usage:
 
 from __future__ import annotations
 
+import copy
 import random
 from functools import partial
 
@@ -87,6 +94,16 @@ def sequence_buffer(steps: int, gen: torch.Generator) -> SequenceReplayBuffer:
     for start in range(0, capacity, 1000):
         buffer.add(sequence_chunks(min(1000, capacity - start), gen))
     return buffer
+
+
+def keys_apart(buffer: SequenceReplayBuffer) -> SequenceReplayBuffer:
+    """A copy of ``buffer`` whose chunk store holds each key in a block of its own, as ``DictTensor.zeros`` does."""
+    apart = copy.deepcopy(buffer)
+    store = apart._buffer  # the chunk store's layout is private: the baseline reaches in to undo it
+    with store.locked_storage() as (held, _):
+        apart_keys = DictTensor({key: value.contiguous() for key, value in held.items()})
+    store._storage = apart_keys
+    return apart
 
 
 class PythonSumTree:
@@ -177,6 +194,13 @@ def main() -> None:
         )
         name = f"sequence sample 32x80 @ {large:.0e} vs {small:.0e} steps".replace("e+0", "e")
         rows.append(Row(name, value * 1e6, "us", baseline * 1e6, target=target))
+    large = pairs[0][1]
+    apart = keys_apart(held[large])
+    value, baseline = compare(
+        [partial(held[large].sample, SEQUENCE_BATCH), partial(apart.sample, SEQUENCE_BATCH)], budget
+    )
+    name = f"sequence sample 32x80 @ {large:.0e} steps, keys side by side vs apart".replace("e+0", "e")
+    rows.append(Row(name, value * 1e6, "us", baseline * 1e6))
     report(args, rows, "rlstruct", "reference")
 
 

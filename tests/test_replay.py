@@ -225,6 +225,42 @@ def test_sample_returns_new_tensors_and_is_reproducible() -> None:
     assert again.sample(16).rows["id"].tolist() != [-1] * 16
 
 
+def test_a_row_s_keys_lie_side_by_side_and_samples_are_contiguous() -> None:
+    # a bool before a float64, an int32 of odd length, a scalar and an empty key: offsets stay aligned
+    specs = DictTensor(
+        {
+            "done": torch.zeros(1, dtype=torch.bool),
+            "obs": torch.zeros(1, 3, dtype=torch.float64),
+            "ids": torch.zeros(1, 5, dtype=torch.int32),
+            "none": torch.zeros(1, 0),
+        }
+    ).specs()
+    buffer = ReplayBuffer(6, specs=specs, generator=seeded(1))
+    held = buffer._storage
+    assert held is not None
+    block = {key: value.untyped_storage().data_ptr() for key, value in held.items() if value.numel()}
+    assert len(set(block.values())) == 1  # one allocation for the keys that hold values
+    row_bytes = held["obs"].stride(0) * 8
+    assert held["done"].stride(0) == row_bytes and held["ids"].stride(0) * 4 == row_bytes
+    for key in ("obs", "ids"):
+        assert held[key].data_ptr() % held[key].element_size() == 0
+    added = DictTensor(
+        {
+            "done": torch.tensor([True, False, True, True]),
+            "obs": torch.arange(12, dtype=torch.float64).view(4, 3),
+            "ids": torch.arange(20, dtype=torch.int32).view(4, 5),
+            "none": torch.zeros(4, 0),
+        }
+    )
+    buffer.add(added)
+    saved = buffer.state_dict()["storage"]
+    assert all(value.is_contiguous() for value in saved.values())
+    assert DictTensor(saved).equal(added)  # no key wrote over another's bytes
+    sample = buffer.sample(8).rows
+    assert all(value.is_contiguous() for value in sample.values())
+    assert torch.equal(sample["ids"][:, 0] // 5, sample["obs"][:, 0].long() // 3)
+
+
 def test_sample_errors() -> None:
     buffer = ReplayBuffer(4)
     with pytest.raises(RuntimeError, match="cannot sample from an empty buffer"):

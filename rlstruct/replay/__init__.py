@@ -27,7 +27,9 @@ sampling is prioritized), so that one learner reads any of them the same way.
 
 Storage lives on the buffer's ``device``: adds copy rows there from wherever
 they are (that is what ``device`` asks for), and samples are new tensors on it,
-never views of the storage.
+never views of the storage. A row's keys lie side by side in one block of
+memory, each key a view into it, so sampling a row reads one stretch of memory
+rather than one per key.
 
 Sharing between processes: with ``shared=True`` (CPU only) the storage, the
 write position and size, and the priorities live in shared memory, so a buffer

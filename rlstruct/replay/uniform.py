@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing as mp
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -315,7 +316,7 @@ class ReplayBuffer:
     # ------------------------------------------------------------------ internals
 
     def _allocate(self, specs: Specs) -> None:
-        self._storage = DictTensor.zeros(specs, self._capacity, device=self._device, shared=self._shared)
+        self._storage = interleaved_zeros(specs, self._capacity, device=self._device, shared=self._shared)
 
     def _check_rows(self, rows: DictTensor, op: str) -> None:
         """Rows must have exactly the storage's keys, per-row shapes and dtypes."""
@@ -428,3 +429,39 @@ class ReplayBuffer:
         state["_generator"] = generator
         self.__dict__.update(state)
         self._counts = self._counters.numpy()
+
+
+def interleaved_zeros(specs: Specs, rows: int, *, device: torch.device, shared: bool) -> DictTensor:
+    """Zeros laid out by ``specs`` as ``DictTensor.zeros`` lays them, but each row's keys side by side.
+
+    Key ``k`` is a view ``[rows, *specs[k].shape]`` into one byte tensor
+    ``[rows, width]``: row ``i`` of every key lies in bytes ``[i * width,
+    (i + 1) * width)``, each key at an offset aligned to its element size.
+    A sample of n rows from a buffer too large for the processor's caches
+    then brings n stretches of main memory in, not n per key
+    (``benchmarks/replay.py``). A key with no values per row gets a tensor
+    of its own.
+    """
+    offsets: dict[str, int] = {}
+    width, align = 0, 1
+    numel = {key: math.prod(spec.shape) for key, spec in specs.items()}
+    for key, spec in specs.items():
+        size = spec.dtype.itemsize
+        if numel[key] > 0:
+            offsets[key] = -(-width // size) * size  # the next offset aligned to the element size
+            width = offsets[key] + numel[key] * size
+            align = max(align, size)
+    block = torch.zeros((rows, -(-width // align) * align), dtype=torch.uint8, device=device)
+    data = {}
+    for key, spec in specs.items():
+        if key in offsets:
+            start = offsets[key]
+            view = block[:, start : start + numel[key] * spec.dtype.itemsize]
+            data[key] = view.view(spec.dtype).view(rows, *spec.shape)
+        else:
+            data[key] = torch.zeros((rows, *spec.shape), dtype=spec.dtype, device=device)
+    if shared:  # the storage moves in place: the views move with the block
+        block.share_memory_()
+        for key in specs.keys() - offsets.keys():
+            data[key].share_memory_()
+    return DictTensor(data, batch_size=rows)
