@@ -11,6 +11,11 @@ discounted return, as PPO implementations commonly do (Engstrom et al. 2020,
 "Implementation Matters in Deep Policy Gradients"). It lives in the learner:
 the agents never see rewards.
 
+``ValueNormalizer`` is the last step of a value head whose layer before it
+learns the value in units of its targets' running scale (van Hasselt et al.
+2016, "Learning values across many orders of magnitude", known as PopArt): a
+value can then reach returns of 100 in a few hundred small optimiser steps.
+
 Statistics are merged batch by batch with the parallel-variance formula of
 Chan, Golub and LeVeque (1979), in float64, so that their order does not
 matter and long runs do not lose precision.
@@ -34,7 +39,7 @@ import torch
 
 from rlstruct.errors import describe
 
-__all__ = ["ObservationNormalizer", "RewardScaler", "RunningMeanStd"]
+__all__ = ["ObservationNormalizer", "RewardScaler", "RunningMeanStd", "ValueNormalizer"]
 
 
 class RunningMeanStd(torch.nn.Module):
@@ -187,3 +192,90 @@ class RewardScaler(torch.nn.Module):
         self.stats.update(torch.cat(seen))
         std = (self.stats.var + self.eps).sqrt()
         return (reward / std.to(reward.dtype).to(reward.device)).clamp(-self.clip, self.clip)
+
+
+class ValueNormalizer(torch.nn.Module):
+    """A value head's last step: ``x * std + mean``, from running moments of the value's targets.
+
+    The linear layer before it outputs the value in units of the targets'
+    running standard deviation; ``forward`` maps that back to returns.
+    ``update`` moves the moments towards a batch of targets (an exponential
+    average at ``rate`` per update) and rescales that layer so that every
+    value it gives is unchanged (PopArt). Train the value on
+    ``(value - target) / std``, the error in the layer's own units.
+
+    Until the first ``update`` it is the identity (mean 0, std 1).
+
+    Args:
+        rate: the weight of each batch in the running moments, in (0, 1].
+        min_var: the floor of the variance (a batch of equal targets does
+            not divide by zero).
+
+    Buffers (saved in ``state_dict``): ``mean`` and ``mean_square`` (float64
+    scalars, the running first and second moments of the targets).
+
+    Raises:
+        ValueError: for a ``rate`` outside (0, 1] or a ``min_var`` that is not positive.
+
+    Examples:
+        >>> import torch
+        >>> from rlstruct.normalize import ValueNormalizer
+        >>> head, norm = torch.nn.Linear(3, 1), ValueNormalizer(rate=0.5)
+        >>> x = torch.ones(1, 3)
+        >>> before = norm(head(x))
+        >>> norm.update(torch.tensor([100.0, 120.0]), head)
+        >>> round(norm.mean.item(), 1), round(norm.std.item(), 1)
+        (55.0, 55.5)
+        >>> torch.allclose(norm(head(x)), before)
+        True
+    """
+
+    mean: torch.Tensor
+    mean_square: torch.Tensor
+
+    def __init__(self, rate: float = 0.1, min_var: float = 1e-4) -> None:
+        super().__init__()
+        if not 0.0 < rate <= 1.0:
+            raise ValueError(f"ValueNormalizer: rate must be in (0, 1], got {rate!r}")
+        if not min_var > 0.0:
+            raise ValueError(f"ValueNormalizer: min_var must be positive, got {min_var!r}")
+        self.rate, self.min_var = rate, min_var
+        self.register_buffer("mean", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("mean_square", torch.ones((), dtype=torch.float64))
+
+    @property
+    def std(self) -> torch.Tensor:
+        """The running standard deviation of the targets: a float64 scalar (1 before the first update)."""
+        return (self.mean_square - self.mean.pow(2)).clamp_min(self.min_var).sqrt()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The values ``x * std + mean`` of normalised outputs ``x`` (any shape), in ``x``'s dtype and device."""
+        return x * self.std.to(x.dtype) + self.mean.to(x.dtype)
+
+    @torch.no_grad()
+    def update(self, target: torch.Tensor, layer: torch.nn.Linear) -> None:
+        """Move the moments towards a batch's targets and rescale ``layer`` so that its values stay the same.
+
+        Args:
+            target: the value targets of the batch's real steps, any shape
+                (float, the buffers' device); an empty one changes nothing.
+            layer: the linear layer whose output this module reads (one output).
+
+        Raises:
+            ValueError: if ``layer`` is not a ``torch.nn.Linear`` with one output and a bias.
+        """
+        if not isinstance(layer, torch.nn.Linear) or layer.out_features != 1 or layer.bias is None:
+            raise ValueError(
+                f"ValueNormalizer.update: layer must be a torch.nn.Linear with one output and a bias, got {layer!r}"
+            )
+        if target.numel() == 0:
+            return
+        target = target.to(torch.float64)
+        old_mean, old_std = self.mean.clone(), self.std
+        self.mean.lerp_(target.mean(), self.rate)
+        self.mean_square.lerp_(target.pow(2).mean(), self.rate)
+        std = self.std
+        layer.weight.mul_((old_std / std).to(layer.weight.dtype))
+        layer.bias.copy_(
+            ((layer.bias.to(torch.float64) * old_std + old_mean - self.mean) / std).to(layer.bias.dtype)
+        )

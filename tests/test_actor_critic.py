@@ -3,7 +3,8 @@
 Log-probabilities and entropies against torch's distributions, clamped
 continuous actions, a recurrent memory (GRU or LSTM) per head that restarts at
 episode starts and replays what was collected, observation statistics carried
-in the weights, orthogonal initialisation, policy and value gradients clipped
+in the weights, a value learned in its targets' scale (PopArt), orthogonal
+initialisation, policy and value gradients clipped
 apart, and the messages for bad sizes.
 """
 
@@ -203,3 +204,24 @@ def test_an_image_encoder_is_trained_and_clipped_with_the_policy() -> None:
     assert {id(p) for p in agent.policy_parameters()} | {id(p) for p in agent.value_parameters()} == {
         id(p) for p in agent.parameters()
     }
+
+
+@pytest.mark.parametrize("recurrent", [False, True])
+def test_a_value_normalised_actor_critic_keeps_its_values_through_an_update(recurrent: bool) -> None:
+    args = {"obs_dim": 4, "n_actions": 2, "hidden": (16, 16), "recurrent": recurrent, "value_norm": True}
+    agent = ActorCritic(**args)  # type: ignore[arg-type]
+    assert agent.value_norm is not None and ActorCritic(obs_dim=4, n_actions=2).value_norm is None
+    assert ActorCritic(obs_dim=4, n_actions=2).value_scale() is None
+    z = DictTensor({"greedy": torch.zeros(5, dtype=torch.bool)})
+    obs = DictTensor({"observation": torch.randn(5, 4)})
+    state = agent.initial_state(z, 5)
+    before, _ = agent(state, obs, z)
+    agent.update_value_norm(torch.tensor([40.0, 60.0, 80.0]))
+    after, _ = agent(state, obs, z)
+    torch.testing.assert_close(after["value"], before["value"], rtol=1e-5, atol=1e-5)
+    scale = agent.value_scale()
+    assert scale is not None and scale.dtype == torch.float32 and float(scale) > 1.0
+    copy = ActorCritic(**args)  # type: ignore[arg-type]
+    copy.load_state_dict(agent.state_dict())  # the scale travels with the weights: batchers, checkpoints
+    assert torch.equal(copy(state, obs, z)[0]["value"], after["value"])
+    assert sum(k.endswith(".mean") for k in agent.state_dict()) == 1  # one normaliser, under critic only

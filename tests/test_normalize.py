@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from rlstruct.normalize import ObservationNormalizer, RewardScaler, RunningMeanStd
+from rlstruct.normalize import ObservationNormalizer, RewardScaler, RunningMeanStd, ValueNormalizer
 
 
 def message(text: str) -> str:
@@ -95,3 +95,52 @@ def test_merging_the_moments_of_two_batches_equals_updating_with_both() -> None:
     )
     merged.merge(0, x.mean(0), x.var(0, unbiased=False))  # no samples: nothing changes
     assert merged.count.item() == 18
+
+
+def test_value_normalizer_follows_its_targets_and_keeps_every_value() -> None:
+    torch.manual_seed(0)
+    layer, norm = torch.nn.Linear(4, 1), ValueNormalizer(rate=0.5)
+    x = torch.randn(32, 4)
+    assert torch.equal(norm(layer(x)), layer(x))  # the identity before the first update
+    for targets in (torch.full((8,), 100.0), torch.tensor([50.0, 150.0])):
+        before = norm(layer(x)).detach()
+        norm.update(targets, layer)
+        torch.testing.assert_close(norm(layer(x)).detach(), before, rtol=1e-5, atol=1e-4)
+    # moments: 0 -> 50 -> 75 (mean); 1 -> 5000.5 -> 8750.25 (mean square)
+    assert norm.mean.item() == 75.0 and norm.std.item() == pytest.approx((8750.25 - 75.0**2) ** 0.5)
+    assert norm.mean.dtype == torch.float64 and norm(layer(x)).dtype == torch.float32
+    norm.update(torch.empty(0), layer)  # no real step: nothing changes
+    assert norm.mean.item() == 75.0
+
+
+def test_value_normalizer_learns_a_large_value_in_few_small_steps() -> None:
+    # values of 100 +- 30 from features of unit scale: each Adam step moves a plain layer's output
+    # by about its learning rate, and the normalised layer's by that times the targets' scale
+    torch.manual_seed(0)
+    x = torch.randn(64, 4)
+    target = 100.0 + 30.0 * x[:, 0]
+    errors = []
+    for norm in (None, ValueNormalizer(rate=0.1)):
+        layer = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.Adam(layer.parameters(), lr=0.1)
+        for _ in range(200):
+            value = layer(x).squeeze(-1) if norm is None else norm(layer(x)).squeeze(-1)
+            scale = 1.0 if norm is None else norm.std.float()
+            loss = ((value - target) / scale).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if norm is not None:
+                norm.update(target, layer)
+        final = layer(x).squeeze(-1) if norm is None else norm(layer(x)).squeeze(-1)
+        errors.append((final - target).abs().mean().item())
+    assert errors[0] > 50.0 and errors[1] < errors[0] / 5  # 77.6 and 9.5 when written
+
+
+def test_value_normalizer_refuses_what_it_cannot_use() -> None:
+    with pytest.raises(ValueError, match=message("ValueNormalizer: rate must be in (0, 1], got 0.0")):
+        ValueNormalizer(rate=0.0)
+    with pytest.raises(ValueError, match=message("ValueNormalizer: min_var must be positive, got -1.0")):
+        ValueNormalizer(min_var=-1.0)
+    with pytest.raises(ValueError, match=message("ValueNormalizer.update: layer must be a torch.nn.Linear")):
+        ValueNormalizer().update(torch.ones(2), torch.nn.Linear(4, 2))

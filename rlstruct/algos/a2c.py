@@ -5,7 +5,10 @@ batcher, re-runs the agent over them with gradients (``replay_agent``: step
 by step from the stored initial state for a recurrent agent, with the state
 reset where an episode begins; one flat call otherwise), and takes one
 gradient step on the policy-gradient loss with GAE advantages (lambda 1 gives
-the n-step returns of the paper), the value loss and an entropy bonus.
+the n-step returns of the paper), the value loss and an entropy bonus. With
+``value_norm`` (the default) the value is learned in units of its targets'
+running scale (PopArt): the value error is divided by that scale, which
+moves towards each batch's targets after the step.
 
 Run it with ``rlstruct train a2c --env CartPole-v1`` (``--recurrent`` for a
 GRU agent) or ``python -m rlstruct.algos.a2c``; ``--help`` lists every field.
@@ -45,6 +48,8 @@ from rlstruct.learning.protocols import (
     check_outputs,
     clip_gradients,
     update_obs_norm,
+    update_value_norm,
+    value_scale,
 )
 from rlstruct.normalize import RewardScaler
 from rlstruct.returns import gae
@@ -58,9 +63,9 @@ class Config(TrainConfig):
 
     total_steps: int = 100_000
     """Environment steps of training (all environments counted)."""
-    n_envs: int = 16
+    n_envs: int = 8
     """Environments in all, split evenly across the worker processes."""
-    n_steps: int = 16
+    n_steps: int = 64
     """Steps per environment per update (the trajectories' T)."""
     lr: float = 3e-4
     """RMSprop's learning rate at the start."""
@@ -78,6 +83,8 @@ class Config(TrainConfig):
     """Gradients are rescaled to this global norm."""
     normalize_advantages: bool = True
     """Normalise the advantages of each batch to zero mean and unit variance."""
+    value_norm: bool = True
+    """Learn the value in units of its targets' running scale (PopArt: ``rlstruct.normalize.ValueNormalizer``)."""
     hidden: int = 64
     """Units of each of the two hidden layers (the GRU's size too, with ``recurrent``)."""
     recurrent: bool = False
@@ -96,9 +103,10 @@ class Config(TrainConfig):
 def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]]:
     """The agent ``train`` trains for ``config`` on an environment of ``spaces``, and its arguments.
 
-    ``config.agent``'s class if set, else an ``ActorCritic`` (see ``rlstruct.algos.agents.on_policy_agent``).
+    ``config.agent``'s class if set, else an ``ActorCritic`` (see ``rlstruct.algos.agents.on_policy_agent``)
+    whose value head ends in a ``ValueNormalizer`` with ``config.value_norm``.
     """
-    return on_policy_agent(config, spaces, "a2c")
+    return on_policy_agent(config, spaces, "a2c", value_norm=config.value_norm)
 
 
 def check(config: Config) -> EnvSpaces:
@@ -198,11 +206,12 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
             flat = DictTensor({k: v.flatten(0, 1) for k, v in out.items()})
             log_prob = policy.action_log_prob(flat, steps[policy.action_key].flatten(0, 1)).view(b, t)
             entropy = policy.action_entropy(flat).view(b, t)
+            scale = value_scale(model)  # the value head's own units (PopArt), or None
             loss, terms = actor_critic_loss(
                 log_prob,
                 advantage,
-                value,
-                target,
+                value if scale is None else value / scale,
+                target if scale is None else target / scale,
                 entropy,
                 mask,
                 vf_coef=config.vf_coef,
@@ -218,6 +227,7 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
             )  # ActorCritic: a recurrent one's policy and value apart
             optimizer.step()
             update_obs_norm(model, steps)  # after the step, which used the statistics of collection
+            update_value_norm(model, target[mask])  # after the step too: the next batch's scale
             run.batcher.update(run.weights(model))
             run.step(
                 env_steps,

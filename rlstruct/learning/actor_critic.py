@@ -28,7 +28,7 @@ from rlstruct.agent import Agent
 from rlstruct.dicttensor import DictTensor
 from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder
 from rlstruct.learning.parallel import run_in_parallel
-from rlstruct.normalize import ObservationNormalizer
+from rlstruct.normalize import ObservationNormalizer, ValueNormalizer
 from rlstruct.specs import ObservationSpace
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
@@ -76,6 +76,11 @@ class ActorCritic(Agent):
         normalize: normalise observations with running statistics
             (``self.obs_norm``, an ``ObservationNormalizer`` whose buffers
             travel with the weights); the learner updates them.
+        value_norm: end the value head in a ``ValueNormalizer`` (PopArt):
+            its last linear layer learns the value in units of the targets'
+            running scale, which the learner updates (``update_value_norm``)
+            and trains the value in (``value_scale``). The ``value`` output
+            is in returns all the same.
         orthogonal: orthogonal initial weights and zero biases (gains sqrt(2)
             in hidden layers, 0.01 for the policy output, 1 for the value);
             otherwise torch's default, with the policy output scaled by 0.01.
@@ -121,6 +126,7 @@ class ActorCritic(Agent):
         recurrent: bool = False,
         memory: str = "gru",
         normalize: bool = False,
+        value_norm: bool = False,
         orthogonal: bool = False,
         observation_spaces: Mapping[str, ObservationSpace] | None = None,
         encoder: torch.nn.Module | None = None,
@@ -166,6 +172,8 @@ class ActorCritic(Agent):
             sizes = list(hidden)
         self.actor = mlp([*sizes, n_out])
         self.critic = mlp([*sizes, 1])
+        if value_norm:
+            self.critic.append(ValueNormalizer())  # after the last linear layer: the value in returns
         last = self.actor[-1]
         assert isinstance(last, torch.nn.Linear)
         if orthogonal:
@@ -211,6 +219,31 @@ class ActorCritic(Agent):
             torch.nn.utils.clip_grad_norm_(self.value_parameters(), max_norm)
         else:
             torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm)
+
+    @property
+    def value_norm(self) -> ValueNormalizer | None:
+        """The value head's ``ValueNormalizer`` (its last module), or None without ``value_norm``."""
+        last = self.critic[-1]
+        return last if isinstance(last, ValueNormalizer) else None
+
+    def value_scale(self) -> torch.Tensor | None:
+        """The scale the value is learned in: the ``ValueNormalizer``'s std (a float32 scalar), or None without ``value_norm``.
+
+        Learners divide the value error by it, so that the last linear layer
+        is trained in its own units.
+        """
+        return None if self.value_norm is None else self.value_norm.std.to(torch.float32)
+
+    def update_value_norm(self, target: torch.Tensor) -> None:
+        """Move the value's scale towards a batch's value targets (of its real steps), keeping every value the same.
+
+        Learners call it after the update that used the batch. Nothing
+        happens without ``value_norm``.
+        """
+        if self.value_norm is not None:
+            last = self.critic[-2]
+            assert isinstance(last, torch.nn.Linear)
+            self.value_norm.update(target, last)
 
     @property
     def value_memory(self) -> list[str]:

@@ -46,6 +46,8 @@ __all__ = [
     "observation_moments",
     "policy_outputs",
     "update_obs_norm",
+    "update_value_norm",
+    "value_scale",
     "with_agent_info",
 ]
 
@@ -71,7 +73,10 @@ class OnPolicyAgent(Protocol):
     ``update_obs_norm(steps)`` (running observation statistics, called after
     each update with the batch it used; in a scheme,
     ``observation_moments(steps)`` where the batch is and
-    ``merge_observation_moments(moments)`` where the update is) and
+    ``merge_observation_moments(moments)`` where the update is),
+    ``value_scale()`` and ``update_value_norm(target)`` (a value learned in
+    units of its targets' running scale, PopArt; A2C divides the value error
+    by the scale and calls the update after each step) and
     ``forward_sequence`` (one call over a ``[B, T]`` batch; see
     ``replay_agent``).
 
@@ -320,6 +325,20 @@ def update_obs_norm(agent: object, steps: TemporalDictTensor) -> None:
     own = getattr(agent, "update_obs_norm", None)
     if callable(own):
         own(steps)
+
+
+def value_scale(agent: object) -> torch.Tensor | None:
+    """The agent's ``value_scale()`` (the scale its value is learned in) if it has the method, else None."""
+    own = getattr(agent, "value_scale", None)
+    scale: torch.Tensor | None = own() if callable(own) else None
+    return scale
+
+
+def update_value_norm(agent: object, target: torch.Tensor) -> None:
+    """Call the agent's ``update_value_norm(target)`` if it has one (a value's running scale); else nothing."""
+    own = getattr(agent, "update_value_norm", None)
+    if callable(own):
+        own(target)
 
 
 def observation_moments(agent: object, steps: TemporalDictTensor) -> dict[str, torch.Tensor] | None:
