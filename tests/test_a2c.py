@@ -3,47 +3,34 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from rlstruct.algos import a2c
+from rlstruct.algos import a2c, load_run
+
+
+def short_run(run_dir: Path, **fields: Any) -> dict[str, Any]:
+    """A2C on CartPole-v1 for a few updates of 4 environments, without progress lines."""
+    config = a2c.Config(env="CartPole-v1", n_envs=4, run_dir=str(run_dir), progress=False, **fields)
+    return a2c.train(config)
 
 
 def test_recurrent_a2c_smoke_run(tmp_path: Path) -> None:
-    config = a2c.Config(
-        env="CartPole-v1",
-        total_steps=512,
-        n_envs=4,
-        n_steps=16,
-        recurrent=True,
-        eval_every=256,
-        eval_episodes=2,
-        run_dir=str(tmp_path),
-        progress=False,
+    results = short_run(
+        tmp_path, total_steps=512, n_steps=16, recurrent=True, eval_every=256, eval_episodes=2
     )
-    results = a2c.train(config)
     assert results["env_steps"] == 512 and results["algo"] == "a2c"
     header = (Path(results["run_dir"]) / "progress.csv").read_text().splitlines()[0].split(",")
     assert {"policy_loss", "value_loss", "explained_variance", "eval_return_mean"} <= set(header)
 
 
 def test_a2c_learns_its_value_in_the_targets_scale_unless_told_not_to(tmp_path: Path) -> None:
-    from rlstruct.algos import load_run
-
-    scales = []
+    normalizers = []
     for value_norm in (True, False):
-        config = a2c.Config(
-            env="CartPole-v1",
-            total_steps=256,
-            n_envs=4,
-            n_steps=32,
-            value_norm=value_norm,
-            eval_episodes=1,
-            run_dir=str(tmp_path / str(value_norm)),
-            progress=False,
+        results = short_run(
+            tmp_path / str(value_norm), total_steps=256, n_steps=32, value_norm=value_norm, eval_episodes=1
         )
-        agent = load_run(a2c.train(config)["run_dir"]).agent
-        scales.append(getattr(agent, "value_norm", None))
-    normalizer, none = scales
+        normalizers.append(getattr(load_run(results["run_dir"]).agent, "value_norm", None))
+    normalizer, none = normalizers
     assert none is None and normalizer is not None
-    assert (
-        normalizer.mean.item() > 0.0 and normalizer.std.item() != 1.0
-    )  # two updates from CartPole's returns
+    # two updates from CartPole's returns, saved with the weights
+    assert normalizer.mean.item() > 0.0 and normalizer.std.item() != 1.0
