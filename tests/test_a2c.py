@@ -34,3 +34,20 @@ def test_a2c_learns_its_value_in_the_targets_scale_unless_told_not_to(tmp_path: 
     assert none is None and normalizer is not None
     # two updates from CartPole's returns, saved with the weights
     assert normalizer.mean.item() > 0.0 and normalizer.std.item() != 1.0
+
+
+def test_a_run_saved_before_the_value_scale_loads_and_resumes_as_it_was_trained(tmp_path: Path) -> None:
+    import json
+
+    from rlstruct.algos.config import parse_config
+
+    results = short_run(tmp_path, total_steps=512, n_steps=32, value_norm=False, checkpoint_every=256)
+    run_dir = Path(results["run_dir"])
+    config_path = run_dir / "config.json"
+    stored = json.loads(config_path.read_text())
+    del stored["value_norm"]  # as a run saved before the field was added
+    config_path.write_text(json.dumps(stored))
+    saved = load_run(run_dir)
+    assert saved.config.value_norm is False and getattr(saved.agent, "value_norm", 0) is None
+    assert saved.evaluate().mean == results["eval_return_mean"]  # the final evaluation, replayed
+    assert parse_config(a2c.Config, ["--resume", str(run_dir)]).value_norm is False

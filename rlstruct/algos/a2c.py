@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import torch
 
@@ -60,6 +60,9 @@ __all__ = ["Config", "check", "main", "make_agent", "train"]
 @dataclasses.dataclass
 class Config(TrainConfig):
     """A2C's hyperparameters (defaults tuned for CartPole-v1)."""
+
+    ADDED_FIELDS: ClassVar[dict[str, Any]] = {"value_norm": False}
+    """A run saved before ``value_norm`` learned its value in returns."""
 
     total_steps: int = 100_000
     """Environment steps of training (all environments counted)."""

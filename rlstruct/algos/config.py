@@ -31,7 +31,7 @@ import textwrap
 import typing
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 import torch
 
@@ -62,6 +62,7 @@ __all__ = [
     "field_docs",
     "parse_config",
     "set_learning_rate",
+    "stored_config",
 ]
 
 ENV_BACKENDS = ("gymnasium", "vector", "torch")
@@ -85,6 +86,10 @@ C = TypeVar("C", bound="TrainConfig")
 @dataclasses.dataclass
 class TrainConfig:
     """The fields every algorithm shares."""
+
+    ADDED_FIELDS: ClassVar[dict[str, Any]] = {}
+    """Fields added since runs were first saved whose default does something new, with the value that does
+    what runs saved before them did: a config.json without the field is read with this value (``stored_config``)."""
 
     env: str = ""
     """The environment id, as for ``gymnasium.make`` ("module:EnvId" imports the module first)."""
@@ -572,6 +577,15 @@ RESUME_OVERRIDES = ("resume", "progress", "json")
 """The flags ``--resume`` takes beside it: the others come from the run's config.json."""
 
 
+def stored_config(cls: type[C], stored: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a run's config.json, ``stored``, with ``cls.ADDED_FIELDS`` where it lacks them.
+
+    A run saved before a field was added is then rebuilt (``load_run``) and
+    resumed (``--resume``) as it was trained.
+    """
+    return {**cls.ADDED_FIELDS, **stored}
+
+
 def _resumed(cls: type[C], parser: argparse.ArgumentParser, given: dict[str, Any]) -> C:
     """The config of the run directory ``given["resume"]``, from its config.json, with ``RESUME_OVERRIDES`` applied."""
     others = sorted("--" + k.replace("_", "-") for k in given if k not in RESUME_OVERRIDES)
@@ -596,7 +610,7 @@ def _resumed(cls: type[C], parser: argparse.ArgumentParser, given: dict[str, Any
     if not isinstance(stored, dict) or set(stored) - names:
         unknown = sorted(set(stored) - names) if isinstance(stored, dict) else stored
         parser.error(f"--resume: {str(path)!r} is not a config of {parser.prog}: unknown fields {unknown}")
-    return cls(**(stored | given))
+    return cls(**(stored_config(cls, stored) | given))
 
 
 def _flag(name: str, value: Any) -> str:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rlstruct.agent import Agent
-from rlstruct.algos.config import ALGORITHMS, TrainConfig
+from rlstruct.algos.config import ALGORITHMS, TrainConfig, stored_config
 from rlstruct.algos.evaluation import EvalResult, Evaluator, env_spaces, eval_seed
 from rlstruct.algos.recording import Recording, record_episode
 from rlstruct.batchers import cpu_weights
@@ -214,7 +214,7 @@ def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> Sav
         raise ValueError(f"load_run: algo must be one of {', '.join(ALGORITHMS)}, got {algo!r}")
     module = importlib.import_module(f"rlstruct.algos.{algo}")
     try:
-        config = module.Config(**data)
+        config = module.Config(**stored_config(module.Config, data))
     except TypeError as error:
         raise ValueError(f"{str(config_path)!r} is not a {algo} Config: {error}") from error
     agent, agent_args = module.make_agent(config, env_spaces(config.env))
