@@ -4,8 +4,8 @@ Log-probabilities and entropies against torch's distributions, clamped
 continuous actions, a recurrent memory (GRU or LSTM) per head that restarts at
 episode starts and replays what was collected, observation statistics carried
 in the weights, a value learned in its targets' scale (PopArt), orthogonal
-initialisation, policy and value gradients clipped
-apart, and the messages for bad sizes.
+initialisation, policy and value gradients clipped apart, and the messages for
+bad sizes.
 """
 
 from __future__ import annotations
