@@ -150,7 +150,8 @@ def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> Sav
     """Rebuild the trained agent of a run directory written by ``rlstruct train`` (or ``ALGO.train``).
 
     The configuration is read from ``config.json`` into the algorithm's
-    ``Config`` (fields missing from the file keep their defaults), the agent
+    ``Config`` (a field missing from the file takes the value of
+    ``Config.ADDED_FIELDS`` where that names it, else its default), the agent
     is made as ``train`` made it (``make_agent``: the same network, memory and
     observation normalisation) and the checkpoint's ``model`` weights are
     loaded into it, on the CPU, whatever device trained it.
