@@ -79,9 +79,14 @@ def check_choice(owner: str, name: str, value: object, allowed: tuple[str, ...])
     """``value`` if it is one of ``allowed``.
 
     Raises:
-        ValueError: otherwise, listing ``allowed``.
+        TypeError: if it is not a str.
+        ValueError: if it is not one of ``allowed``, listing them.
     """
-    if not isinstance(value, str) or value not in allowed:
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{owner}: {name} must be one of {', '.join(map(repr, allowed))}, got {describe(value)}"
+        )
+    if value not in allowed:
         raise ValueError(f"{owner}: {name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
     return value
 
@@ -118,6 +123,8 @@ def check_tensor(owner: str, name: str, value: object, shape: tuple[int, ...], k
             ...
         TypeError: n_step_targets: done must be a bool tensor [2, 3], got dtype torch.float32
     """
+    if kind not in ("bool", "float"):
+        raise ValueError(f"check_tensor: kind must be 'bool' or 'float', got {kind!r}")
     expected = f"{owner}: {name} must be a {kind} tensor {list(shape)}"
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{expected}, got {describe(value)}")

@@ -59,7 +59,8 @@ class DictTensor:
             (it then defaults to 0); otherwise checked against the values.
 
     Raises:
-        TypeError: if a key is not a ``str`` or a value not a ``torch.Tensor``.
+        TypeError: if ``data`` is not a mapping, a key not a ``str`` or a value
+            not a ``torch.Tensor``.
         ValueError: if a value has no batch dimension, the values disagree on
             B or on the device, or ``batch_size`` disagrees with them.
 
@@ -85,6 +86,10 @@ class DictTensor:
     def __init__(
         self, data: Mapping[str, torch.Tensor] | None = None, *, batch_size: int | None = None
     ) -> None:
+        if data is not None and not isinstance(data, Mapping):
+            raise TypeError(
+                f"DictTensor: data must be a mapping of str keys to tensors, got {describe(data)}"
+            )
         data = dict(data) if data is not None else {}
         if batch_size is not None and (
             not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0
@@ -271,9 +276,10 @@ class DictTensor:
             A DictTensor with only ``keys``, same rows and device.
 
         Raises:
+            TypeError: if ``keys`` is not a str or an iterable of str.
             KeyError: naming a key that is not present.
         """
-        keys = [keys] if isinstance(keys, str) else list(keys)
+        keys = _key_list("DictTensor.get", keys)
         data = {}
         for key in keys:
             if key not in self._data:
@@ -311,7 +317,12 @@ class DictTensor:
         self._dtypes = None
 
     def prepend_key(self, prefix: str) -> DictTensor:
-        """A DictTensor whose keys are ``prefix + key``; the tensors are shared."""
+        """A DictTensor whose keys are ``prefix + key``; the tensors are shared.
+
+        Raises:
+            TypeError: if ``prefix`` is not a str.
+        """
+        _check_prefix("DictTensor.prepend_key", prefix)
         return DictTensor.unchecked(
             {prefix + k: v for k, v in self._data.items()}, self._batch_size, self._device
         )
@@ -323,7 +334,11 @@ class DictTensor:
             >>> dt = DictTensor({"env/gravity": torch.ones(2), "agent/eps": torch.zeros(2)})
             >>> list(dt.truncate_key("env/").keys())
             ['gravity']
+
+        Raises:
+            TypeError: if ``prefix`` is not a str.
         """
+        _check_prefix("DictTensor.truncate_key", prefix)
         data = {k[len(prefix) :]: v for k, v in self._data.items() if k.startswith(prefix)}
         return DictTensor.unchecked(data, self._batch_size, self._device if data else None)
 
@@ -426,7 +441,8 @@ class DictTensor:
         n = self._batch_size
         if isinstance(index, bool):
             raise TypeError("DictTensor: a bool is not a row index; use a bool tensor of shape [B]")
-        if isinstance(index, int):
+        if isinstance(index, numbers.Integral):
+            index = int(index)
             if not -n <= index < n:
                 raise IndexError(f"DictTensor: row index {index} is out of range for {n} rows")
             index = index % n
@@ -530,7 +546,17 @@ class DictTensor:
         return self._select(index)
 
     def slice(self, start: int, end: int | None = None) -> DictTensor:
-        """Rows ``start`` to ``end`` (exclusive; one row if ``end`` is None), as views."""
+        """Rows ``start`` to ``end`` (exclusive; one row if ``end`` is None), as views.
+
+        Raises:
+            TypeError: if ``start`` or ``end`` is not an int.
+            IndexError: if ``end`` is None and ``start`` is out of range.
+        """
+        for name, value in (("start", start), ("end", end)):
+            if (value is not None or name == "start") and (
+                isinstance(value, bool) or not isinstance(value, numbers.Integral)
+            ):
+                raise TypeError(f"DictTensor.slice: {name} must be an int, got {describe(value)}")
         return self._select(start if end is None else slice(start, end))
 
     def unfold(self) -> list[DictTensor]:
@@ -539,24 +565,22 @@ class DictTensor:
 
     def _check_compatible(self, src: DictTensor, op: str) -> None:
         if not isinstance(src, DictTensor):
-            raise TypeError(f"DictTensor.{op}: expected a DictTensor, got {describe(src)}")
+            raise TypeError(f"{op}: expected a DictTensor, got {describe(src)}")
         if src.keys() != self.keys():
-            raise ValueError(
-                f"DictTensor.{op}: the keys differ: expected {sorted(self._data)}, got {sorted(src._data)}"
-            )
+            raise ValueError(f"{op}: the keys differ: expected {sorted(self._data)}, got {sorted(src._data)}")
         for key, value in src._data.items():
             mine = self._data[key]
             if value.dtype != mine.dtype:
-                raise TypeError(
-                    f"DictTensor.{op}: key {key!r} has dtype {value.dtype}, expected {mine.dtype}"
-                )
+                raise TypeError(f"{op}: key {key!r} has dtype {value.dtype}, expected {mine.dtype}")
             if value.shape[1:] != mine.shape[1:]:
                 raise ValueError(
-                    f"DictTensor.{op}: key {key!r} has rows of shape {tuple(value.shape[1:])}, "
+                    f"{op}: key {key!r} has rows of shape {tuple(value.shape[1:])}, "
                     f"expected {tuple(mine.shape[1:])}"
                 )
 
-    def copy_(self, src: DictTensor, index: RowIndex | None = None) -> DictTensor:
+    def copy_(
+        self, src: DictTensor, index: RowIndex | None = None, *, op: str = "DictTensor.copy_"
+    ) -> DictTensor:
         """Copy ``src`` into some rows of this DictTensor, in place.
 
         This is how preallocated (for example shared-memory) buffers are filled:
@@ -567,6 +591,9 @@ class DictTensor:
                 and as many rows as ``index`` selects (or broadcastable to them).
                 It may live on another device: the data is copied to this one.
             index: the rows to write; all rows if None.
+            op: the name the error messages begin with: a structure that
+                writes through its DictTensor gives its own
+                (``TemporalDictTensor.copy_`` does).
 
         Returns:
             self.
@@ -575,17 +602,17 @@ class DictTensor:
             ValueError: if keys, per-row shapes or row counts differ.
             TypeError: if a dtype differs (values are never cast).
         """
-        self._check_compatible(src, "copy_")
+        self._check_compatible(src, op)
         target = slice(None) if index is None else self.normalize_index(index)
-        if isinstance(target, torch.Tensor):
-            self._rows(target)  # out-of-range indices raise a clear IndexError
+        rows = self._rows(target)  # out-of-range indices raise a clear IndexError
+        if src._batch_size not in (rows, 1):
+            raise ValueError(f"{op}: src has {src._batch_size} rows, the index selects {rows}")
         for key, value in src._data.items():
             try:
                 self._data[key][target] = value
             except RuntimeError as error:
                 raise ValueError(
-                    f"DictTensor.copy_: cannot write key {key!r} of shape {tuple(value.shape)} "
-                    f"into the selected rows: {error}"
+                    f"{op}: cannot write key {key!r} of shape {tuple(value.shape)} into the selected rows: {error}"
                 ) from None
         return self
 
@@ -603,38 +630,48 @@ class DictTensor:
             self.copy_(value, index)
 
     @staticmethod
-    def _check_same(dicttensors: Sequence[DictTensor], op: str, *, check_rows: bool) -> DictTensor:
-        # op is the full name used in messages, for example "DictTensor.cat".
+    def _check_same(
+        dicttensors: Sequence[DictTensor],
+        op: str,
+        *,
+        check_rows: bool,
+        names: Sequence[str] | None = None,
+    ) -> DictTensor:
+        # op is the full name used in messages, for example "DictTensor.cat"; names, the
+        # arguments' names where they are not elements of one list (DictTensor.where).
         """Check that DictTensors agree on keys, dtypes, per-row shapes and device."""
         if isinstance(dicttensors, DictTensor) or not isinstance(dicttensors, Sequence):
             raise TypeError(f"{op}: expected a list of DictTensors, got {describe(dicttensors)}")
         if not dicttensors:
             raise ValueError(f"{op}: expected at least one DictTensor, got an empty list")
-        first = dicttensors[0]
-        if not isinstance(first, DictTensor):
-            raise TypeError(f"{op}: element 0 must be a DictTensor, got {describe(first)}")
-        for i, dt in enumerate(dicttensors[1:], 1):
+
+        def name(i: int) -> str:
+            return names[i] if names is not None else f"element {i}"
+
+        for i, dt in enumerate(dicttensors):
             if not isinstance(dt, DictTensor):
-                raise TypeError(f"{op}: element {i} must be a DictTensor, got {describe(dt)}")
+                raise TypeError(f"{op}: {name(i)} must be a DictTensor, got {describe(dt)}")
+        first = dicttensors[0]
+        for i, dt in enumerate(dicttensors[1:], 1):
             if dt.keys() != first.keys():
                 raise ValueError(
-                    f"{op}: element {i} has keys {sorted(dt._data)}, expected "
-                    f"{sorted(first._data)} (the keys of element 0)"
+                    f"{op}: {name(i)} has keys {sorted(dt._data)}, expected "
+                    f"{sorted(first._data)} (the keys of {name(0)})"
                 )
             if dt._device != first._device:
-                raise ValueError(f"{op}: element {i} is on {dt._device}, expected {first._device}")
+                raise ValueError(f"{op}: {name(i)} is on {dt._device}, expected {first._device}")
             if check_rows and dt._batch_size != first._batch_size:
-                raise ValueError(f"{op}: element {i} has {dt._batch_size} rows, expected {first._batch_size}")
+                raise ValueError(f"{op}: {name(i)} has {dt._batch_size} rows, expected {first._batch_size}")
             for key, value in dt._data.items():
                 ref = first._data[key]
                 if value.dtype != ref.dtype:
                     raise TypeError(
-                        f"{op}: key {key!r} of element {i} has dtype {value.dtype}, "
-                        f"expected {ref.dtype} (the dtype in element 0)"
+                        f"{op}: key {key!r} of {name(i)} has dtype {value.dtype}, "
+                        f"expected {ref.dtype} (the dtype in {name(0)})"
                     )
                 if value.shape[1:] != ref.shape[1:]:
                     raise ValueError(
-                        f"{op}: key {key!r} of element {i} has rows of shape "
+                        f"{op}: key {key!r} of {name(i)} has rows of shape "
                         f"{tuple(value.shape[1:])}, expected {tuple(ref.shape[1:])}"
                     )
         return first
@@ -717,7 +754,7 @@ class DictTensor:
             TypeError, ValueError: as for ``cat``, and if row counts differ
                 or ``dim`` is not 0 or 1.
         """
-        if dim not in (0, 1):
+        if isinstance(dim, bool) or dim not in (0, 1):
             raise ValueError(f"DictTensor.stack: dim must be 0 or 1, got {dim!r}")
         first, data = DictTensor._join(
             dicttensors, "DictTensor.stack", lambda values: torch.stack(values, dim), check_rows=True
@@ -743,23 +780,7 @@ class DictTensor:
             >>> DictTensor.where(torch.tensor([True, False, True]), a, b)["x"][:, 0]
             tensor([0., 1., 0.])
         """
-        DictTensor._check_same([input, other], "DictTensor.where", check_rows=True)
-        if not isinstance(condition, torch.Tensor) or condition.dtype != torch.bool:
-            raise TypeError(f"DictTensor.where: condition must be a bool tensor, got {describe(condition)}")
-        if input._device is not None and condition.device != input._device:
-            raise ValueError(
-                f"DictTensor.where: condition is on {condition.device}, expected {input._device}"
-            )
-        if condition.shape != (input._batch_size,):
-            raise ValueError(
-                f"DictTensor.where: condition must have shape [{input._batch_size}], "
-                f"got {tuple(condition.shape)}"
-            )
-        data = {}
-        for key, value in input._data.items():
-            cond = condition.view((-1,) + (1,) * (value.dim() - 1))
-            data[key] = torch.where(cond, value, other._data[key])
-        return input.derive(data)
+        return _where(condition, input, other, "DictTensor.where", ("condition", "input", "other"))
 
     # ------------------------------------------------------------------ storage
 
@@ -774,8 +795,14 @@ class DictTensor:
             device: the target device.
             non_blocking: passed to ``torch.Tensor.to``; asynchronous from
                 pinned CPU memory to CUDA.
+
+        Raises:
+            TypeError: if ``device`` is not a device, a str or an int (a dtype
+                is refused: only ``to`` moves data, and it keeps dtypes).
+            ValueError: if ``device`` is a str that names no device.
         """
-        if self._data and torch.device(device) == self._device:
+        device = _device("DictTensor.to", device)
+        if self._data and device == self._device:
             # Tensor.to would return every value itself: share them, without the per-value calls
             return self.derive(dict(self._data))
         return self._map(lambda v: v.to(device, non_blocking=non_blocking))
@@ -834,4 +861,50 @@ def masked_dicttensor(dt0: DictTensor, dt1: DictTensor, mask: torch.Tensor) -> D
     The argument order of rlstructures' function of the same name; see
     ``DictTensor.where`` for the torch-style order.
     """
-    return DictTensor.where(mask, dt1, dt0)
+    return _where(mask, dt1, dt0, "masked_dicttensor", ("mask", "dt1", "dt0"))
+
+
+def _where(
+    condition: torch.Tensor, input: DictTensor, other: DictTensor, op: str, names: tuple[str, str, str]
+) -> DictTensor:
+    """``DictTensor.where``, its messages naming the caller's arguments: ``names`` of condition, input, other."""
+    DictTensor._check_same([input, other], op, check_rows=True, names=names[1:])
+    if not isinstance(condition, torch.Tensor) or condition.dtype != torch.bool:
+        raise TypeError(f"{op}: {names[0]} must be a bool tensor, got {describe(condition)}")
+    if input._device is not None and condition.device != input._device:
+        raise ValueError(f"{op}: {names[0]} is on {condition.device}, expected {input._device}")
+    if condition.shape != (input._batch_size,):
+        raise ValueError(
+            f"{op}: {names[0]} must have shape [{input._batch_size}], got {tuple(condition.shape)}"
+        )
+    data = {}
+    for key, value in input._data.items():
+        cond = condition.view((-1,) + (1,) * (value.dim() - 1))
+        data[key] = torch.where(cond, value, other._data[key])
+    return input.derive(data)
+
+
+def _key_list(op: str, keys: object) -> list[str]:
+    """``keys`` (one str, or an iterable of str) as a list."""
+    if isinstance(keys, str):
+        return [keys]
+    if isinstance(keys, Iterable):
+        keys = list(keys)
+        if all(isinstance(k, str) for k in keys):
+            return keys
+    raise TypeError(f"{op}: keys must be a str or an iterable of str, got {describe(keys)}")
+
+
+def _check_prefix(op: str, prefix: object) -> None:
+    if not isinstance(prefix, str):
+        raise TypeError(f"{op}: prefix must be a str, got {describe(prefix)}")
+
+
+def _device(op: str, device: object) -> torch.device:
+    """``device`` as a torch.device, or a TypeError/ValueError that names it."""
+    if isinstance(device, bool) or not isinstance(device, (torch.device, str, int)):
+        raise TypeError(f"{op}: device must be a torch.device, a str or an int, got {describe(device)}")
+    try:
+        return torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"{op}: device {device!r} is not a device: {error}") from None

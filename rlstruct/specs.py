@@ -45,6 +45,10 @@ class TensorSpec:
         shape: the shape of one row, without the batch (or batch and time)
             dimensions; ``()`` for a scalar per row.
         dtype: the dtype of the values.
+
+    Raises:
+        TypeError: if ``dtype`` is not a ``torch.dtype``, or ``shape`` not a tuple of ints.
+        ValueError: if a dimension of ``shape`` is negative.
     """
 
     shape: tuple[int, ...]
@@ -56,7 +60,9 @@ class TensorSpec:
         if not isinstance(self.shape, Iterable):
             raise TypeError(f"TensorSpec: shape must be a tuple of non-negative ints, got {self.shape!r}")
         shape = tuple(self.shape)
-        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+        if not all(isinstance(s, int) and not isinstance(s, bool) for s in shape):
+            raise TypeError(f"TensorSpec: shape must be a tuple of non-negative ints, got {self.shape!r}")
+        if not all(s >= 0 for s in shape):
             raise ValueError(f"TensorSpec: shape must be a tuple of non-negative ints, got {self.shape!r}")
         object.__setattr__(self, "shape", shape)
 

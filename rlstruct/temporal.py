@@ -22,6 +22,8 @@ Examples:
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
 from typing import overload
 
@@ -40,6 +42,9 @@ class TemporalDictTensor:
     Args:
         data: the key -> tensor pairs (or a ``DictTensor`` of them). Every
             tensor has at least two dimensions, the same B and the same T.
+            The tensors are stored as given, not copied, and so is a
+            DictTensor: ``to_dicttensor()`` returns it, and ``set`` adds its
+            key to it too.
         lengths: int64 tensor of shape [B] on the values' device, each entry in
             ``[0, T]``. None means every row is full (length T).
         n_timesteps: T; required only when ``data`` has no keys (default 0),
@@ -179,9 +184,28 @@ class TemporalDictTensor:
         return self._dt
 
     def get(self, keys: str | Iterable[str], clone: bool = False) -> TemporalDictTensor:
-        """Select some keys (lengths are shared, or cloned with ``clone``)."""
+        """Select some keys (lengths are shared, or cloned with ``clone``).
+
+        Raises:
+            TypeError: if ``keys`` is not a str or an iterable of str.
+            KeyError: naming a key that is not present.
+        """
+        if isinstance(keys, str):
+            keys = [keys]
+        elif isinstance(keys, Iterable):
+            keys = list(keys)
+        for key in keys if isinstance(keys, list) else ():
+            if isinstance(key, str) and key not in self._dt:
+                raise self._missing(key)
         lengths = self._lengths.clone() if clone else self._lengths
-        return TemporalDictTensor.unchecked(self._dt.get(keys, clone), lengths, self._n_timesteps)
+        try:
+            data = self._dt.get(keys, clone)
+        except TypeError as error:
+            raise TypeError(str(error).replace("DictTensor.get", "TemporalDictTensor.get", 1)) from None
+        return TemporalDictTensor.unchecked(data, lengths, self._n_timesteps)
+
+    def _missing(self, key: object) -> KeyError:
+        return KeyError(f"TemporalDictTensor has no key {key!r}; its keys are {list(self.keys())}")
 
     def set(self, key: str, value: torch.Tensor) -> None:
         """Add or replace a key, in place, with a tensor ``[B, T, ...]`` on ``device``.
@@ -379,10 +403,19 @@ class TemporalDictTensor:
     def fill_padding(self, value: float | bool = 0) -> TemporalDictTensor:
         """A copy whose padding steps (``mask()`` False) hold ``value``, for values of any rank.
 
+        A float key stores ``value`` rounded to its precision, as any write
+        into it does; inf and nan are values of every float dtype.
+
         Raises:
-            ValueError: if ``value`` cannot be stored exactly in a key's dtype
-                (2.5 or 300 in uint8, -1 in bool): nothing is truncated or wrapped.
+            TypeError: if ``value`` is not a real number (a bool counts as 0 or 1).
+            ValueError: if ``value`` cannot be stored in a key's dtype (2.5 or
+                300 in uint8, -1 in bool, 1e39 in float32, 70000 in float16):
+                nothing is truncated, wrapped or overflows to inf.
         """
+        if not isinstance(value, numbers.Real):
+            raise TypeError(
+                f"TemporalDictTensor.fill_padding: value must be a real number, got {describe(value)}"
+            )
         mask = self.mask()
         data = {}
         for key, v in self._dt.items():
@@ -416,7 +449,7 @@ class TemporalDictTensor:
         """``tdt["key"]`` is a tensor ``[B, T, ...]``; a row index gives a TemporalDictTensor."""
         if isinstance(index, str):
             if index not in self._dt:
-                raise KeyError(f"TemporalDictTensor has no key {index!r}; its keys are {list(self.keys())}")
+                raise self._missing(index)
             return self._dt[index]
         return self.index(index)
 
@@ -426,13 +459,78 @@ class TemporalDictTensor:
         lengths = self._lengths[self._dt.normalize_index(index)]
         return TemporalDictTensor.unchecked(data, lengths, self._n_timesteps)
 
+    def copy_(self, src: TemporalDictTensor, index: RowIndex | None = None) -> TemporalDictTensor:
+        """Copy ``src``, lengths included, into some rows of this TemporalDictTensor, in place.
+
+        This is how a preallocated (for example shared-memory) buffer of
+        sequences is filled: ``buffer.copy_(episodes, rows)`` or
+        ``buffer[rows] = episodes``. A ``src`` of fewer steps than this one
+        fills the first ``src.n_timesteps()`` steps of the rows; their later
+        steps are set to zeros (padding), so that nothing of the rows'
+        earlier contents is left.
+
+        Args:
+            src: a TemporalDictTensor with the same keys, dtypes and per-step
+                shapes, at most T steps, and as many rows as ``index``
+                selects (or one, written to every selected row). It may live
+                on another device: the data is copied to this one.
+            index: the rows to write, as for ``DictTensor.index``; all rows if None.
+
+        Returns:
+            self.
+
+        Raises:
+            TypeError: if ``src`` is not a TemporalDictTensor, or a dtype differs (values are never cast).
+            ValueError: if keys, per-step shapes or row counts differ, or ``src`` has more than T steps.
+            IndexError: if ``index`` selects rows out of range.
+
+        Examples:
+            >>> buffer = TemporalDictTensor.zeros(Specs({"reward": TensorSpec((), torch.float32)}), 3, 4)
+            >>> episode = TemporalDictTensor({"reward": torch.ones(1, 2)})
+            >>> buffer[1] = episode
+            >>> buffer["reward"][1], buffer.lengths
+            (tensor([1., 1., 0., 0.]), tensor([4, 2, 4]))
+        """
+        op = "TemporalDictTensor.copy_"
+        if not isinstance(src, TemporalDictTensor):
+            raise TypeError(f"{op}: src must be a TemporalDictTensor, got {describe(src)}")
+        if src._n_timesteps > self._n_timesteps:
+            raise ValueError(
+                f"{op}: src has {src._n_timesteps} time steps, more than this TemporalDictTensor's {self._n_timesteps}"
+            )
+        target = slice(None) if index is None else self._dt.normalize_index(index)
+        padded = src if src._n_timesteps == self._n_timesteps else src.expand(self._n_timesteps)
+        self._dt.copy_(padded._dt, target, op=op)
+        self._lengths[target] = src._lengths.to(self.device)
+        return self
+
+    def __setitem__(self, index: str | RowIndex, value: torch.Tensor | TemporalDictTensor) -> None:
+        """``tdt["key"] = tensor`` is ``set``; ``tdt[rows] = other`` is ``copy_``."""
+        if isinstance(index, str):
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(
+                    f"TemporalDictTensor: value of key {index!r} must be a torch.Tensor, got {describe(value)}"
+                )
+            self.set(index, value)
+        else:
+            if not isinstance(value, TemporalDictTensor):
+                raise TypeError(
+                    f"TemporalDictTensor: rows are assigned from a TemporalDictTensor, got {describe(value)}"
+                )
+            self.copy_(value, index)
+
     @staticmethod
-    def cat(tensors: Sequence[TemporalDictTensor]) -> TemporalDictTensor:
+    def cat(
+        tensors: Sequence[TemporalDictTensor], *, op: str = "TemporalDictTensor.cat"
+    ) -> TemporalDictTensor:
         """Concatenate along the rows, padding shorter T with zeros of the same dtype and device.
 
         Args:
             tensors: a non-empty list of TemporalDictTensors with the same keys,
                 dtypes, per-step shapes and device.
+            op: the name the error messages begin with: a structure that
+                concatenates through TemporalDictTensors gives its own
+                (``Trajectories.cat`` does).
 
         Returns:
             A new TemporalDictTensor with T = the largest T of the inputs.
@@ -441,24 +539,21 @@ class TemporalDictTensor:
             TypeError, ValueError: as ``DictTensor.cat``.
         """
         if not isinstance(tensors, (list, tuple)):
-            raise TypeError(
-                f"TemporalDictTensor.cat: expected a list of TemporalDictTensors, got {describe(tensors)}"
-            )
+            raise TypeError(f"{op}: expected a list of TemporalDictTensors, got {describe(tensors)}")
         if not tensors:
-            raise ValueError(
-                "TemporalDictTensor.cat: expected at least one TemporalDictTensor, got an empty list"
-            )
+            raise ValueError(f"{op}: expected at least one TemporalDictTensor, got an empty list")
         n_timesteps = 0
         for i, tdt in enumerate(tensors):
             if not isinstance(tdt, TemporalDictTensor):
-                raise TypeError(
-                    f"TemporalDictTensor.cat: element {i} must be a TemporalDictTensor, got {describe(tdt)}"
-                )
+                raise TypeError(f"{op}: element {i} must be a TemporalDictTensor, got {describe(tdt)}")
             n_timesteps = max(n_timesteps, tdt._n_timesteps)
         padded = [
             tdt._dt if tdt._n_timesteps == n_timesteps else tdt.expand(n_timesteps)._dt for tdt in tensors
         ]
-        data = DictTensor.cat(padded, op="TemporalDictTensor.cat")
+        data = DictTensor.cat(padded, op=op)
+        for i, tdt in enumerate(tensors):  # without keys, only the lengths hold a device
+            if tdt.device != tensors[0].device:
+                raise ValueError(f"{op}: element {i} is on {tdt.device}, expected {tensors[0].device}")
         return TemporalDictTensor.unchecked(data, torch.cat([tdt._lengths for tdt in tensors]), n_timesteps)
 
     # ------------------------------------------------------------------ storage
@@ -541,9 +636,13 @@ def _check_lengths(lengths: object, batch_size: int, n_timesteps: int, device: t
 
 
 def _fits(value: float | bool, dtype: torch.dtype) -> bool:
-    """Whether ``value`` can be stored in ``dtype`` without truncation or wrap-around."""
+    """Whether ``value`` can be stored in ``dtype`` without truncation, wrap-around or overflow."""
     if dtype.is_floating_point or dtype.is_complex:
-        return True
+        try:
+            x = float(value)
+        except OverflowError:  # an int beyond every float
+            return False
+        return not math.isfinite(x) or abs(x) <= torch.finfo(dtype).max
     if dtype == torch.bool:
         return value in (0, 1)
     if isinstance(value, float) and not value.is_integer():

@@ -113,8 +113,8 @@ class Trajectories:
             if not isinstance(batch, Trajectories):
                 raise TypeError(f"Trajectories.cat: element {i} must be Trajectories, got {describe(batch)}")
         return Trajectories(
-            DictTensor.cat([b.info for b in batches]),
-            TemporalDictTensor.cat([b.trajectories for b in batches]),
+            DictTensor.cat([b.info for b in batches], op="Trajectories.cat (info)"),
+            TemporalDictTensor.cat([b.trajectories for b in batches], op="Trajectories.cat (trajectories)"),
         )
 
     def equal(self, other: Trajectories) -> bool:

@@ -543,13 +543,13 @@ def test_copy_into_a_view_writes_through() -> None:
             DictTensor({"a": torch.zeros(2, 2), "b": torch.zeros(2, dtype=torch.int64)}),
             None,
             ValueError,
-            "DictTensor.copy_: cannot write key 'a' of shape (2, 2) into the selected rows",
+            "DictTensor.copy_: src has 2 rows, the index selects 3",
         ),
         (
             DictTensor({"a": torch.zeros(2, 2), "b": torch.zeros(2, dtype=torch.int64)}),
             torch.tensor([True, True, True]),
             ValueError,
-            "DictTensor.copy_: cannot write key 'a' of shape (2, 2) into the selected rows",
+            "DictTensor.copy_: src has 2 rows, the index selects 3",
         ),
         (
             DictTensor({"a": torch.zeros(1, 2), "b": torch.zeros(1, dtype=torch.int64)}),
@@ -743,15 +743,20 @@ def test_combining_mismatched_dicttensors_is_rejected(
     text: str,
 ) -> None:
     first = DictTensor({"a": torch.zeros(2, 3), "b": torch.zeros(2, dtype=torch.int64)})
-    with pytest.raises(error, match=message(f"{op}: {text}")):
+    with pytest.raises(error, match=message(f"{op}: {named(op, text)}")):
         combine([first, second])  # type: ignore[list-item]
+
+
+def named(op: str, text: str) -> str:
+    """The message's words for the two DictTensors: where's are its arguments, input and other."""
+    return text.replace("element 1", "other").replace("element 0", "input") if op.endswith("where") else text
 
 
 @pytest.mark.parametrize(("combine", "op"), [COMBINERS[1], COMBINERS[2], COMBINERS[3]])
 def test_stack_and_where_need_the_same_number_of_rows(
     combine: Callable[[list[DictTensor]], DictTensor], op: str
 ) -> None:
-    with pytest.raises(ValueError, match=message(f"{op}: element 1 has 3 rows, expected 2")):
+    with pytest.raises(ValueError, match=message(f"{op}: {named(op, 'element 1 has 3 rows, expected 2')}")):
         combine([DictTensor({"a": torch.zeros(2)}), DictTensor({"a": torch.zeros(3)})])
 
 
@@ -911,3 +916,88 @@ def test_where_wants_the_condition_on_the_data_device() -> None:
     condition = torch.zeros(3, dtype=torch.bool, device="meta")
     with pytest.raises(ValueError, match=re.escape("DictTensor.where: condition is on meta, expected cpu")):
         DictTensor.where(condition, a, a)
+
+
+def test_where_and_masked_dicttensor_name_their_own_arguments() -> None:
+    a = DictTensor({"x": torch.zeros(2)})
+    mask = torch.tensor([True, False])
+    with pytest.raises(
+        TypeError, match=re.escape("DictTensor.where: other must be a DictTensor, got a dict")
+    ):
+        DictTensor.where(mask, a, {"x": 1})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="masked_dicttensor: dt0 must be a DictTensor, got a dict"):
+        masked_dicttensor({"x": 1}, a, mask)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=re.escape("masked_dicttensor: dt0 has keys ['y'], expected ['x'] (the keys of dt1)")
+    ):
+        masked_dicttensor(DictTensor({"y": torch.zeros(2)}), a, mask)
+    with pytest.raises(TypeError, match="masked_dicttensor: mask must be a bool tensor"):
+        masked_dicttensor(a, a, torch.zeros(2))
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (
+            lambda: DictTensor(5),
+            TypeError,
+            "DictTensor: data must be a mapping of str keys to tensors, got an int",
+        ),
+        (
+            lambda: DictTensor("ab"),
+            TypeError,
+            "DictTensor: data must be a mapping of str keys to tensors, got a str",
+        ),
+        (
+            lambda: DictTensor({"x": torch.zeros(2)}).get(5),
+            TypeError,
+            "DictTensor.get: keys must be a str or an iterable of str",
+        ),
+        (
+            lambda: DictTensor({"x": torch.zeros(2)}).prepend_key(3),
+            TypeError,
+            "DictTensor.prepend_key: prefix must be a str, got an int",
+        ),
+        (
+            lambda: DictTensor({"x": torch.zeros(2)}).truncate_key(3),
+            TypeError,
+            "DictTensor.truncate_key: prefix must be a str, got an int",
+        ),
+        (
+            lambda: DictTensor({"x": torch.zeros(2)}).slice(1.0, 2),
+            TypeError,
+            "DictTensor.slice: start must be an int, got a float",
+        ),
+        (
+            lambda: DictTensor.stack([DictTensor({"x": torch.zeros(2)})] * 2, dim=True),
+            ValueError,
+            "DictTensor.stack: dim must be 0 or 1, got True",
+        ),
+        (
+            lambda: DictTensor({"x": torch.zeros(2)}).to(torch.float64),
+            TypeError,
+            "DictTensor.to: device must be a torch.device, a str or an int, got a dtype",
+        ),
+        (
+            lambda: DictTensor({"x": torch.zeros(2)}).to("nope"),
+            ValueError,
+            "DictTensor.to: device 'nope' is not a device",
+        ),
+    ],
+)
+def test_bad_arguments_are_named(call: Callable[[], Any], error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=re.escape(message)):
+        call()
+
+
+def test_row_writes_without_keys_still_count_rows() -> None:
+    buffer = DictTensor(batch_size=8)
+    with pytest.raises(ValueError, match=re.escape("DictTensor.copy_: src has 3 rows, the index selects 2")):
+        buffer[0:2] = DictTensor(batch_size=3)
+    buffer[0:2] = DictTensor(batch_size=2)
+
+
+def test_numpy_ints_index_rows() -> None:
+    np = pytest.importorskip("numpy")
+    dt = DictTensor({"x": torch.arange(4)})
+    assert dt[np.int64(2)]["x"].tolist() == [2]

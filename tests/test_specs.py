@@ -57,13 +57,13 @@ def test_tensor_spec_is_frozen_and_hashable() -> None:
         (
             (2.0,),
             torch.float32,
-            ValueError,
+            TypeError,
             "TensorSpec: shape must be a tuple of non-negative ints, got (2.0,)",
         ),
         (
             (True,),
             torch.float32,
-            ValueError,
+            TypeError,
             "TensorSpec: shape must be a tuple of non-negative ints, got (True,)",
         ),
         (3, torch.float32, TypeError, "TensorSpec: shape must be a tuple of non-negative ints, got 3"),

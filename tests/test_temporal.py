@@ -766,3 +766,67 @@ def test_bools_are_not_time_steps() -> None:
         tdt.expand(True)
     with pytest.raises(ValueError, match="expected 0 <= start <= end <= 3"):
         tdt.temporal_slice(False, 2)
+
+
+def test_rows_of_a_buffer_are_written_with_their_lengths_and_padded_with_zeros() -> None:
+    buffer = TemporalDictTensor.zeros(Specs({"x": TensorSpec((2,), torch.float32)}), 4, 5, shared=True)
+    buffer["x"].fill_(7.0)
+    episodes = TemporalDictTensor({"x": torch.ones(2, 3, 2)}, torch.tensor([3, 1]))
+    buffer[1:3] = episodes
+    assert buffer.lengths.tolist() == [5, 3, 1, 5]
+    assert torch.equal(buffer["x"][1:3, :3], episodes["x"])
+    assert torch.equal(buffer["x"][1:3, 3:], torch.zeros(2, 2, 2))  # nothing of the rows' old contents
+    assert torch.equal(buffer["x"][0], torch.full((5, 2), 7.0))
+    assert buffer.is_shared()  # written in place
+    buffer.copy_(episodes[0], torch.tensor([0, 3]))  # one row, written to both
+    assert buffer.lengths.tolist() == [3, 3, 1, 3]
+
+
+def test_row_writes_check_what_they_write() -> None:
+    buffer = TemporalDictTensor.zeros(Specs({"x": TensorSpec((), torch.float32)}), 3, 4)
+    with pytest.raises(TypeError, match="rows are assigned from a TemporalDictTensor, got a tensor"):
+        buffer[0] = torch.zeros(1, 4)  # type: ignore[assignment]
+    with pytest.raises(ValueError, match="src has 5 time steps, more than this TemporalDictTensor's 4"):
+        buffer[0] = TemporalDictTensor({"x": torch.zeros(1, 5)})
+    with pytest.raises(
+        TypeError, match=re.escape("TemporalDictTensor.copy_: key 'x' has dtype torch.float64")
+    ):
+        buffer[0] = TemporalDictTensor({"x": torch.zeros(1, 4, dtype=torch.float64)})
+    with pytest.raises(
+        ValueError, match=re.escape("TemporalDictTensor.copy_: src has 2 rows, the index selects 3")
+    ):
+        buffer.copy_(TemporalDictTensor({"x": torch.zeros(2, 4)}))
+    with pytest.raises(IndexError, match="out of range"):
+        buffer[5] = TemporalDictTensor({"x": torch.zeros(1, 4)})
+    buffer["y"] = torch.ones(3, 4)
+    assert buffer["y"].sum() == 12
+
+
+def test_fill_padding_refuses_values_a_float_dtype_cannot_hold() -> None:
+    tdt = TemporalDictTensor({"r": torch.zeros(2, 3, dtype=torch.float16)}, torch.tensor([1, 3]))
+    with pytest.raises(
+        ValueError, match=re.escape("value 70000 cannot be stored exactly in key 'r' of dtype torch.float16")
+    ):
+        tdt.fill_padding(70000)
+    with pytest.raises(ValueError, match="cannot be stored exactly in key 'r'"):
+        tdt.fill_padding(2**2000)
+    with pytest.raises(TypeError, match="fill_padding: value must be a real number, got a NoneType"):
+        tdt.fill_padding(None)  # type: ignore[arg-type]
+    assert tdt.fill_padding(float("-inf"))["r"][0, 1].item() == float("-inf")
+
+
+def test_get_and_cat_name_the_temporal_class() -> None:
+    tdt = TemporalDictTensor({"a": torch.zeros(2, 3)})
+    with pytest.raises(KeyError, match=re.escape("TemporalDictTensor has no key 'b'")):
+        tdt.get("b")
+    with pytest.raises(
+        TypeError, match=re.escape("TemporalDictTensor.get: keys must be a str or an iterable of str")
+    ):
+        tdt.get(5)  # type: ignore[arg-type]
+    on_meta = TemporalDictTensor.unchecked(
+        DictTensor(batch_size=2), torch.zeros(2, dtype=torch.int64, device="meta"), 0
+    )
+    with pytest.raises(
+        ValueError, match=re.escape("TemporalDictTensor.cat: element 1 is on meta, expected cpu")
+    ):
+        TemporalDictTensor.cat([TemporalDictTensor({}, torch.zeros(2, dtype=torch.int64)), on_meta])

@@ -178,13 +178,16 @@ def test_cat_rejects_bad_input() -> None:
         Trajectories.cat([batch, batch.info])  # type: ignore[list-item]
     other_info = Trajectories(batch.info.get("id"), batch.trajectories)
     with pytest.raises(
-        ValueError, match=message("DictTensor.cat: element 1 has keys ['id'], expected ['epsilon', 'id']")
+        ValueError,
+        match=message("Trajectories.cat (info): element 1 has keys ['id'], expected ['epsilon', 'id']"),
     ):
         Trajectories.cat([batch, other_info])
     other_steps = Trajectories(batch.info, batch.trajectories.get("reward"))
     with pytest.raises(
         ValueError,
-        match=message("TemporalDictTensor.cat: element 1 has keys ['reward'], expected ['obs', 'reward']"),
+        match=message(
+            "Trajectories.cat (trajectories): element 1 has keys ['reward'], expected ['obs', 'reward']"
+        ),
     ):
         Trajectories.cat([batch, other_steps])
 
