@@ -476,7 +476,9 @@ class _Checker:
                     )
                 continue
             got_dtype, got_shape = layout[key]
-            if got_dtype != dtype and key not in _DTYPES:  # a required key's dtype is reported as such
+            # a required key's wrong dtype is reported as such; reward may be any float, the same one throughout
+            floats = dtype.is_floating_point and got_dtype.is_floating_point
+            if got_dtype != dtype and (key not in _DTYPES or (key == "reward" and floats)):
                 self.problems.add(
                     ("dtype changed", kind, key),
                     f"{where}: key {key!r} has dtype {got_dtype}, but {dtype} at {first}; "

@@ -60,7 +60,7 @@ import torch
 
 from rlstruct import envs as _envs  # noqa: F401  (registers the memory tasks' ids, in spawned workers too)
 from rlstruct.dicttensor import DictTensor
-from rlstruct.env import Environment
+from rlstruct.env import REQUIRED_KEYS, Environment
 from rlstruct.errors import describe
 from rlstruct.specs import ObservationSpace
 
@@ -70,21 +70,36 @@ _COMPOSITE = (gym.spaces.Dict, gym.spaces.Tuple)
 """The spaces whose entries are stored under keys of their own, joined by ``/``."""
 
 
+FLAG_KEYS = (*REQUIRED_KEYS, "last_action")
+"""The keys GymEnv adds to every observation: an observation entry may not have one of these names."""
+
+ACTION_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+"""The action spaces an rlstruct environment of gymnasium ones takes: one tensor ``action`` per row."""
+
+
 def _leaf_spaces(space: gym.Space[Any], prefix: str = "", owner: str = "GymEnv") -> dict[str, gym.Space[Any]]:
     """The observation keys of ``space`` and their spaces (``Dict`` and ``Tuple`` spaces flattened with ``/``).
 
     A Dict entry is keyed by its name, entry i of a Tuple by ``"i"``; a space
     that is neither is the one key ``observation``.
+
+    Raises:
+        TypeError: for a space of another kind.
+        ValueError: for a Dict entry named as a key GymEnv adds (``FLAG_KEYS``).
     """
     if isinstance(space, _COMPOSITE):
         entries = space.spaces.items() if isinstance(space, gym.spaces.Dict) else enumerate(space.spaces)
         leaves: dict[str, gym.Space[Any]] = {}
         for key, sub in entries:
             leaves.update(_leaf_spaces(sub, f"{prefix}{key}/", owner))
+        clash = [key for key in leaves if key in FLAG_KEYS]
+        if clash:
+            raise ValueError(
+                f"{owner}: the observation entries {clash} are named as keys every observation holds besides "
+                f"its entries ({', '.join(FLAG_KEYS)}); rename them"
+            )
         return leaves
-    if isinstance(
-        space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
-    ):
+    if isinstance(space, ACTION_SPACES):  # the same four kinds as observations
         return {prefix[:-1] if prefix else "observation": space}
     raise TypeError(
         f"{owner}: {type(space).__name__} spaces are not supported; use Box, Discrete, MultiDiscrete, "
@@ -141,6 +156,9 @@ def observation_spaces(space: gym.Space[Any]) -> dict[str, ObservationSpace]:
     Raises:
         TypeError: if ``space`` is not a gymnasium space, or holds a space of
             another kind (Text, Graph, Sequence...).
+        ValueError: if a Dict entry is named as one of the keys GymEnv adds
+            to every observation (``reward``, ``terminated``, ``truncated``,
+            ``done``, ``initial_state``, ``last_action``).
 
     Examples:
         >>> observation_spaces(gym.spaces.Discrete(4))
@@ -288,8 +306,13 @@ class GymEnv(Environment):
         **make_kwargs: keyword arguments for every instance, under those of env_info.
 
     Raises:
-        ValueError: if ``n_envs`` is not a positive int.
-        TypeError: if ``env`` is neither a str nor a callable.
+        ValueError: if ``n_envs`` is not a positive int; when an instance is
+            made, if an entry of its Dict observation space is named as a key
+            every observation holds (``FLAG_KEYS``).
+        TypeError: if ``env`` is neither a str nor a callable; when an
+            instance is made, if its action space is not a Box, Discrete,
+            MultiDiscrete or MultiBinary, or its observation space holds a
+            space of another kind.
     """
 
     def __init__(
@@ -347,9 +370,14 @@ class GymEnv(Environment):
     def _check_spaces(self, i: int, env: gym.Env[Any, Any]) -> None:
         if i == 0 or not hasattr(self, "observation_space"):
             self.observation_space, self.action_space = env.observation_space, env.action_space
-            self._leaves = _leaf_spaces(env.observation_space)
+            self._leaves = _leaf_spaces(env.observation_space, owner=f"GymEnv({self.name!r})")
             self._dtypes = {k: _numpy_dtype(s) for k, s in self._leaves.items()}
             self._composite = isinstance(env.observation_space, _COMPOSITE)
+            if not isinstance(env.action_space, ACTION_SPACES):
+                raise TypeError(
+                    f"GymEnv({self.name!r}): {type(env.action_space).__name__} action spaces are not supported; "
+                    "use Box, Discrete, MultiDiscrete or MultiBinary (one tensor 'action' per row)"
+                )
             self._action_dtype = _numpy_dtype(env.action_space)
             self._action_shape = env.action_space.shape or ()
             return

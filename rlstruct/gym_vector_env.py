@@ -81,12 +81,9 @@ from rlstruct.checks import check_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
 from rlstruct.errors import describe
-from rlstruct.gym_env import action_array, observation_spaces, with_flags
+from rlstruct.gym_env import ACTION_SPACES, action_array, observation_spaces, with_flags
 
 __all__ = ["GymVectorEnv"]
-
-_ACTION_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
-"""The action spaces whose actions are one tensor under ``action``."""
 
 _VECTORIZERS = (gym.VectorizeMode.SYNC, gym.VectorizeMode.ASYNC)
 """The vectorization modes of ``make_vec`` that take an ``autoreset_mode`` in ``vector_kwargs``."""
@@ -282,16 +279,16 @@ class GymVectorEnv(Environment):
         self.action_space = self.vector_env.single_action_space
         try:
             spaces = observation_spaces(self.observation_space)
-        except TypeError as error:
+        except (TypeError, ValueError) as error:
             message = str(error).removeprefix("observation_spaces: ")
-            raise TypeError(f"GymVectorEnv({self.name!r}): {message}") from None
+            raise type(error)(f"GymVectorEnv({self.name!r}): {message}") from None
         self._composite = isinstance(self.observation_space, (gym.spaces.Dict, gym.spaces.Tuple))
         self._leaves = {key: _leaf(self.observation_space, key, self._composite) for key in spaces}
         self._dtypes = {key: torch.empty(0, dtype=s.dtype).numpy().dtype for key, s in spaces.items()}
         self._shapes = {key: (self.n_envs, *s.shape) for key, s in spaces.items()}
         self._discrete = {key for key, s in spaces.items() if s.kind == "discrete"}
         space = self.action_space
-        if not isinstance(space, _ACTION_SPACES):
+        if not isinstance(space, ACTION_SPACES):
             raise TypeError(
                 f"GymVectorEnv({self.name!r}): {type(space).__name__} action spaces are not supported; use Box, "
                 "Discrete, MultiDiscrete or MultiBinary"

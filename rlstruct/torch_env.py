@@ -51,7 +51,7 @@ from typing import ClassVar
 import torch
 
 from rlstruct.dicttensor import DictTensor
-from rlstruct.env import Environment
+from rlstruct.env import REQUIRED_KEYS, Environment
 from rlstruct.errors import describe
 
 __all__ = ["TorchEnv"]
@@ -203,6 +203,9 @@ class TorchEnv(Environment):
             TypeError, ValueError: for an env_info that is not a DictTensor of
                 ``n_envs`` rows of one real number each, or has keys that
                 are not in ``parameters``.
+            ValueError: if ``observe()`` gives a key named as one the
+                environment adds (``reward``, ``terminated``, ``truncated``,
+                ``done``, ``initial_state``).
             RuntimeError: after ``close``.
         """
         if self._closed:
@@ -215,7 +218,14 @@ class TorchEnv(Environment):
         self._stopped = ~every  # episodic mode: the rows whose episode is over
         self._final: DictTensor | None = None
         no = ~every
-        return self._with_flags(self.observe(), self._zeros(), no, no.clone(), every)
+        observation = self.observe()
+        clash = [key for key in observation if key in REQUIRED_KEYS]
+        if clash:
+            raise ValueError(
+                f"{type(self).__name__}.observe: the observation keys {clash} are named as keys every "
+                f"observation holds besides them ({', '.join(REQUIRED_KEYS)}); rename them"
+            )
+        return self._with_flags(observation, self._zeros(), no, no.clone(), every)
 
     def _zeros(self) -> torch.Tensor:
         return torch.zeros(self.n_envs, dtype=torch.float32, device=self.device)

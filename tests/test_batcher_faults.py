@@ -195,6 +195,21 @@ def test_a_poll_raises_worker_timeout_once_the_timeout_has_passed_since_execute(
     assert_nothing_left_in_shm(shm_before)
 
 
+def test_every_worker_hung_is_reported_without_waiting_for_the_others_to_close(no_new_children: None) -> None:
+    never = SPAWN.Event()
+    batcher = MultiprocessBatcher(
+        CountingAgent, {}, ControlledEnv, {"gate": never}, n_envs=2, n_timesteps=3, n_processes=2, timeout=1.0
+    )
+    batcher.reset()
+    batcher.execute()
+    start = time.monotonic()
+    with pytest.raises(WorkerTimeout, match=message("no answer within 1 s")):
+        batcher.get()
+    # the other hung worker is given half a second, not close()'s 5, to exit before the error is raised
+    assert time.monotonic() - start < 1.0 + 0.5 + 2.0
+    assert not any(p.is_alive() for p in batcher._pool.processes)
+
+
 def test_an_error_in_one_worker_is_reported_at_once_while_another_still_runs(no_new_children: None) -> None:
     never, fail = SPAWN.Event(), SPAWN.Event()
     fail.set()

@@ -131,6 +131,24 @@ def test_a_reward_of_another_floating_dtype_keeps_the_contract(dtype: torch.dtyp
     check_env(GymEnv(n_envs=2, seed=0, env="CartPole-v1", reward_dtype=dtype))
 
 
+class RewardTurnsFloat64(CounterEnv):
+    """float32 rewards at reset, float64 at every step: a batcher's buffer, made from the first, refuses the rest."""
+
+    def step(self, action: DictTensor) -> tuple[DictTensor, DictTensor]:
+        reached, observation = super().step(action)
+        for dt in {id(reached): reached, id(observation): observation}.values():
+            dt.set("reward", dt["reward"].double())
+        return reached, observation
+
+
+def test_a_reward_dtype_that_changes_after_reset_is_named() -> None:
+    problems = problems_of(RewardTurnsFloat64(N))
+    assert problems[0].startswith(
+        "step 1 (auto_reset=False), reached: key 'reward' has dtype torch.float64, but torch.float32 at "
+        "reset(auto_reset=False); dtypes must stay the same at every step"
+    )
+
+
 class DoneWithoutEnd(CounterEnv):
     """done stays False when an episode ends."""
 

@@ -593,8 +593,8 @@ def test_unsupported_spaces_and_mismatched_instances_raise() -> None:
     with pytest.raises(
         TypeError,
         match=message(
-            "GymEnv: Text spaces are not supported; use Box, Discrete, MultiDiscrete, MultiBinary, "
-            "or Dict and Tuple spaces of them"
+            "GymEnv('TextInTupleEnv'): Text spaces are not supported; use Box, Discrete, MultiDiscrete, "
+            "MultiBinary, or Dict and Tuple spaces of them"
         ),
     ):
         env.reset(no_info(1))
@@ -849,3 +849,34 @@ def test_observation_spaces_refuses_what_gym_env_refuses() -> None:
         TypeError, match=message("observation_spaces: space must be a gymnasium.Space, got a tuple")
     ):
         observation_spaces((spaces.Discrete(2),))  # type: ignore[arg-type]
+
+
+def test_dict_and_tuple_action_spaces_are_refused() -> None:
+    class DictActionEnv(StepEnv):
+        def __init__(self) -> None:
+            super().__init__()
+            self.action_space = spaces.Dict({"move": spaces.Discrete(3), "force": spaces.Box(-1, 1, (1,))})
+
+    env = GymEnv(DictActionEnv, n_envs=2)
+    with pytest.raises(
+        TypeError, match=message("GymEnv('DictActionEnv'): Dict action spaces are not supported; use Box")
+    ):
+        env.reset(no_info(2))
+    env.close()
+
+
+@pytest.mark.parametrize("name", ["reward", "done", "last_action"])
+def test_an_observation_entry_named_as_a_flag_is_refused(name: str) -> None:
+    class ClashingEnv(StepEnv):
+        def __init__(self) -> None:
+            super().__init__()
+            self.observation_space = spaces.Dict({name: spaces.Box(-9, 9, (2,)), "x": spaces.Discrete(3)})
+
+    env = GymEnv(ClashingEnv, n_envs=2)
+    with pytest.raises(
+        ValueError, match=message(f"GymEnv('ClashingEnv'): the observation entries ['{name}'] are named")
+    ):
+        env.reset(no_info(2))
+    env.close()
+    with pytest.raises(ValueError, match=message(f"observation_spaces: the observation entries ['{name}']")):
+        observation_spaces(ClashingEnv().observation_space)

@@ -22,6 +22,7 @@ from rlstruct import (
     Environment,
     GymEnv,
     LocalBatcher,
+    MultiprocessBatcher,
     TemporalDictTensor,
     Trajectories,
     derive_seed,
@@ -124,6 +125,30 @@ class BadInitialStateAgent(Agent):
         history: TemporalDictTensor | None = None,
     ) -> tuple[DictTensor, DictTensor]:
         return DictTensor({"action": torch.zeros(observation.n_elems(), dtype=torch.int64)}), state
+
+
+class DriftingAgent(CountingAgent):
+    """A CountingAgent that goes wrong after its first step: ``how`` is "dict" (a plain dict output) or
+    "state" (a float64 count)."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how, self.calls = how, 0
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> Any:
+        output, new_state = super().forward(state, observation, agent_info, history)
+        self.calls += 1
+        if self.calls > 1 and self.how == "dict":
+            return dict(output.items()), new_state
+        if self.how == "state":
+            return output, DictTensor({"count": new_state["count"].double()})
+        return output, new_state
 
 
 class BiasAgent(Agent):
@@ -702,6 +727,31 @@ def test_agent_output_and_state_rows_are_checked() -> None:
             batcher.execute()
 
 
+def test_an_agent_output_that_stops_being_a_dicttensor_is_named_at_that_step() -> None:
+    with counter_batcher(DriftingAgent, {"how": "dict"}, n_envs=2) as batcher:
+        batcher.reset()
+        with pytest.raises(
+            TypeError,
+            match=message(
+                "group 0: the agent must return (DictTensor, DictTensor), got (a dict, a DictTensor)"
+            ),
+        ):
+            batcher.execute()
+
+
+def test_a_new_state_of_another_dtype_than_the_state_given_is_named() -> None:
+    with counter_batcher(DriftingAgent, {"how": "state"}, n_envs=2) as batcher:
+        batcher.reset()
+        with pytest.raises(
+            ValueError,
+            match=message(
+                "group 0: the agent's new state key 'count' is (torch.float64, ()) (dtype, per-row shape), "
+                "but (torch.int64, ()) in the state it was given"
+            ),
+        ):
+            batcher.execute()
+
+
 def test_agent_initial_state_rows_are_checked() -> None:
     batcher = counter_batcher(BadInitialStateAgent, n_envs=2)
     with pytest.raises(
@@ -863,11 +913,16 @@ def test_update_rejects_weights_that_would_be_cast_or_do_not_fit() -> None:
             batcher.update({"linear.weight": weights["linear.weight"]})
 
 
-def test_env_args_may_not_set_what_the_batcher_sets() -> None:
+@pytest.mark.parametrize("batcher", [LocalBatcher, MultiprocessBatcher])
+@pytest.mark.parametrize(("key", "value"), [("seed", 3), ("n_envs", 4)])
+def test_env_args_may_not_set_what_the_batcher_sets(batcher: Any, key: str, value: int) -> None:
     with pytest.raises(
-        ValueError, match=message("env_args must not hold 'seed': the batcher sets it (got 3)")
+        ValueError,
+        match=message(
+            f"{batcher.__name__}: env_args must not hold {key!r}: the batcher sets it (got {value})"
+        ),
     ):
-        LocalBatcher(CountingAgent, {}, CounterEnv, {"seed": 3}, n_envs=1, n_timesteps=1)
+        batcher(CountingAgent, {}, CounterEnv, {key: value}, n_envs=1, n_timesteps=1)  # nothing started
 
 
 # ---------------------------------------------------------------------------- the Batcher protocol and device

@@ -533,3 +533,15 @@ def test_a_cue_delay_per_row_must_be_whole_and_not_negative(
     env = TorchCueMemory(2)
     with pytest.raises(error, match=message):
         env.reset(DictTensor({"delay": delay}))
+
+
+def test_an_observation_key_named_as_a_flag_is_refused_at_reset() -> None:
+    class ObservesDone(TorchCueMemory):
+        def observe(self) -> dict[str, torch.Tensor]:
+            return {**super().observe(), "done": torch.zeros(self.n_envs)}
+
+    env = ObservesDone(2)
+    with pytest.raises(
+        ValueError, match=re.escape("ObservesDone.observe: the observation keys ['done'] are named as keys")
+    ):
+        env.reset(DictTensor(batch_size=2))

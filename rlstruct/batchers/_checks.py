@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import pickle
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -106,6 +107,15 @@ def same_info(owner: str, first: InfoSpec | None, agent_info: DictTensor, env_in
 def layout(owner: str, value: object) -> None:
     if not isinstance(value, str) or value not in ("full", "compact"):
         raise ValueError(f"{owner}: layout must be 'full' or 'compact', got {value!r}")
+
+
+def env_args(owner: str, value: Mapping[str, Any]) -> None:
+    """``env_args`` may not set what the batcher gives every environment factory."""
+    for reserved in ("n_envs", "seed"):
+        if reserved in value:
+            raise ValueError(
+                f"{owner}: env_args must not hold {reserved!r}: the batcher sets it (got {value[reserved]!r})"
+            )
 
 
 def device(owner: str, value: object) -> torch.device:

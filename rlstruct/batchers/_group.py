@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from rlstruct.agent import Agent, history_length, reset_finished_states
+from rlstruct.batchers import _checks
 from rlstruct.batchers._storage import PARTS, STORED, Direct, Field, Layout, Slot, direct_views, slot_views
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import REQUIRED_KEYS, Environment, writes_in_place
@@ -90,11 +91,7 @@ class Group:
         self.name = name
         self.compact = layout == "compact"
         self.n_envs = n_envs
-        for reserved in ("n_envs", "seed"):
-            if reserved in env_args:
-                raise ValueError(
-                    f"env_args must not hold {reserved!r}: the batcher sets it (got {env_args[reserved]!r})"
-                )
+        _checks.env_args(name, env_args)
         self.agent = agent_factory(**agent_args)
         if not isinstance(self.agent, Agent):
             raise TypeError(f"agent_factory must return an rlstruct.Agent, got {describe(self.agent)}")
@@ -158,11 +155,27 @@ class Group:
                     f"{self.name}: observation key {key!r} {when} has dtype {observation[key].dtype}, expected torch.bool"
                 )
 
-    def _check_output(self, output: DictTensor, state: DictTensor, observation: DictTensor) -> None:
+    def _check_output(
+        self, output: DictTensor, state: DictTensor, observation: DictTensor, before: DictTensor
+    ) -> None:
+        """The agent's output and new ``state`` at a run's first step (their types at every step).
+
+        ``before`` is the state the agent was given: the new one must have its
+        keys, dtypes and per-row shapes.
+        """
         if not isinstance(output, DictTensor) or not isinstance(state, DictTensor):
             raise TypeError(
                 f"{self.name}: the agent must return (DictTensor, DictTensor), got "
                 f"({describe(output)}, {describe(state)})"
+            )
+        layout = {k: (v.dtype, tuple(v.shape[1:])) for k, v in state.items()}
+        expected = {k: (v.dtype, tuple(v.shape[1:])) for k, v in before.items()}
+        if layout != expected:
+            key = sorted(k for k in layout.keys() | expected.keys() if layout.get(k) != expected.get(k))[0]
+            raise ValueError(
+                f"{self.name}: the agent's new state key {key!r} is {layout.get(key, 'missing')} (dtype, "
+                f"per-row shape), but {expected.get(key, 'no such key')} in the state it was given; a new "
+                "state keeps the keys, dtypes and shapes of initial_state"
             )
         if "action" not in output:
             raise ValueError(
@@ -331,7 +344,7 @@ class Group:
         with torch.no_grad():
             output, state = self.agent(self.state.clone(), self.observation, self.agent_info, window)
         self.agent.generator.set_state(generator)
-        self._check_output(output, state, self.observation)
+        self._check_output(output, state, self.observation, self.state)
         return observed | {k: (v.dtype, tuple(v.shape[1:])) for k, v in output.items()}
 
     def run(self, n_timesteps: int, slot: int | None = None) -> tuple[DictTensor, TemporalDictTensor]:
@@ -430,8 +443,8 @@ class Group:
             if windows is not None:
                 window = windows.window(t, observation["initial_state"])
             output, self.state = agent(state, observation, self.agent_info, window)
-            if t == 0:
-                self._check_output(output, self.state, observation)
+            if t == 0 or not (isinstance(output, DictTensor) and isinstance(self.state, DictTensor)):
+                self._check_output(output, self.state, observation, state)
             reached, following = self.env.step(output)
             self.observation = following
             if t == 0:
@@ -508,8 +521,8 @@ class Group:
             if windows is not None:
                 window = windows.window(t, observation["initial_state"])
             output, self.state = agent(state, observation, self.agent_info, window)
-            if t == 0:
-                self._check_output(output, self.state, observation)
+            if t == 0 or not (isinstance(output, DictTensor) and isinstance(self.state, DictTensor)):
+                self._check_output(output, self.state, observation, state)
             self._write_part(target, "output", output, t)
             if t == last:
                 self.env.step_into(output, direct.reached[t], self.carry_arrays)

@@ -28,14 +28,19 @@ __all__ = ["WorkerPool"]
 
 EXIT_WAIT_S = 5.0  # how long a worker whose pipe closed may take to exit, for its exit code
 GRACE_S = 5.0  # how long the workers may take to exit after Close, before they are terminated
+TIMED_OUT_GRACE_S = 0.5  # the same after a worker timed out: the others may be stuck as it was
 
 
-def _shutdown(processes: list[Any], conns: list[Connection], grace: float) -> None:
-    """Ask every worker to exit, then terminate and kill the ones that do not. Safe to call twice."""
+def _shutdown(processes: list[Any], conns: list[Connection], grace: list[float]) -> None:
+    """Ask every worker to exit, then terminate and kill the ones that do not within ``grace[0]`` s.
+
+    Safe to call twice. ``grace`` is a list so that the pool can shorten it
+    after the finalizer was made.
+    """
     for conn in conns:
         with contextlib.suppress(OSError, ValueError):
             conn.send(Close())
-    deadline = time.monotonic() + grace
+    deadline = time.monotonic() + grace[0]
     for process in processes:
         process.join(max(0.0, deadline - time.monotonic()))
     for process in processes:
@@ -79,7 +84,8 @@ class WorkerPool:
         self.n_envs, self.timeout, self.start_timeout = n_envs, timeout, start_timeout
         self.processes: list[Any] = []
         self.conns: list[Connection] = []
-        self._finalizer = weakref.finalize(self, _shutdown, self.processes, self.conns, GRACE_S)
+        self._grace = [GRACE_S]
+        self._finalizer = weakref.finalize(self, _shutdown, self.processes, self.conns, self._grace)
         self.start_deadline = time.monotonic() + start_timeout
         """When every worker must have said ``Ready``."""
         fork = ctx.get_start_method() == "fork"
@@ -120,8 +126,14 @@ class WorkerPool:
         )
 
     def timed_out(self, w: int, what: str) -> WorkerTimeout:
-        """Kill worker ``w`` (it would not answer ``Close`` either); the error to raise."""
+        """Kill worker ``w`` (it would not answer ``Close`` either); the error to raise.
+
+        The others get ``TIMED_OUT_GRACE_S`` instead of ``GRACE_S`` to exit at
+        ``shutdown``: any of them may be stuck too, and the error should not
+        wait for them.
+        """
         self.processes[w].kill()
+        self._grace[0] = TIMED_OUT_GRACE_S
         return WorkerTimeout(what, w, self.rows(w))
 
     def read(self, w: int) -> Answer | None:

@@ -156,6 +156,7 @@ class LocalBatcher:
             raise TypeError(f"LocalBatcher: seed must be an int, got {describe(seed)}")
         self.mode: Mode = mode
         self.device = _checks.device(NAME, device)
+        _checks.env_args(NAME, env_args)
         self._staging = Staging(self.device)  # CUDA: the pinned buffers get() copies through
         self.discarded = 0
         self.state = State.NEEDS_RESET

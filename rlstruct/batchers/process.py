@@ -157,9 +157,13 @@ class MultiprocessBatcher:
             (for agents that do not modify their observation in place).
 
     Raises:
-        ValueError, TypeError: for bad arguments (``weights`` and ``device``
-            included), as ``LocalBatcher``; TypeError for a factory or
-            arguments that cannot be pickled, naming which (and the key).
+        ValueError, TypeError: for bad arguments (``weights``, ``device``
+            and ``env_args`` holding ``n_envs`` or ``seed`` included), as
+            ``LocalBatcher``; TypeError for a factory or arguments that
+            cannot be pickled, naming which (and the key). An
+            ``env_factory`` that does not return an ``Environment`` is
+            found at the first ``reset()``, which makes one (in the probe
+            step), not here.
 
     Warns:
         UserWarning: once, at the first ``execute()`` (at ``reset()`` in
@@ -237,6 +241,7 @@ class MultiprocessBatcher:
             ("env_args", env_args),
         ):
             _checks.picklable(NAME, name, value)
+        _checks.env_args(NAME, env_args)
         self.mode: Mode = mode
         self.n_slots = n_slots if n_slots is not None else n_processes
         self._factories = (agent_factory, env_factory)
