@@ -200,7 +200,8 @@ def _train(algo: str, args: list[str]) -> int:
     except TRAIN_ERRORS as error:
         if _debug():
             raise
-        return _mistake(f"rlstruct: {_as_flags(str(error), fields)}")
+        flag = "--env: " if isinstance(error, UnknownEnvironment) else ""
+        return _mistake(f"rlstruct: {flag}{_as_flags(str(error), fields)}")
     except TrainingDiverged as error:  # not a mistake on the command line: exit code 1
         if _debug():
             raise

@@ -111,7 +111,7 @@ def test_cli_names_the_likely_fix_for_an_unknown_environment_in_one_line(
 ) -> None:
     assert cli_main(["train", "ppo", "--env", "CartPol-v1"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("rlstruct: unknown environment 'CartPol-v1' (")
+    assert err.startswith("rlstruct: --env: unknown environment 'CartPol-v1' (")
     assert err.endswith("; did you mean 'CartPole-v1'?\n") and err.count("\n") == 1
     # a Bullet id typed without its module, in a fresh process (where nothing imported the module yet)
     env = "InvertedPendulumBulletEnv-v0"
@@ -126,7 +126,7 @@ def test_cli_names_the_likely_fix_for_an_unknown_environment_in_one_line(
         "Bullet environments need the module prefix and the bullet extra: "
         f"--env pybullet_envs_gymnasium:{env} (pip install -e '.[bullet]')"
     )
-    assert done.stderr.startswith(f"rlstruct: unknown environment {env!r} (")
+    assert done.stderr.startswith(f"rlstruct: --env: unknown environment {env!r} (")
     assert done.stderr.endswith(f"; {fix}\n") and done.stderr.count("\n") == 1
 
 

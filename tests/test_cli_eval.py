@@ -276,6 +276,14 @@ def test_load_run_says_which_config_it_cannot_read(tmp_path: Path) -> None:
     (run_dir / "config.json").write_text(json.dumps({**config, "hidden": 8}))  # not the network it holds
     with pytest.raises(ValueError, match=re.escape("does not fit the ppo agent config.json describes")):
         load_run(run_dir)
+    for field, value, expected in (
+        ("hidden", "x", "config.hidden must be an int, got a str"),
+        ("seed", "abc", "config.seed must be an int, got a str"),
+        ("eval_episodes", 0, "config: eval_episodes must be at least 1, got 0"),
+    ):
+        (run_dir / "config.json").write_text(json.dumps({**config, field: value}))  # edited by hand
+        with pytest.raises(ValueError, match=re.escape(f"{str(run_dir / 'config.json')!r}: {expected}")):
+            load_run(run_dir)
 
 
 # ---------------------------------------------------------------------------- plot

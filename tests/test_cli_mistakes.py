@@ -69,6 +69,21 @@ TRAIN_MISTAKES = [
     (["ppo", "--env", "Pendulum-v1", "--gamma", "1.5"], "rlstruct: --gamma must be in [0, 1], got 1.5"),
     (["a2c", *CARTPOLE, "--gae-lambda", "-0.1"], "rlstruct: --gae-lambda must be in [0, 1], got -0.1"),
     (["ppo", *CARTPOLE, "--clip", "0"], "rlstruct: --clip must be in (0, inf), got 0.0"),
+    (
+        ["sac", "--env", "Pendulum-v1", "--seed", str(2**64)],
+        "rlstruct: --seed must be in [-9223372036854775808, 18446744073709551615] (torch's seeds), "
+        "got 18446744073709551616",
+    ),
+    (
+        ["ppo", *CARTPOLE, "--torch-threads", "3000000000"],
+        "rlstruct: --torch-threads must be at most 2147483647, got 3000000000",
+    ),
+    (
+        ["a2c", "--env", "os:getcwd"],
+        "rlstruct: --env: env 'os:getcwd': the factory must return a gymnasium.Env, got a str",
+    ),
+    (["dqn", *CARTPOLE, "--eps-fraction", "0"], "rlstruct: --eps-fraction must be in (0, 1], got 0.0"),
+    (["sac", "--env", "Pendulum-v1", "--gamma", "-0.1"], "rlstruct: --gamma must be in (0, 1], got -0.1"),
     (["impala", *CARTPOLE, "--ent-coef", "-1"], "rlstruct: --ent-coef must be in [0, inf), got -1.0"),
     (["a2c", *CARTPOLE, "--max-grad-norm", "0"], "rlstruct: --max-grad-norm must be in (0, inf), got 0.0"),
     (
@@ -109,7 +124,7 @@ TRAIN_MISTAKES = [
     ),
     (
         ["ppo", "--env", "CartPol-v1"],
-        "rlstruct: unknown environment 'CartPol-v1' (NameNotFound: Environment `CartPol` doesn't exist. "
+        "rlstruct: --env: unknown environment 'CartPol-v1' (NameNotFound: Environment `CartPol` doesn't exist. "
         "Did you mean: `CartPole`?); did you mean 'CartPole-v1'?",
     ),
     (
@@ -353,7 +368,7 @@ def rlstruct(tmp_path: Path, debug: str | None) -> subprocess.CompletedProcess[s
             "rlstruct: impala: --checkpoint-every is not supported: its stream "
             "collection is asynchronous, so no checkpoint could be continued bit-identically; got 10",
         ),
-        ("sac", ["--tau", "0"], "rlstruct: --tau must be in (0, inf), got 0.0"),
+        ("sac", ["--tau", "0"], "rlstruct: --tau must be in (0, 1], got 0.0"),
     ],
 )
 def test_python_m_an_algorithm_reports_a_mistake_as_rlstruct_train_does(
@@ -398,6 +413,42 @@ def test_check_raises_a_config_error_naming_the_field_before_anything_starts(tmp
         assert isinstance(caught.value, TypeError) and isinstance(caught.value, ValueError)
         assert type(caught.value.__cause__) is ValueError  # what check_number raised
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("n_envs", 8.0, "config.n_envs must be an int, got a float"),
+        ("seed", "0", "config.seed must be an int, got a str"),
+        ("recurrent", "yes", "config.recurrent must be a bool, got a str"),
+        ("lr", True, "config.lr must be a number, got a bool"),
+        ("agent_args", [1], "config.agent_args must be a dict (a JSON object), got a list"),
+    ],
+)
+def test_check_refuses_a_value_of_another_type_than_its_field(
+    field: str, value: object, expected: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        ppo.check(ppo.Config(env="CartPole-v1", **{field: value}))
+
+
+def test_a_factory_that_raises_is_named_with_its_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "broken_factory.py").write_text(
+        "def make(**kwargs):\n    raise RuntimeError('the simulator could not start')\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        assert (
+            main(["train", "ppo", "--env", "broken_factory:make", "--run-dir", str(tmp_path / "runs")]) == 2
+        )
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert capsys.readouterr().err == (
+        "rlstruct: --env: env 'broken_factory:make': making it raised RuntimeError: the simulator could not start\n"
+    )
+    assert not (tmp_path / "runs").exists()
 
 
 def test_check_leaves_torch_alone_and_returns_the_spaces() -> None:

@@ -204,7 +204,7 @@ def test_polyak_target_update() -> None:
         ({"batch_size": 0}, "config: batch_size must be in (0, inf), got 0"),
         ({"gamma": 1.5}, "config: gamma must be in [0, 1], got 1.5"),
         ({"eps_end": -0.1}, "config: eps_end must be in [0, 1], got -0.1"),
-        ({"tau": 0.0}, "config: tau must be in (0, inf), got 0.0"),
+        ({"tau": 0.0}, "config: tau must be in (0, 1], got 0.0"),
         ({"learning_starts": -1}, "config: learning_starts must be at least 0, got -1"),
         ({"alpha": -1.0}, "config: alpha must be in [0, inf), got -1.0"),
         ({"n_envs": 3, "n_processes": 2}, "config.n_envs (3) must be a multiple of config.n_processes (2)"),

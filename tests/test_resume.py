@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import re
@@ -237,8 +238,13 @@ def test_a_checkpoint_that_cannot_be_read_or_does_not_fit_is_one_line(
     capsys.readouterr()
 
     config = json.loads((run_dir / "config.json").read_text())
+    last = (run_dir / "progress.csv").read_text().splitlines()[-1]
+    with (run_dir / "progress.csv").open("a") as file:  # as if it had run on past its checkpoint at 512
+        file.write("1000," + last.split(",", 1)[1] + "\n")
+    progress = (run_dir / "progress.csv").read_bytes()
     (run_dir / "config.json").write_text(json.dumps({**config, "hidden": 32}))  # edited: another network
     assert cli(["train", "ppo", "--resume", str(run_dir), "--no-progress"]) == 2
+    assert (run_dir / "progress.csv").read_bytes() == progress  # refused before anything was written
     out = capsys.readouterr()
     assert out.err.count("\n") == 1 and "Traceback" not in out.err
     assert out.err.startswith(
@@ -257,3 +263,37 @@ def test_a_checkpoint_that_cannot_be_read_or_does_not_fit_is_one_line(
             f"rlstruct: ppo: --resume {str(run_dir)!r}: load_checkpoint: {str(checkpoint)!r} cannot be read "
             "as a checkpoint ("
         )
+
+
+def eval_rows(run_dir: Path) -> list[tuple[int, str]]:
+    """The (env_steps, eval_return_mean) of every evaluation row of a run's progress.csv."""
+    with (run_dir / "progress.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    return [(int(row["env_steps"]), row["eval_return_mean"]) for row in rows if row["eval_return_mean"]]
+
+
+def test_an_evaluation_running_at_a_checkpoint_is_in_the_resumed_run_and_the_last_is_logged_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = ppo.Config(
+        env="CartPole-v1",
+        n_envs=4,
+        n_steps=16,
+        minibatch_size=32,
+        n_epochs=1,
+        total_steps=6 * 64,
+        checkpoint_every=2 * 64,
+        eval_every=2 * 64,  # a multiple of total_steps too
+        eval_episodes=1,
+        progress=False,
+    )
+    ppo.train(dataclasses.replace(config, run_dir=str(tmp_path / "whole")))
+    whole = eval_rows(only_run(tmp_path / "whole"))
+    with monkeypatch.context() as patch:
+        crash_after_first_checkpoint(patch)
+        with pytest.raises(Interrupted):
+            ppo.train(dataclasses.replace(config, run_dir=str(tmp_path / "cut")))
+    run_dir = only_run(tmp_path / "cut")
+    ppo.train(dataclasses.replace(config, run_dir=str(tmp_path / "cut"), resume=str(run_dir)))
+    assert [steps for steps, _ in whole] == [128, 256, 384]  # the one at 384 is the final, logged once
+    assert eval_rows(run_dir) == whole

@@ -26,6 +26,7 @@ import inspect
 import itertools
 import json
 import math
+import numbers
 import os
 import textwrap
 import typing
@@ -37,7 +38,7 @@ import torch
 
 from rlstruct.algos.evaluation import EnvSpaces, UnknownEnvironment, env_spaces
 from rlstruct.checks import check_choice, check_int, check_number
-from rlstruct.errors import AgentError, ConfigError
+from rlstruct.errors import AgentError, ConfigError, describe
 from rlstruct.gym_vector_env import GymVectorEnv
 from rlstruct.learning.actor_critic import MEMORIES
 from rlstruct.torch_envs import TORCH_TASKS
@@ -156,7 +157,10 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
 def check_config(config: TrainConfig, **positive: int | float) -> None:
     """Raise naming the first common field that is wrong (then the first of ``positive`` that is not positive).
 
-    ``env`` must be set, the common sizes positive, ``checkpoint_every`` and
+    Every field must be of its declared type (``check_field_types``),
+    ``env`` set, ``seed`` one torch takes, ``torch_threads`` (where the
+    config has it) at most ``MAX_THREADS``, the common sizes positive,
+    ``checkpoint_every`` and
     ``stop_patience`` ints >= 0, ``stop_at_return`` finite (or None),
     ``device`` one this torch can use (``check_device``), ``run_dir`` a
     folder (or none yet) and ``json`` a file in an existing folder.
@@ -165,8 +169,16 @@ def check_config(config: TrainConfig, **positive: int | float) -> None:
         TypeError: for a field that is not a number.
         ValueError: for any other mistake.
     """
+    check_field_types(config)
     if not isinstance(config.env, str) or not config.env:
         raise ValueError(f"config.env must name an environment, got {config.env!r}")
+    if not SEEDS[0] <= config.seed <= SEEDS[1]:
+        raise ValueError(
+            f"config.seed must be in [{SEEDS[0]}, {SEEDS[1]}] (torch's seeds), got {config.seed}"
+        )
+    threads = getattr(config, "torch_threads", 1)
+    if isinstance(threads, int) and threads > MAX_THREADS:
+        raise ValueError(f"config.torch_threads must be at most {MAX_THREADS}, got {threads}")
     fields: dict[str, int | float] = {
         "total_steps": config.total_steps,
         "n_processes": config.n_processes,
@@ -211,6 +223,52 @@ def check_config(config: TrainConfig, **positive: int | float) -> None:
             f"the folder {config.json!r}" if config.json and Path(config.json).is_dir() else repr(config.json)
         )
         raise ValueError(f"config.json must be a file in an existing folder, got {got}")
+
+
+SEEDS = (-(2**63), 2**64 - 1)
+"""The seeds ``torch.manual_seed`` takes."""
+
+MAX_THREADS = 2**31 - 1
+"""The most threads ``torch.set_num_threads`` takes."""
+
+
+def check_field_types(config: Any) -> None:
+    """Raise a TypeError naming the first field whose value is not of its declared type.
+
+    An int field takes an int (not a bool or a float), a float field any real
+    number but a bool, a bool field a bool, a str field a str, a dict field a
+    dict; ``X | None`` also takes None. The command line parses each flag to
+    its type, so this guards the configs made in Python.
+
+    Examples:
+        >>> from rlstruct.algos import ppo
+        >>> check_field_types(ppo.Config(env="CartPole-v1", n_envs=8.0))
+        Traceback (most recent call last):
+            ...
+        TypeError: config.n_envs must be an int, got a float
+    """
+    hints = typing.get_type_hints(type(config))
+    for field in dataclasses.fields(config):
+        hint, value = hints[field.name], getattr(config, field.name)
+        args = typing.get_args(hint)
+        if type(None) in args:
+            if value is None:
+                continue
+            hint = next(a for a in args if a is not type(None))
+        base = typing.get_origin(hint) or hint
+        if base is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif base is float:
+            ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        elif base in (bool, str, dict):
+            ok = isinstance(value, base)
+        else:
+            continue
+        if not ok:
+            raise TypeError(f"config.{field.name} must be {_ARTICLE[base]}, got {describe(value)}")
+
+
+_ARTICLE = {int: "an int", float: "a number", bool: "a bool", str: "a str", dict: "a dict (a JSON object)"}
 
 
 def check_device(device: object) -> None:
@@ -369,7 +427,12 @@ def check_env(algo: str, env: str) -> EnvSpaces:
             naming the algorithms that can; for a space no algorithm takes.
         TypeError: for an observation space ``GymEnv`` cannot store.
     """
-    spaces = env_spaces(env)
+    try:
+        spaces = env_spaces(env)
+    except UnknownEnvironment:
+        raise
+    except (TypeError, ValueError) as error:  # one that names the field
+        raise type(error)(f"config.env: {error}") from error
     if spaces.n_actions is not None:
         kind, space = "discrete", f"Discrete({spaces.n_actions})"
     else:  # the bounds are flattened: a Box of any shape counts its numbers

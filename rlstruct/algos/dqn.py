@@ -207,7 +207,8 @@ def check(config: Config) -> EnvSpaces:
     """Make every check of ``config`` that can be made before anything starts; returns the environment's spaces.
 
     The common fields (``check_config``), positive sizes and rates, the
-    discount, exploration rates, ``tau`` and ``beta_start`` in [0, 1],
+    discount, exploration rates and ``beta_start`` in [0, 1], ``tau`` and
+    ``eps_fraction`` in (0, 1],
     ``alpha`` >= 0, ``learning_starts`` an int >= 0, ``n_envs`` a multiple
     of ``n_processes``, a budget of one iteration at least, and an
     environment with discrete actions (made once, then closed). With
@@ -234,14 +235,14 @@ def check(config: Config) -> EnvSpaces:
             batch_size=config.batch_size,
             lr=config.lr,
             target_update_every=config.target_update_every,
-            tau=config.tau,
-            eps_fraction=config.eps_fraction,
             max_grad_norm=config.max_grad_norm,
             hidden=config.hidden,
             torch_threads=config.torch_threads,
         )
-        for name in ("gamma", "eps_start", "eps_end", "beta_start", "tau", "eps_fraction"):
+        for name in ("gamma", "eps_start", "eps_end", "beta_start"):
             check_number("config", name, getattr(config, name), 0.0, 1.0)
+        for name in ("tau", "eps_fraction"):
+            check_number("config", name, getattr(config, name), 0.0, 1.0, low_open=True)
         check_number("config", "alpha", config.alpha, 0.0)
         check_int("config", "learning_starts", config.learning_starts, 0)
         check_int("config", "burn_in", config.burn_in, 0)

@@ -25,6 +25,7 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import describe
 from rlstruct.gym_env import GymEnv, observation_spaces, resolve_env
 from rlstruct.learning.encoders import is_image
 from rlstruct.replay.hindsight import RewardFn
@@ -96,14 +97,21 @@ def env_spaces(env: str) -> EnvSpaces:
     Raises:
         UnknownEnvironment: (a ValueError) for an id gymnasium cannot make,
             with the likely fix.
-        ValueError: for an action space that is neither Discrete nor Box.
-        TypeError: for an observation space ``GymEnv`` cannot store (see ``observation_spaces``).
+        ValueError: for an action space that is neither Discrete nor Box, or
+            a factory (``"module:factory"``) that raised, the error its cause.
+        TypeError: for an observation space ``GymEnv`` cannot store (see
+            ``observation_spaces``), or a factory that does not return a
+            ``gymnasium.Env``.
     """
     try:
         maker = resolve_env(env)
         instance = gym.make(maker) if isinstance(maker, str) else maker()
     except (gym.error.Error, ModuleNotFoundError) as error:
         raise UnknownEnvironment(env, error) from error
+    except Exception as error:  # the user's factory, or an environment's constructor
+        raise ValueError(f"env {env!r}: making it raised {type(error).__name__}: {error}") from error
+    if not isinstance(instance, gym.Env):
+        raise TypeError(f"env {env!r}: the factory must return a gymnasium.Env, got {describe(instance)}")
     try:
         obs, act = instance.observation_space, instance.action_space
         limit = instance.spec.max_episode_steps if instance.spec is not None else None

@@ -168,6 +168,7 @@ class Run:
         else:
             self.dir = Path(config.resume)
             self.resumed = _resumable(algo, self.dir / CHECKPOINT_NAME, config.checkpoint_every)
+            self._check_fits(self.agent_factory(**self.agent_args), "model")  # before anything is written
         self.segment = 0 if self.resumed is None else int(self.resumed["segment"])
         """How many times the collection restarted at a checkpoint (``checkpoint_every``)."""
         self.logger = Logger(
@@ -326,18 +327,22 @@ class Run:
         if self.resumed is None:
             return 0
         for name, obj in objects.items():
-            if obj is None:
-                continue
-            try:
-                obj.load_state_dict(self.resumed[name])
-            except (KeyError, RuntimeError, ValueError) as error:  # an edited config.json, another agent
-                raise CannotResume(
-                    f"{self.algo}: config.resume {str(self.dir)!r}: its {CHECKPOINT_NAME} does not fit the "
-                    f"{name} that {str(self.dir / 'config.json')!r} describes "
-                    f"({type(error).__name__}: {' '.join(str(error).split())[:200]})"
-                ) from error
+            if obj is not None:
+                self._check_fits(obj, name)
         set_rng_state(self.resumed["rng"], *generators)
         return int(self.resumed["env_steps"])
+
+    def _check_fits(self, obj: Any, name: str) -> None:
+        """Load the resumed checkpoint's state ``name`` into ``obj``, or raise ``CannotResume``."""
+        assert self.resumed is not None
+        try:
+            obj.load_state_dict(self.resumed[name])
+        except (KeyError, RuntimeError, ValueError) as error:  # an edited config.json, another agent
+            raise CannotResume(
+                f"{self.algo}: config.resume {str(self.dir)!r}: its {CHECKPOINT_NAME} does not fit the "
+                f"{name} that {str(self.dir / 'config.json')!r} describes "
+                f"({type(error).__name__}: {_shortened(' '.join(str(error).split()), 300)})"
+            ) from error
 
     def checkpoint_due(self, env_steps: int) -> bool:
         """Whether a checkpoint is due after ``env_steps`` (every ``checkpoint_every``, never at the end).
@@ -390,6 +395,10 @@ class Run:
         """
         if self._collector_args is None:
             raise RuntimeError("Run.checkpoint: call collector() first")
+        if (
+            result := self.evaluator.wait()
+        ) is not None:  # logged before the checkpoint: a resumed run has it
+            self._log_eval(result, model)
         self.batcher.close()
         self.segment += 1
         device, n_envs, n_timesteps, options = self._collector_args
@@ -507,10 +516,14 @@ class Run:
         """
         wall = time.monotonic() - self._started  # training time: the final evaluation is not counted
         self.hooks.finishing()  # a stop asked from now on changes nothing
-        if (result := self.evaluator.wait()) is not None:
-            self._log_eval(result, model)
-        self._evaluating = self._for_evaluation(model)
-        final = self.evaluator.evaluate(self._evaluating, env_steps)
+        result = self.evaluator.wait()
+        if result is not None and result.env_steps == env_steps:
+            final = result  # started at the last step, with these weights: the final evaluation already
+        else:
+            if result is not None:
+                self._log_eval(result, model)
+            self._evaluating = self._for_evaluation(model)
+            final = self.evaluator.evaluate(self._evaluating, env_steps)
         self._log_eval(final, model, final=True)
         self._save(env_steps, model, finished=True, **checkpoint)
         self.logger.close()
@@ -596,6 +609,11 @@ class RunInterrupted(KeyboardInterrupt):
                 f"rlstruct train {algo} --resume {run_dir}"
             )
         super().__init__(f"interrupted; run directory {run_dir}: {then}")
+
+
+def _shortened(text: str, limit: int) -> str:
+    """``text``, cut at the last space before ``limit`` characters and marked "..." when longer."""
+    return text if len(text) <= limit else text[: text.rfind(" ", 0, limit)] + " ..."
 
 
 def diverged(scalars: Mapping[str, float]) -> list[str]:

@@ -222,8 +222,6 @@ def check(config: Config) -> EnvSpaces:
             buffer_size=config.buffer_size,
             batch_size=config.batch_size,
             lr=config.lr,
-            tau=config.tau,
-            gamma=config.gamma,
             init_alpha=config.init_alpha,
             hidden=config.hidden,
             torch_threads=config.torch_threads,

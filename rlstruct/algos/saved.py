@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from rlstruct.agent import Agent
-from rlstruct.algos.config import ALGORITHMS, TrainConfig, stored_config
+from rlstruct.algos.config import ALGORITHMS, SEEDS, TrainConfig, check_field_types, stored_config
 from rlstruct.algos.evaluation import EvalResult, Evaluator, env_spaces, eval_seed
 from rlstruct.algos.recording import Recording, record_episode
 from rlstruct.batchers import cpu_weights
 from rlstruct.checkpoint import load_checkpoint
+from rlstruct.checks import check_int
 from rlstruct.logger import CHECKPOINT_NAME, CONFIG_NAME
 
 __all__ = ["SavedRun", "load_run"]
@@ -176,8 +177,11 @@ def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> Sav
         ValueError: if ``algo`` is unknown, ``config.json`` fits no
             algorithm's Config (or several, with no name to tell them apart)
             or does not hold a JSON object, or the checkpoint's weights do not
-            fit the agent the configuration describes. ``UnknownEnvironment``
-            (a ValueError) if the run's environment cannot be made.
+            fit the agent the configuration describes, or a field of
+            ``config.json`` is not of its type (a hand-edited file: ``"hidden":
+            "x"``) or out of range (``eval_episodes`` below 1, a ``seed``
+            torch does not take). ``UnknownEnvironment`` (a ValueError) if the
+            run's environment cannot be made.
     """
     path = Path(run_dir)
     if not path.exists():
@@ -218,6 +222,14 @@ def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> Sav
         config = module.Config(**stored_config(module.Config, data))
     except TypeError as error:
         raise ValueError(f"{str(config_path)!r} is not a {algo} Config: {error}") from error
+    try:  # a hand-edited file: what the agent is made from, and what evaluate() reads
+        check_field_types(config)
+        check_int("config", "eval_episodes", config.eval_episodes)
+        check_int("config", "hidden", getattr(config, "hidden", 1))
+        if not SEEDS[0] <= config.seed <= SEEDS[1]:
+            raise ValueError(f"config.seed must be in [{SEEDS[0]}, {SEEDS[1]}], got {config.seed}")
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{str(config_path)!r}: {error}") from error
     agent, agent_args = module.make_agent(config, env_spaces(config.env))
     try:
         state = load_checkpoint(checkpoint_path, map_location="cpu")  # a ValueError for an unreadable file
