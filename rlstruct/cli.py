@@ -404,9 +404,10 @@ def _eval(options: argparse.Namespace) -> int:
         }
         print(json.dumps(report))
         return 0
+    n = len(result.returns)
     print(
         f"{run.algo} on {run.config.env} after {run.env_steps} env steps: greedy return "
-        f"{result.mean:.1f} +- {result.std:.1f} over {len(result.returns)} episodes "
+        f"{result.mean:.1f} +- {result.std:.1f} over {n} episode{'s' if n != 1 else ''} "
         f"(seed {seed}; run directory {run.run_dir})"
     )
     if gif is not None:

@@ -83,6 +83,24 @@ TRAIN_MISTAKES = [
         "rlstruct: --env: env 'os:getcwd': the factory must return a gymnasium.Env, got a str",
     ),
     (["dqn", *CARTPOLE, "--eps-fraction", "0"], "rlstruct: --eps-fraction must be in (0, 1], got 0.0"),
+    (
+        ["dqn", *CARTPOLE, "--her-k", "2"],
+        "rlstruct: --her-k (2) is a setting of hindsight relabelling and needs --her; without it, leave --her-k at 4",
+    ),
+    (
+        ["ppo", *CARTPOLE, "--agent", "rlstruct.testing:RandomAgent", "--recurrent"],
+        "rlstruct: --recurrent (True) is a setting of the built-in agent, which --agent "
+        "('rlstruct.testing:RandomAgent') replaces; give your agent's settings in --agent-args",
+    ),
+    (
+        ["a2c", *CARTPOLE, "--agent", "torch.nn:Linear"],
+        "rlstruct: --agent must name an rlstruct.Agent subclass, got the class torch.nn.modules.linear.Linear",
+    ),
+    (["ppo", *CARTPOLE, "--lr", "-1e-3"], "rlstruct: --lr must be in (0, inf), got -0.001"),
+    (
+        ["ppo", *CARTPOLE, "--total", "1000"],
+        "rlstruct train ppo: unrecognized arguments: --total 1000 (rlstruct train ppo --help lists the flags)",
+    ),
     (["sac", "--env", "Pendulum-v1", "--gamma", "-0.1"], "rlstruct: --gamma must be in (0, 1], got -0.1"),
     (["impala", *CARTPOLE, "--ent-coef", "-1"], "rlstruct: --ent-coef must be in [0, inf), got -1.0"),
     (["a2c", *CARTPOLE, "--max-grad-norm", "0"], "rlstruct: --max-grad-norm must be in (0, inf), got 0.0"),
@@ -422,7 +440,7 @@ def test_check_raises_a_config_error_naming_the_field_before_anything_starts(tmp
         ("seed", "0", "config.seed must be an int, got a str"),
         ("recurrent", "yes", "config.recurrent must be a bool, got a str"),
         ("lr", True, "config.lr must be a number, got a bool"),
-        ("agent_args", [1], "config.agent_args must be a dict (a JSON object), got a list"),
+        ("agent_args", [1], "config.agent_args must be a dict (a JSON object) or None, got a list"),
     ],
 )
 def test_check_refuses_a_value_of_another_type_than_its_field(

@@ -536,8 +536,18 @@ def test_hindsight_k_zero_keeps_every_goal_and_reward() -> None:
 def test_hindsight_errors() -> None:
     with pytest.raises(ValueError, match="strategy must be 'future' or 'final', got 'episode'"):
         HindsightReplayBuffer(10, reached, strategy="episode")
-    with pytest.raises(ValueError, match="k must be a non-negative int, got -1"):
+    with pytest.raises(ValueError, match="HindsightReplayBuffer: k must be at least 0, got -1"):
         HindsightReplayBuffer(10, reached, k=-1)
+    with pytest.raises(TypeError, match="HindsightReplayBuffer: k must be an int, got a float"):
+        HindsightReplayBuffer(10, reached, k=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="HindsightReplayBuffer: capacity must be at least 1, got 0"):
+        HindsightReplayBuffer(0, reached)
+    with pytest.raises(ValueError, match="ReplayBuffer: device must name a device"):
+        ReplayBuffer(10, device="foo")
+    with pytest.raises(
+        TypeError, match=r"ReplayBuffer: device must be a torch\.device or a str, got a float"
+    ):
+        ReplayBuffer(10, device=3.5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="reward_fn must be callable, got an int"):
         HindsightReplayBuffer(10, 3)  # type: ignore[arg-type]
     trajectories = goal_episodes([3], 3)

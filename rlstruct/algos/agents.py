@@ -139,7 +139,8 @@ def agent_class(name: str | type[Agent]) -> type[Agent]:
                 raise AgentError(f"config.agent (--agent): module {module_name!r} has no {attribute!r}")
             cls = getattr(cls, part)
     if not (isinstance(cls, type) and issubclass(cls, Agent)):
-        raise AgentError(f"config.agent (--agent) must name an rlstruct.Agent subclass, got {describe(cls)}")
+        got = f"the class {cls.__module__}.{cls.__qualname__}" if isinstance(cls, type) else describe(cls)
+        raise AgentError(f"config.agent (--agent) must name an rlstruct.Agent subclass, got {got}")
     return cls
 
 

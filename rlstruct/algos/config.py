@@ -28,6 +28,7 @@ import json
 import math
 import numbers
 import os
+import re
 import textwrap
 import typing
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -56,6 +57,7 @@ __all__ = [
     "check_fits_memory",
     "check_hidden",
     "check_layout",
+    "check_only_with",
     "check_recurrent_only",
     "check_replay",
     "config_errors",
@@ -123,7 +125,7 @@ class TrainConfig:
     uninterrupted one."""
     resume: str | None = None
     """A run directory to continue from its last checkpoint, with the settings of its config.json."""
-    agent: str | None = None
+    agent: str | type | None = None
     """Train your own Agent instead of the built-in network: "module:Class" or "path/to/file.py:Class" (every algorithm; see docs/agents.md)."""
     agent_args: dict[str, Any] | None = None
     """Keyword arguments of ``agent``'s class, a JSON object on the command line ('{"hidden": 128}')."""
@@ -250,25 +252,31 @@ def check_field_types(config: Any) -> None:
     hints = typing.get_type_hints(type(config))
     for field in dataclasses.fields(config):
         hint, value = hints[field.name], getattr(config, field.name)
-        args = typing.get_args(hint)
-        if type(None) in args:
-            if value is None:
-                continue
-            hint = next(a for a in args if a is not type(None))
-        base = typing.get_origin(hint) or hint
-        if base is int:
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        elif base is float:
-            ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-        elif base in (bool, str, dict):
-            ok = isinstance(value, base)
-        else:
-            continue
-        if not ok:
-            raise TypeError(f"config.{field.name} must be {_ARTICLE[base]}, got {describe(value)}")
+        kinds = [typing.get_origin(a) or a for a in (typing.get_args(hint) or (hint,))]  # X | Y: each
+        if not all(kind in _ARTICLE for kind in kinds):
+            continue  # a type this check does not know
+        if not any(_is(value, kind) for kind in kinds):
+            expected = " or ".join(_ARTICLE[kind] for kind in kinds)
+            raise TypeError(f"config.{field.name} must be {expected}, got {describe(value)}")
 
 
-_ARTICLE = {int: "an int", float: "a number", bool: "a bool", str: "a str", dict: "a dict (a JSON object)"}
+_ARTICLE: dict[Any, str] = {
+    int: "an int",
+    float: "a number",
+    bool: "a bool",
+    str: "a str",
+    dict: "a dict (a JSON object)",
+    type: "a class",
+    type(None): "None",
+}
+
+
+def _is(value: object, kind: Any) -> bool:
+    """Whether ``value`` is of the field type ``kind``: a bool is no int nor number, an int is a number."""
+    if kind in (int, float):
+        number = int if kind is int else numbers.Real
+        return isinstance(value, number) and not isinstance(value, bool)
+    return value is None if kind is type(None) else isinstance(value, kind)
 
 
 def check_device(device: object) -> None:
@@ -313,7 +321,9 @@ def check_actor_critic(config: Any) -> None:
     ``gamma`` (and ``gae_lambda``, where the config has one) in [0, 1],
     ``ent_coef`` and ``vf_coef`` >= 0, ``memory`` one of ``MEMORIES``; for
     the built-in agent, ``memory`` left at its default without
-    ``recurrent`` and ``hidden`` within the device's memory.
+    ``recurrent`` and ``hidden`` within the device's memory; with
+    ``agent``, the settings of the built-in agent (``BUILT_IN_AGENT``) at
+    their defaults.
     """
     for name in ("gamma", "gae_lambda"):
         if hasattr(config, name):
@@ -324,6 +334,19 @@ def check_actor_critic(config: Any) -> None:
     if config.agent is None:  # your own agent reads neither
         check_recurrent_only(config, "memory")
         check_hidden(config)
+    else:
+        defaults = {field.name: field.default for field in dataclasses.fields(config)}
+        for name in BUILT_IN_AGENT:
+            if getattr(config, name) != defaults[name]:
+                raise ValueError(
+                    f"config.{name} ({getattr(config, name)!r}) is a setting of the built-in agent, which "
+                    f"config.agent ({config.agent!r}) replaces; give your agent's settings in "
+                    "config.agent_args (--agent-args)"
+                )
+
+
+BUILT_IN_AGENT = ("hidden", "recurrent", "memory", "normalize")
+"""The on-policy settings only the built-in ``ActorCritic`` reads: an agent of your own decides them."""
 
 
 def check_recurrent_only(config: Any, *names: str) -> None:
@@ -332,15 +355,23 @@ def check_recurrent_only(config: Any, *names: str) -> None:
     A field left at its default passes: the check can only see a value
     that differs from it (``--memory lstm`` without ``--recurrent``).
     """
-    if config.recurrent:
+    check_only_with(config, "recurrent", "the recurrent agent", *names)
+
+
+def check_only_with(config: Any, switch: str, what: str, *names: str) -> None:
+    """Raise ValueError for a field of ``names`` changed from its default while the bool field ``switch`` is off.
+
+    ``what`` names what reads the fields, in the message.
+    """
+    if getattr(config, switch):
         return
     defaults = {field.name: field.default for field in dataclasses.fields(config)}
     for name in names:
         value = getattr(config, name)
         if value != defaults[name]:
             raise ValueError(
-                f"config.{name} ({value!r}) is a setting of the recurrent agent and needs config.recurrent "
-                f"(--recurrent); without it, leave config.{name} at {defaults[name]!r}"
+                f"config.{name} ({value!r}) is a setting of {what} and needs config.{switch} "
+                f"(--{switch}); without it, leave config.{name} at {defaults[name]!r}"
             )
 
 
@@ -531,12 +562,24 @@ def env_key(env: str) -> str:
     return env.rpartition(":")[2]
 
 
+NEGATIVE_NUMBER = re.compile(r"^-(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
+"""What argparse reads as a negative number rather than a flag: -3, -0.5, -.5, -1e-3."""
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose mistakes are one line on standard error (no usage block), exit status 2.
 
     The line is ``<prog>: <message> (<prog> --help lists the flags)``;
     ``--help`` prints the usage and exits with status 0, as argparse does.
+    Flags are not abbreviated (``--total`` is a mistake, not
+    ``--total-steps``), and a negative number in any notation is a value
+    (``--lr -1e-3`` reaches the check of ``--lr``).
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_NUMBER
 
     def error(self, message: str) -> NoReturn:
         """Write ``message`` in one line, with where the flags are listed, and exit with status 2."""

@@ -50,6 +50,7 @@ from rlstruct.algos.config import (
     check_env,
     check_hidden,
     check_layout,
+    check_only_with,
     check_recurrent_only,
     check_replay,
     config_errors,
@@ -267,6 +268,7 @@ def check(config: Config) -> EnvSpaces:
                 "single transitions gives one-step targets (with --no-recurrent, give --td-steps 1 too)"
             )
         check_recurrent_only(config, "burn_in")
+        check_only_with(config, "her", "hindsight relabelling", "her_k", "her_strategy")
         check_layout(config, config.n_envs, config.n_steps)
         if config.agent is None:
             check_hidden(config)

@@ -551,9 +551,10 @@ class Run:
             if stop_reason is None
             else f"stopped early at {env_steps} of {self.config.total_steps} env steps: {stop_reason}\n"
         )
+        n = len(final.returns)
         print(
             f"{self.algo} on {self.config.env}: final greedy return {final.mean:.1f} +- {final.std:.1f} "
-            f"over {len(final.returns)} episodes after {env_steps} env steps "
+            f"over {n} episode{'s' if n != 1 else ''} after {env_steps} env steps "
             f"(training {wall:.1f} s, set-up {self.setup_s:.1f} s, total {total:.1f} s)\n"
             f"{stopped}"
             f"run directory: {self.dir} (progress.csv, TensorBoard: tensorboard --logdir {self.dir}, "

@@ -185,7 +185,8 @@ def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> Sav
     """
     path = Path(run_dir)
     if not path.exists():
-        raise FileNotFoundError(f"run directory {str(path)!r} does not exist")
+        what = "checkpoint" if path.suffix == ".pt" else "run directory"  # RUN_DIR/best.pt, not saved
+        raise FileNotFoundError(f"{what} {str(path)!r} does not exist")
     checkpoint_path = path / CHECKPOINT_NAME
     given_file = path.is_file()
     if given_file:  # a checkpoint of the run directory it is in (best.pt)

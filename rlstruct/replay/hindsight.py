@@ -123,8 +123,7 @@ class HindsightReplayBuffer:
             raise TypeError(f"{name}: reward_fn must be callable, got {describe(reward_fn)}")
         if strategy not in ("future", "final"):
             raise ValueError(f"{name}: strategy must be 'future' or 'final', got {strategy!r}")
-        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
-            raise ValueError(f"{name}: k must be a non-negative int, got {k!r}")
+        check_int(name, "k", k, 0)
         if isinstance(desired_goal_keys, str) or not all(isinstance(key, str) for key in desired_goal_keys):
             raise TypeError(f"{name}: desired_goal_keys must be a list of str, got {desired_goal_keys!r}")
         self.reward_fn = reward_fn
@@ -139,9 +138,12 @@ class HindsightReplayBuffer:
                 raise TypeError(f"{name}: specs must be a Specs, got {describe(specs)}")
             self._check_specs(specs, name)
             specs = Specs({**specs, _STEPS_LEFT: TensorSpec((), torch.int64)})
-        self._buffer = ReplayBuffer(
-            capacity, device=device, generator=generator, shared=shared, specs=specs, timeout=timeout
-        )
+        try:
+            self._buffer = ReplayBuffer(
+                capacity, device=device, generator=generator, shared=shared, specs=specs, timeout=timeout
+            )
+        except (TypeError, ValueError) as error:  # the storage's checks, told as this buffer's
+            raise type(error)(str(error).replace("ReplayBuffer:", f"{name}:", 1)) from error
 
     @property
     def capacity(self) -> int:

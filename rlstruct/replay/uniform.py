@@ -61,11 +61,11 @@ class ReplayBuffer:
             buffer before raising ``TimeoutError``.
 
     Raises:
-        ValueError: for a capacity below 1, ``shared`` with a device other
-            than CPU, a generator on another device, or a timeout that is not
-            positive.
-        TypeError: for a capacity that is not an int, a timeout that is not
-            a number, or a generator or specs of the wrong type.
+        ValueError: for a capacity below 1, a device name torch does not
+            know, ``shared`` with a device other than CPU, a generator on
+            another device, or a timeout that is not positive.
+        TypeError: for a capacity that is not an int, a device or a timeout
+            of the wrong type, or a generator or specs of the wrong type.
     """
 
     def __init__(
@@ -80,7 +80,14 @@ class ReplayBuffer:
     ) -> None:
         name = type(self).__name__
         self._capacity = check_int(name, "capacity", capacity)
-        self._device = torch.device(device)
+        if isinstance(device, bool) or not isinstance(device, (torch.device, str, int)):
+            raise TypeError(f"{name}: device must be a torch.device or a str, got {describe(device)}")
+        try:
+            self._device = torch.device(device)
+        except RuntimeError:
+            raise ValueError(
+                f"{name}: device must name a device ('cpu', 'cuda', 'cuda:1'), got {device!r}"
+            ) from None
         if shared and self._device.type != "cpu":
             raise ValueError(f"{name}: shared storage must be on the CPU, got device {self._device}")
         if self._device.type == "cuda" and self._device.index is None and torch.cuda.is_available():
