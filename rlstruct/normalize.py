@@ -174,13 +174,19 @@ class RewardScaler(torch.nn.Module):
             of ``reward``'s dtype and device.
 
         Raises:
-            ValueError: if the shapes differ or B is not ``n_rows``.
+            ValueError: if the shapes (``mask``'s included) differ or B is not ``n_rows``.
         """
         if reward.dim() != 2 or reward.shape[0] != self.returns.shape[0] or done.shape != reward.shape:
             raise ValueError(
                 f"RewardScaler: reward and done must both be [{self.returns.shape[0]}, T], got "
                 f"{describe(reward)} and {describe(done)}"
             )
+        if mask is not None and mask.shape != reward.shape:
+            raise ValueError(
+                f"RewardScaler: mask must be {list(reward.shape)} as reward, got {describe(mask)}"
+            )
+        if reward.shape[1] == 0:  # no step: nothing to learn from, nothing to scale
+            return reward.clone()
         valid = torch.ones_like(done) if mask is None else mask
         r = reward.to(self.returns.device, torch.float64)
         seen = []

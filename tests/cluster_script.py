@@ -114,6 +114,7 @@ def layout(rank: int) -> list[tuple[str, Callable[[], object]]]:
             lambda: ct.sum(DictTensor({"a": torch.zeros(2), ("b" if odd else "c"): torch.zeros(2)})),
         ),
         ("number", lambda: ct.sum_number(1.0 if odd else 1)),
+        ("overflow", lambda: ct.sum_number(2**63 - 1)),  # every rank agrees; the sum does not fit
         ("gradients", lambda: ct.average_gradients(_with_gradient(missing=odd))),
         ("call", ct.barrier if odd else lambda: ct.avg(torch.zeros(3))),
         ("after", lambda: ct.sum_number(1)),

@@ -126,13 +126,29 @@ def test_normalized_actor_critic_reads_its_statistics_from_the_weights() -> None
     ("kwargs", "text"),
     [
         ({"obs_dim": 0, "n_actions": 2}, "ActorCritic: obs_dim must be positive, got 0"),
-        ({"obs_dim": 2, "n_actions": 0}, "ActorCritic: n_actions must be positive, got 0"),
+        ({"obs_dim": 2, "n_actions": 0}, "ActorCritic: n_actions must be at least 1, got 0"),
         ({"obs_dim": 2, "action_low": [0.0]}, "continuous actions need action_low and action_high"),
+        ({"obs_dim": 2, "action_low": [], "action_high": []}, "of the same, non-zero length, got [] and []"),
+        (
+            {"obs_dim": 2, "action_low": [1.0], "action_high": [-1.0]},
+            "ActorCritic: action_low must be below action_high in every dimension, got [1.0] and [-1.0]",
+        ),
     ],
 )
 def test_actor_critic_rejects_bad_sizes(kwargs: dict[str, object], text: str) -> None:
     with pytest.raises(ValueError, match=message(text)):
         ActorCritic(**kwargs)  # type: ignore[arg-type]
+
+
+def test_n_actions_must_be_an_int() -> None:
+    from rlstruct.learning.q_learning import QNetwork
+
+    with pytest.raises(TypeError, match=message("ActorCritic: n_actions must be an int, got a float")):
+        ActorCritic(obs_dim=2, n_actions=2.0)  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError, match=message("QNetwork: n_actions must be a positive int (discrete actions), got a bool")
+    ):
+        QNetwork(obs_dim=2, n_actions=True)
 
 
 @pytest.mark.parametrize("memory", ["gru", "lstm"])
@@ -225,3 +241,52 @@ def test_a_value_normalised_actor_critic_keeps_its_values_through_an_update(recu
     copy.load_state_dict(agent.state_dict())  # the scale travels with the weights: batchers, checkpoints
     assert torch.equal(copy(state, obs, z)[0]["value"], after["value"])
     assert sum(k.endswith(".mean") for k in agent.state_dict()) == 1  # one normaliser, under critic only
+
+
+def test_the_entropy_of_masked_logits_counts_them_as_zero() -> None:
+    inf = float("inf")
+    logits = torch.tensor([[0.0, -inf, 1.0, 2.0], [-inf, -inf, 0.0, 0.0]], requires_grad=True)
+    entropy = ActorCritic(obs_dim=2, n_actions=4).entropy(logits)
+    assert torch.allclose(entropy, torch.distributions.Categorical(logits=logits).entropy())
+    entropy.sum().backward()
+    assert logits.grad is not None and bool(torch.isfinite(logits.grad).all())
+
+
+@pytest.mark.parametrize("reward_dtype", [torch.float16, torch.float64])
+def test_advantages_and_vtrace_take_rewards_of_any_float_dtype(reward_dtype: torch.dtype) -> None:
+    from rlstruct.learning.on_policy import add_advantages, vtrace_agent_loss
+
+    agent = ActorCritic(obs_dim=4, n_actions=2)
+    env_args = {"env": "CartPole-v1", "reward_dtype": reward_dtype}
+    with LocalBatcher(
+        ActorCritic, {"obs_dim": 4, "n_actions": 2}, GymEnv, env_args, n_envs=2, n_timesteps=4
+    ) as batcher:
+        batcher.update(agent.state_dict())
+        batcher.reset()
+        batcher.execute()
+        batch = batcher.get()
+    assert batch.trajectories["next/reward"].dtype == reward_dtype
+    add_advantages(agent, batch, 0.99, 0.95)
+    assert batch.trajectories["advantage"].dtype == torch.float32
+    loss, _ = vtrace_agent_loss(
+        agent,
+        batch,
+        gamma=0.99,
+        reward_scale=1.0,
+        rho_bar=1.0,
+        c_bar=1.0,
+        vf_coef=0.5,
+        ent_coef=0.0,
+        normalize=True,
+    )
+    assert loss.dtype == torch.float32 and bool(torch.isfinite(loss))
+
+
+def test_run_memory_refuses_rows_without_steps_and_stacked_memories() -> None:
+    gru = torch.nn.GRU(3, 4, batch_first=True)
+    no_step = torch.zeros(2, 0, dtype=torch.bool)
+    with pytest.raises(ValueError, match=message("run_memory: x must hold at least one step (T >= 1)")):
+        run_memory(gru, torch.zeros(2, 0, 3), [torch.zeros(2, 4)], no_step)
+    two = torch.nn.GRU(3, 4, num_layers=2, batch_first=True)
+    with pytest.raises(ValueError, match=message("run_memory: rnn must be one layer with batch_first=True")):
+        run_memory(two, torch.zeros(2, 5, 3), [torch.zeros(2, 4)], torch.zeros(2, 5, dtype=torch.bool))

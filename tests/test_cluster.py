@@ -135,6 +135,7 @@ def test_alone_every_operation_returns_its_input() -> None:
     for op in (ct.sum, ct.max, ct.min):
         assert op(dt) is dt
     assert ct.sum_number(3) == 3 and ct.avg_number(2.5) == 2.5
+    assert isinstance(ct.avg_number(3), float)  # a mean is a float, alone as with others
     net = torch.nn.Linear(2, 1)
     net(torch.ones(1, 2)).sum().backward()
     grad = net.weight.grad.clone()
@@ -225,6 +226,13 @@ def test_fork_checks_its_arguments_before_starting_anything() -> None:
         ct.fork(1, start_timeout=math.inf)
     with pytest.raises(TypeError, match=message("fork: backend must be a str or None, got int")):
         ct.fork(1, backend=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message("fork: backend 'bogus' names 'bogus', which is not a")):
+        ct.fork(1, backend="bogus")
+    if not torch.cuda.is_available():
+        with pytest.raises(
+            ValueError, match=message("nccl cannot run on this machine (nccl needs CUDA GPUs)")
+        ):
+            ct.fork(1, backend="cpu:gloo,cuda:nccl")
     assert ct.world_size() == 1
 
 
@@ -353,6 +361,8 @@ def test_different_layouts_and_calls_raise_on_every_rank(tmp_path: Path, n: int)
         "rank 1 has key 'b' ([2] torch.float32 cpu), rank 0 has not",
         "number": "ValueError: cluster.sum_number: every process must pass the same layout (keys, shapes, dtypes), "
         "but the number is a float on rank 1 but an int on rank 0",
+        "overflow": f"ValueError: cluster.sum_number: the sum over all processes, {(2**63 - 1) * (n + 1)}, "
+        "does not fit in 64 bits",
         "gradients": "ValueError: cluster.average_gradients: every process must pass the same layout (keys, shapes, "
         "dtypes), but the gradient of parameter 'bias' is none on rank 1 but [1] torch.float32 cpu on rank 0",
         "call": f"different calls ({others} called avg; rank 1 called barrier); every process must make the same "

@@ -144,3 +144,10 @@ def test_value_normalizer_refuses_what_it_cannot_use() -> None:
         ValueNormalizer(min_var=-1.0)
     with pytest.raises(ValueError, match=message("ValueNormalizer.update: layer must be a torch.nn.Linear")):
         ValueNormalizer().update(torch.ones(2), torch.nn.Linear(4, 2))
+
+
+def test_reward_scaler_checks_the_mask_and_takes_a_batch_without_steps() -> None:
+    scaler = RewardScaler(2, 0.99)
+    with pytest.raises(ValueError, match=re.escape("RewardScaler: mask must be [2, 4] as reward")):
+        scaler(torch.zeros(2, 4), torch.zeros(2, 4, dtype=torch.bool), torch.ones(2, 3, dtype=torch.bool))
+    assert scaler(torch.zeros(2, 0), torch.zeros(2, 0, dtype=torch.bool)).shape == (2, 0)

@@ -251,3 +251,13 @@ def test_n_step_targets_refuse_what_they_would_misread() -> None:
         n_step_targets(r, no, no, ~no[0], v, 0.5, 2)
     with pytest.raises(ValueError, match=re.escape("n_step_targets: gamma must be in [0, 1], got 1.5")):
         n_step_targets(r, no, no, ~no, v, 1.5, 2)
+
+
+def test_n_step_targets_keep_what_padding_holds_out_of_the_valid_steps() -> None:
+    nan = float("nan")
+    reward, value = torch.tensor([[1.0, 1.0, nan]]), torch.tensor([[10.0, 10.0, nan]])
+    no = torch.zeros(1, 3, dtype=torch.bool)
+    valid = torch.tensor([[True, True, False]])
+    y = n_step_targets(reward, no, no, valid, value, 0.5, 2)
+    clean = n_step_targets(reward.nan_to_num(), no, no, valid, value.nan_to_num(), 0.5, 2)
+    assert torch.equal(y, clean) and bool(torch.isfinite(y).all())

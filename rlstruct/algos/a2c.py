@@ -38,7 +38,7 @@ from rlstruct.algos.config import (
 )
 from rlstruct.algos.evaluation import EnvSpaces
 from rlstruct.algos.hooks import Hook, check_hooks
-from rlstruct.algos.run import Run, prepare
+from rlstruct.algos.run import Run, diverged, prepare
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor
 from rlstruct.learning.losses import actor_critic_loss, normalize_advantages
@@ -221,6 +221,8 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
                 ent_coef=config.ent_coef,
             )
 
+            if diverged(terms):  # no step on them: the row is written and the run ends (TrainingDiverged)
+                run.step(env_steps, model, **terms)
             lr = annealed(config.lr, env_steps - per_iteration, config.total_steps, config.anneal)
             set_learning_rate(optimizer, lr)
             optimizer.zero_grad(set_to_none=True)

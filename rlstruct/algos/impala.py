@@ -43,7 +43,7 @@ from rlstruct.algos.config import (
 )
 from rlstruct.algos.evaluation import EnvSpaces
 from rlstruct.algos.hooks import Hook, check_hooks
-from rlstruct.algos.run import Run, prepare
+from rlstruct.algos.run import Run, diverged, prepare
 from rlstruct.checkpoint import rng_state
 from rlstruct.dicttensor import DictTensor
 from rlstruct.learning.metrics import EpisodeReturns
@@ -248,6 +248,8 @@ def learner_step(
         ent_coef=config.ent_coef,
         normalize=config.normalize_advantages,
     )
+    if diverged(stats):
+        return stats  # no step on them: Run.step ends the run (TrainingDiverged), naming them
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     clip_gradients(model, config.max_grad_norm)  # ActorCritic: a recurrent one's policy and value apart

@@ -618,20 +618,24 @@ def _shortened(text: str, limit: int) -> str:
 
 
 def diverged(scalars: Mapping[str, float]) -> list[str]:
-    """The scalars that are not finite, when a loss or the training return is among them; else none.
+    """The scalars that are not finite, when a loss, the entropy or the training return is among them; else none.
 
     Other metrics may be NaN in a healthy run (``explained_variance`` of a
-    target that does not vary), so they alone end nothing. ``Run.step``
-    ends a run on it, and PPO takes no step on a minibatch it names.
+    target that does not vary), so they alone end nothing. The entropy
+    counts: a loss weighs it even at ``ent_coef`` 0 (0 times NaN is NaN).
+    ``Run.step`` ends a run on it, and A2C, PPO and IMPALA take no step on
+    a batch or minibatch it names.
 
     Examples:
         >>> diverged({"value_loss": float("nan"), "explained_variance": float("nan")})
         ['explained_variance', 'value_loss']
         >>> diverged({"value_loss": 0.5, "explained_variance": float("nan")})
         []
+        >>> diverged({"policy_loss": 0.1, "entropy": float("nan")})
+        ['entropy']
     """
     bad = sorted(key for key, value in scalars.items() if not math.isfinite(value))
-    if any(key == "loss" or key.endswith("_loss") or key == "train_return_mean" for key in bad):
+    if any(key in ("loss", "entropy", "train_return_mean") or key.endswith("_loss") for key in bad):
         return bad
     return []
 

@@ -137,8 +137,9 @@ def fork(
         The rank of this process.
 
     Raises:
-        ValueError: if ``n`` or a timeout is out of range, or a child was
-            started for another ``n``.
+        ValueError: if ``n`` or a timeout is out of range, ``backend`` names
+            no ``torch.distributed`` backend or one this machine cannot use
+            (nccl without CUDA), or a child was started for another ``n``.
         TypeError: if ``backend`` is not a str.
         RuntimeError: if called twice, in a multiprocessing worker, without a
             script (an interactive session), or where ``torch.distributed`` is
@@ -152,6 +153,8 @@ def fork(
             raise ValueError(f"fork: {name} must be a positive number of seconds, got {value!r}")
     if backend is not None and not isinstance(backend, str):
         raise TypeError(f"fork: backend must be a str or None, got {type(backend).__name__}")
+    if backend is not None:
+        _check_backend(backend)
     if _state.forked:
         raise RuntimeError("fork: this process already called fork(); call it once per process")
     if not dist.is_available():
@@ -177,6 +180,27 @@ def fork(
     elif n > 0:
         _start_children(n, start, backend)
     return rank()
+
+
+def _check_backend(backend: str) -> None:
+    """Raise ValueError unless every backend ``backend`` names ("gloo", "cpu:gloo,cuda:nccl") can run here."""
+    known = [name for name in dist.Backend.backend_list if name not in ("undefined", "fake")]
+    available = {
+        "gloo": dist.is_gloo_available,
+        "nccl": lambda: dist.is_nccl_available() and torch.cuda.is_available(),
+        "mpi": dist.is_mpi_available,
+        "ucc": dist.is_ucc_available,
+    }
+    for part in backend.split(","):
+        name = part.split(":", 1)[-1].strip().lower()
+        if name not in known:
+            raise ValueError(
+                f"fork: backend {backend!r} names {name!r}, which is not a torch.distributed backend "
+                f"({', '.join(known)})"
+            )
+        if name in available and not available[name]():
+            needs = " (nccl needs CUDA GPUs)" if name == "nccl" else ""
+            raise ValueError(f"fork: backend {backend!r}: {name} cannot run on this machine{needs}")
 
 
 def _default_backend(local_processes: int) -> str:

@@ -213,7 +213,8 @@ def sum_number(x: float) -> float:
     Raises:
         TypeError: if ``x`` is not an int or a float (bool included).
         ValueError: if the processes pass an int on some ranks and a float
-            on others, or an int does not fit in 64 bits.
+            on others, or an int, or the sum of the ints, does not fit in
+            64 bits.
         ClusterError: as for ``sum``.
 
     Examples:
@@ -224,12 +225,30 @@ def sum_number(x: float) -> float:
     value = _number("sum_number", x)
     if world_size() == 1:
         return x
-    agree("sum_number", {"the number": "an int" if value.dtype == torch.int64 else "a float"})
-    return _flat_collective("sum_number", [value.to(collective_device())], "sum")[0].item()
+    return _sum_number("sum_number", value)
+
+
+def _sum_number(op: str, value: torch.Tensor) -> float:
+    """The sum over all processes of a number ``_number`` made: exact for ints, or a ValueError.
+
+    An int is split into its high and low 32 bits, each summed as int64
+    (exactly, for fewer than 2**31 processes), and joined in Python, so that
+    a sum beyond 64 bits is refused rather than wrapped around.
+    """
+    agree(op, {"the number": "an int" if value.dtype == torch.int64 else "a float"})
+    if value.dtype != torch.int64:
+        return _flat_collective(op, [value.to(collective_device())], "sum")[0].item()
+    x = int(value)
+    parts = torch.tensor([x >> 32, x & 0xFFFFFFFF], dtype=torch.int64)
+    high, low = _flat_collective(op, [parts.to(collective_device())], "sum")[0].tolist()
+    total: int = (high << 32) + low
+    if not -(2**63) <= total < 2**63:
+        raise ValueError(f"cluster.{op}: the sum over all processes, {total}, does not fit in 64 bits")
+    return total
 
 
 def avg_number(x: float) -> float:
-    """The mean of a Python number over all processes, as a float (``x`` itself when alone).
+    """The mean of a Python number over all processes, as a float (``float(x)`` when alone).
 
     Ints are summed exactly before the division. Raises as ``sum_number``.
 
@@ -240,9 +259,8 @@ def avg_number(x: float) -> float:
     """
     value = _number("avg_number", x)
     if world_size() == 1:
-        return x
-    agree("avg_number", {"the number": "an int" if value.dtype == torch.int64 else "a float"})
-    return _flat_collective("avg_number", [value.to(collective_device())], "sum")[0].item() / world_size()
+        return float(x)
+    return _sum_number("avg_number", value) / world_size()
 
 
 class Statistics(NamedTuple):

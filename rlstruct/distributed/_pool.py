@@ -29,12 +29,18 @@ class Pool:
             "continue" drops it (listed in ``lost``) and goes on with the rest.
             Fixed for the pool's life (``on_failure`` is read-only).
         timeout: seconds ``wait`` may last without any result.
+        timeout_is: what ``timeout`` is, in the error that reports it.
     """
 
     def __init__(
-        self, role: str, actors: Mapping[int, Any] | list[Any], on_failure: str, timeout: float
+        self,
+        role: str,
+        actors: Mapping[int, Any] | list[Any],
+        on_failure: str,
+        timeout: float,
+        timeout_is: str = "the scheme's timeout",
     ) -> None:
-        self.role, self._on_failure, self.timeout = role, on_failure, timeout
+        self.role, self._on_failure, self.timeout, self.timeout_is = role, on_failure, timeout, timeout_is
         self.alive: dict[int, Any] = dict(actors) if isinstance(actors, Mapping) else dict(enumerate(actors))
         self.pending: dict[Any, int] = {}  # in-flight call -> worker
         self.lost: list[int] = []
@@ -92,7 +98,7 @@ class Pool:
             if left <= 0:
                 raise DistributedError(
                     f"{self.role} workers {sorted(set(self.pending.values()))} sent nothing for "
-                    f"{self.timeout:g} s (the scheme's timeout): slow, hung or not scheduled"
+                    f"{self.timeout:g} s ({self.timeout_is}): slow, hung or not scheduled"
                 )
             ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=min(POLL_S, left))
             if ready:  # take everything that is ready now, not only the first

@@ -357,10 +357,15 @@ class Scheme:
             ]
             self._get(calls, "join their torch.distributed group", self.start_timeout)
         # A gradient worker's call includes its own wait for its collection workers: wait longer.
-        timeout = 2 * self.timeout if collection.remote_workers else self.timeout
+        timeout, timeout_is = self.timeout, "the scheme's timeout"
+        if collection.remote_workers:
+            timeout, timeout_is = (
+                2 * self.timeout,
+                "twice the scheme's timeout, as they wait for collection too",
+            )
         # A lost member breaks a decentralised group: it always stops cleanly, whatever on_worker_failure.
         on_failure = "raise" if decentralised else self.on_worker_failure
-        return None, _pool.Pool("gradient", self.gradient_actors, on_failure, timeout)
+        return None, _pool.Pool("gradient", self.gradient_actors, on_failure, timeout, timeout_is)
 
     def _check_algorithm(self) -> None:
         """Refuse the options an algorithm with ``after_update`` cannot run under.

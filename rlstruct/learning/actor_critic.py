@@ -25,7 +25,9 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from rlstruct.agent import Agent
+from rlstruct.checks import check_int
 from rlstruct.dicttensor import DictTensor
+from rlstruct.learning.categorical import categorical_entropy
 from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder
 from rlstruct.learning.parallel import run_in_parallel
 from rlstruct.normalize import ObservationNormalizer, ValueNormalizer
@@ -75,7 +77,9 @@ class ActorCritic(Agent):
         memory: the recurrent cell, "gru" (the default) or "lstm".
         normalize: normalise observations with running statistics
             (``self.obs_norm``, an ``ObservationNormalizer`` whose buffers
-            travel with the weights); the learner updates them.
+            travel with the weights); the learner updates them. With an
+            encoder (or ``observation_spaces``), what is normalised is the
+            encoder's output, the features the layers read.
         value_norm: end the value head in a ``ValueNormalizer`` (PopArt):
             its last linear layer learns the value in units of the targets'
             running scale, which the learner updates (``update_value_norm``)
@@ -107,10 +111,12 @@ class ActorCritic(Agent):
     uses.
 
     Raises:
-        ValueError: for a non-positive ``obs_dim``/``n_actions``, missing or
-            mismatched continuous bounds, an unknown ``memory``, or not
-            exactly one of ``obs_dim``, ``observation_spaces`` and ``encoder``.
-        TypeError: for an int ``hidden``, or an ``encoder`` without ``out_dim`` and ``keys``.
+        ValueError: for a non-positive ``obs_dim``/``n_actions``, missing,
+            empty or mismatched continuous bounds (a low not below its high),
+            an unknown ``memory``, or not exactly one of ``obs_dim``,
+            ``observation_spaces`` and ``encoder``.
+        TypeError: for an ``n_actions`` that is not an int, an int
+            ``hidden``, or an ``encoder`` without ``out_dim`` and ``keys``.
     """
 
     low: torch.Tensor
@@ -144,19 +150,29 @@ class ActorCritic(Agent):
         if not hidden or any(h < 1 for h in hidden):
             raise ValueError(f"ActorCritic: hidden must be positive sizes, got {hidden!r}")
         if n_actions is None:
-            if action_low is None or action_high is None or len(action_low) != len(action_high):
+            if (
+                action_low is None
+                or action_high is None
+                or len(action_low) != len(action_high)
+                or len(action_low) == 0
+            ):
                 raise ValueError(
-                    "ActorCritic: continuous actions need action_low and action_high of the same length, "
-                    f"got {action_low!r} and {action_high!r}"
+                    "ActorCritic: continuous actions need action_low and action_high of the same, non-zero "
+                    f"length, got {action_low!r} and {action_high!r}"
+                )
+            low = torch.tensor(action_low, dtype=torch.float32)
+            high = torch.tensor(action_high, dtype=torch.float32)
+            if not bool((low < high).all()):
+                raise ValueError(
+                    f"ActorCritic: action_low must be below action_high in every dimension, got "
+                    f"{action_low!r} and {action_high!r}"
                 )
             n_out = len(action_low)
-            self.register_buffer("low", torch.tensor(action_low, dtype=torch.float32))
-            self.register_buffer("high", torch.tensor(action_high, dtype=torch.float32))
+            self.register_buffer("low", low)
+            self.register_buffer("high", high)
             self.log_std = torch.nn.Parameter(torch.zeros(n_out))
-        elif n_actions < 1:
-            raise ValueError(f"ActorCritic: n_actions must be positive, got {n_actions}")
         else:
-            n_out = n_actions
+            n_out = check_int("ActorCritic", "n_actions", n_actions)
         self.discrete = n_actions is not None
         self._device_generator: torch.Generator | None = None
         self.recurrent = recurrent
@@ -329,8 +345,7 @@ class ActorCritic(Agent):
     def entropy(self, params: torch.Tensor) -> torch.Tensor:
         """The entropy of the policy [N] from ``logits``/``mean`` [N, k]."""
         if self.discrete:
-            log_p = params.log_softmax(-1)
-            return -(log_p.exp() * log_p).sum(-1)
+            return categorical_entropy(params)
         return (self.log_std + 1.4189385332046727).sum().expand(params.shape[0])  # 0.5 + log(sqrt(2 pi))
 
     @property
@@ -414,7 +429,9 @@ class ActorCritic(Agent):
 
     @torch.no_grad()
     def update_obs_norm(self, steps: TemporalDictTensor) -> None:
-        """Merge the observations of a batch's real steps into the running statistics (if ``normalize``).
+        """Merge the observations (an encoder's features) of a batch's real steps into the running statistics.
+
+        Nothing without ``normalize``.
 
         Learners call it after the update that used the batch: each update
         trains on the statistics its batch was collected with.
@@ -573,8 +590,9 @@ def run_memory(
     Raises:
         TypeError: if ``x`` or ``starts`` is not a tensor, ``starts`` not
             bool, or ``state`` not a list of tensors.
-        ValueError: if ``x`` is not ``[B, T, d]``, ``starts`` not ``[B, T]``,
-            or ``state`` not one ``[B, H]`` tensor per part of ``rnn``'s state.
+        ValueError: if ``x`` is not ``[B, T, d]`` with T >= 1, ``starts``
+            not ``[B, T]``, ``state`` not one ``[B, H]`` tensor per part of
+            ``rnn``'s state, or ``rnn`` not one ``batch_first`` layer.
 
     Examples:
         >>> import torch
@@ -621,6 +639,13 @@ def _check_memory_inputs(
             f"run_memory: x must be a tensor [B, T, d], got {got}"
         )
     b, t = x.shape[:2]
+    if t == 0:
+        raise ValueError(f"run_memory: x must hold at least one step (T >= 1), got shape {tuple(x.shape)}")
+    if rnn.num_layers != 1 or not rnn.batch_first:
+        raise ValueError(
+            f"run_memory: rnn must be one layer with batch_first=True, got num_layers={rnn.num_layers}, "
+            f"batch_first={rnn.batch_first}"
+        )
     if not isinstance(starts, torch.Tensor) or starts.dtype != torch.bool:
         got = f"dtype {starts.dtype}" if isinstance(starts, torch.Tensor) else type(starts).__name__
         raise TypeError(f"run_memory: starts must be a bool tensor [B, T], got {got}")

@@ -35,7 +35,21 @@ import torch
 
 from rlstruct.dicttensor import DictTensor
 
-__all__ = ["CategoricalPolicy"]
+__all__ = ["CategoricalPolicy", "categorical_entropy"]
+
+
+def categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """The entropy ``[N]`` of ``softmax(logits)`` (``logits`` float ``[N, k]``), in ``logits``' dtype and device.
+
+    A logit of ``-inf`` (a masked action) counts 0, as its probability is 0,
+    where ``p * log p`` would give NaN; its gradient is finite too.
+
+    Examples:
+        >>> categorical_entropy(torch.tensor([[0.0, 0.0, float("-inf")]]))  # log 2
+        tensor([0.6931])
+    """
+    log_p = logits.log_softmax(-1)
+    return -(log_p.exp() * log_p.clamp(min=torch.finfo(log_p.dtype).min)).sum(-1)
 
 
 class CategoricalPolicy:
@@ -91,6 +105,5 @@ class CategoricalPolicy:
         return output["logits"].log_softmax(-1).gather(-1, action.unsqueeze(-1)).squeeze(-1)
 
     def action_entropy(self, output: DictTensor | Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """The entropy ``[N]`` of ``softmax(output["logits"])``."""
-        log_p = output["logits"].log_softmax(-1)
-        return -(log_p.exp() * log_p).sum(-1)
+        """The entropy ``[N]`` of ``softmax(output["logits"])`` (``categorical_entropy``: masked actions count 0)."""
+        return categorical_entropy(output["logits"])

@@ -202,10 +202,11 @@ class ObservationEncoder(torch.nn.Module):
     channel rule and the CNNs' sizes. The encoder's parameters (image keys
     only) and its inputs must be on one device; the output is on it too.
 
-    Any ``torch.nn.Module`` with an ``out_dim`` attribute (features per row)
-    and the same ``forward`` signature can stand in for it where an encoder
-    is taken (the actor-critic's ``encoder=``): it may read only some keys,
-    or encode them another way.
+    Any ``torch.nn.Module`` with an ``out_dim`` attribute (features per row),
+    a ``keys`` attribute (the observation keys it reads) and the same
+    ``forward`` signature can stand in for it where an encoder is taken (the
+    actor-critic's ``encoder=``): it may read only some keys, or encode them
+    another way.
 
     Args:
         spaces: the observation keys, as GymEnv stores them, and their
@@ -235,6 +236,7 @@ class ObservationEncoder(torch.nn.Module):
 
         >>> class Positions(torch.nn.Module):
         ...     out_dim = 8
+        ...     keys = ("position",)
         ...
         ...     def __init__(self) -> None:
         ...         super().__init__()
@@ -244,6 +246,9 @@ class ObservationEncoder(torch.nn.Module):
         ...         return torch.relu(self.linear(observations["position"].to(torch.float32)))
         >>> Positions()({"position": torch.zeros(3, 2)}).shape
         torch.Size([3, 8])
+        >>> from rlstruct.learning.actor_critic import ActorCritic
+        >>> ActorCritic(n_actions=2, encoder=Positions()).observation_keys
+        ('position',)
     """
 
     def __init__(self, spaces: Mapping[str, ObservationSpace], cnn_features: int = 512) -> None:

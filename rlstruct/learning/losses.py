@@ -31,14 +31,25 @@ __all__ = ["actor_critic_loss", "normalize_advantages", "ppo_loss"]
 def normalize_advantages(advantage: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """``(advantage - mean) / (std + 1e-8)``, the statistics taken over the valid steps (``mask``), or all.
 
+    With fewer than two valid steps (no standard deviation) the advantages
+    are returned as they are, as ``ppo_loss`` does for a minibatch of one step.
+
     Args:
         advantage: float ``[N]`` or ``[B, T]``.
         mask: bool of the same shape, True at valid steps; None for all.
 
     Returns:
         A new tensor of the same shape, dtype and device.
+
+    Examples:
+        >>> normalize_advantages(torch.tensor([[1.0, 3.0, 9.0]]), torch.tensor([[True, True, False]]))
+        tensor([[-0.7071,  0.7071,  4.9497]])
+        >>> normalize_advantages(torch.tensor([[1.0, 2.0]]), torch.tensor([[True, False]]))
+        tensor([[1., 2.]])
     """
     valid = advantage if mask is None else advantage[mask]
+    if valid.numel() < 2:
+        return advantage.clone()
     return (advantage - valid.mean()) / (valid.std() + 1e-8)
 
 

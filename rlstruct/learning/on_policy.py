@@ -54,7 +54,9 @@ def add_advantages(
         agent: the agent whose ``bootstrap_values`` gives the bootstraps (on the device of the batch).
         batch: trajectories whose steps hold ``value``, ``next/reward``,
             ``next/terminated`` and ``next/done``, and what ``bootstrap_values``
-            reads; they gain float32 ``advantage`` and ``target`` ``[B, T]``.
+            reads; they gain ``advantage`` and ``target`` ``[B, T]`` in the
+            dtype of ``value`` (float32 for the built-in agent), whatever the
+            rewards' float dtype.
         gamma: the discount factor.
         gae_lambda: GAE's lambda.
         reward: the rewards to use ``[B, T]`` (scaled ones, say); None for ``next/reward``.
@@ -64,7 +66,7 @@ def add_advantages(
         next_value = cast(OnPolicyAgent, agent).bootstrap_values(batch)
     value = steps["value"]
     adv = gae(
-        steps["next/reward"] if reward is None else reward,
+        (steps["next/reward"] if reward is None else reward).to(value.dtype),  # float16/64 rewards too
         value=value,
         next_value=next_value,
         terminated=steps["next/terminated"],
@@ -197,7 +199,7 @@ def vtrace_agent_loss(
         next_value = policy.bootstrap_values(batch)
         log_rho = log_prob - steps["log_prob"]
         vs, advantage = vtrace(
-            steps["next/reward"] * reward_scale,
+            (steps["next/reward"] * reward_scale).to(value.dtype),  # float16/64 rewards too
             log_rho=log_rho,
             value=value,
             next_value=next_value,

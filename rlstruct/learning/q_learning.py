@@ -37,6 +37,7 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import describe
 from rlstruct.learning.actor_critic import mlp
 from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder
 from rlstruct.learning.protocols import check_transition_agent
@@ -228,9 +229,13 @@ def check_q_sizes(owner: str, n_actions: int | None, hidden: Sequence[int]) -> i
     """``n_actions``, checked to be positive, with ``hidden`` checked to name a layer at least.
 
     Raises:
-        TypeError: for an int ``hidden``, naming ``owner``.
+        TypeError: for an int ``hidden``, or an ``n_actions`` that is not an int, naming ``owner``.
         ValueError: naming ``owner`` and the argument.
     """
+    if n_actions is not None and (isinstance(n_actions, bool) or not isinstance(n_actions, int)):
+        raise TypeError(
+            f"{owner}: n_actions must be a positive int (discrete actions), got {describe(n_actions)}"
+        )
     if n_actions is None or n_actions < 1:
         raise ValueError(f"{owner}: n_actions must be a positive int (discrete actions), got {n_actions}")
     check_layer_sizes(owner, hidden)
@@ -335,8 +340,8 @@ def dqn_loss(
             s and s' then come from one call over both.
 
     Returns:
-        ``(loss, q, y)``: the 0-d loss, Q(s, a) ``[N]`` and the targets ``[N]``
-        (no gradients).
+        ``(loss, q, y)``: the 0-d loss, Q(s, a) ``[N]`` (with gradients) and
+        the targets ``[N]`` (without).
     """
     obs = {k: rows[k] for k in keys}
     next_obs = {k: rows[f"next/{k}"] for k in keys}

@@ -329,15 +329,15 @@ def n_step_targets(
     y = torch.zeros_like(next_value)
     discount = torch.ones_like(next_value)
     open_ = valid.clone()
-    for k in range(n):
-        y = y + (open_.to(dtype) * discount) * _shifted(reward, k, 0.0).to(dtype)
+    zero = torch.zeros((), dtype=dtype, device=next_value.device)
+    for k in range(n):  # where(), not a product with the flags: a NaN at padding stays out (0 * NaN is NaN)
+        y = y + torch.where(open_, discount * _shifted(reward, k, 0.0).to(dtype), zero)
         discount = discount * gamma
         last = _shifted(done, k, True) | ~_shifted(valid, k + 1, False)
         if k == n - 1:
             last = torch.ones_like(last)
-        stop = open_ & last
-        alive = (~_shifted(terminated, k, True)).to(dtype)
-        y = y + (stop.to(dtype) * discount * alive) * _shifted(next_value, k, 0.0)
+        stop = open_ & last & ~_shifted(terminated, k, True)
+        y = y + torch.where(stop, discount * _shifted(next_value, k, 0.0), zero)
         open_ = open_ & ~last
     return y
 
@@ -371,7 +371,8 @@ def recurrent_dqn_loss(
     Returns:
         ``(loss, q, y)``: the 0-d loss (the sum over learned steps of the
         chunk's weight times the Huber loss, divided by the number of learned
-        steps), Q(s, a) ``[B, T]`` and the targets ``[B, T]`` (no gradients).
+        steps), Q(s, a) ``[B, T]`` (with gradients) and the targets ``[B, T]``
+        (without).
 
     Raises:
         TypeError: if ``learn`` is not bool, ``weights`` not float,

@@ -46,6 +46,7 @@ from rlstruct.errors import AgentError, describe
 from rlstruct.learning.actor_critic import mlp
 from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder
 from rlstruct.learning.protocols import check_transition_agent
+from rlstruct.learning.q_learning import check_layer_sizes
 from rlstruct.specs import ObservationSpace
 from rlstruct.temporal import TemporalDictTensor
 
@@ -344,8 +345,9 @@ class SquashedGaussianActor(SquashedGaussianPolicy, Agent):
     environment gets).
 
     Raises:
-        ValueError: for a non-positive ``obs_dim`` or bounds that are empty,
-            of different lengths, or not ``low < high``.
+        ValueError: for a non-positive ``obs_dim``, no hidden layer, or
+            bounds that are empty, of different lengths, or not ``low < high``.
+        TypeError: for an int ``hidden`` (a sequence of sizes is expected).
 
     Examples:
         >>> import torch
@@ -371,6 +373,7 @@ class SquashedGaussianActor(SquashedGaussianPolicy, Agent):
         encoder: torch.nn.Module | None = None,
     ) -> None:
         super().__init__(action_low, action_high)
+        check_layer_sizes("SquashedGaussianActor", hidden)
         self.encoder, obs_dim = observation_encoder(
             "SquashedGaussianActor", obs_dim, observation_spaces, encoder
         )
@@ -410,6 +413,11 @@ class TwinQ(torch.nn.Module):
         hidden: the hidden layer sizes.
         observation_spaces: instead of ``obs_dim``, the observation's keys and their spaces.
         encoder: instead of either, your own encoder module (``out_dim``, ``keys``).
+
+    Raises:
+        TypeError: for an int ``hidden`` (a sequence of sizes is expected).
+        ValueError: for no hidden layer, a non-positive ``obs_dim``, or not
+            exactly one of ``obs_dim``, ``observation_spaces`` and ``encoder``.
     """
 
     def __init__(
@@ -421,6 +429,7 @@ class TwinQ(torch.nn.Module):
         encoder: torch.nn.Module | None = None,
     ) -> None:
         super().__init__()
+        check_layer_sizes("TwinQ", hidden)
         self.encoder, obs_dim = observation_encoder("TwinQ", obs_dim, observation_spaces, encoder)
         sizes = [obs_dim + action_dim, *hidden, 1]
         self.weights = torch.nn.ParameterList()
