@@ -89,8 +89,8 @@ TRAIN_MISTAKES = [
     ),
     (
         ["ppo", *CARTPOLE, "--agent", "rlstruct.testing:RandomAgent", "--recurrent"],
-        "rlstruct: --recurrent (True) is a setting of the built-in agent, which --agent "
-        "('rlstruct.testing:RandomAgent') replaces; give your agent's settings in --agent-args",
+        "rlstruct train ppo: --recurrent is a setting of the built-in agent, which --agent replaces; give "
+        "your agent's settings in --agent-args (rlstruct train ppo --help lists the flags)",
     ),
     (
         ["a2c", *CARTPOLE, "--agent", "torch.nn:Linear"],

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, cast
 import torch
 
 from rlstruct.agent import Agent, replay_agent
-from rlstruct.algos.agents import on_policy_agent
+from rlstruct.algos.agents import ACTOR_CRITIC_FIELDS, on_policy_agent
 from rlstruct.algos.config import (
     TrainConfig,
     annealed,
@@ -249,7 +249,7 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The command line: ``python -m rlstruct.algos.a2c --env CartPole-v1 [--field value ...]``."""
-    return train(parse_config(Config, argv, prog="rlstruct train a2c"))
+    return train(parse_config(Config, argv, prog="rlstruct train a2c", agent_fields=ACTOR_CRITIC_FIELDS))
 
 
 if __name__ == "__main__":  # through the command line's entry, whose mistakes are one line (exit status 2)

@@ -321,9 +321,7 @@ def check_actor_critic(config: Any) -> None:
     ``gamma`` (and ``gae_lambda``, where the config has one) in [0, 1],
     ``ent_coef`` and ``vf_coef`` >= 0, ``memory`` one of ``MEMORIES``; for
     the built-in agent, ``memory`` left at its default without
-    ``recurrent`` and ``hidden`` within the device's memory; with
-    ``agent``, the settings of the built-in agent (``BUILT_IN_AGENT``) at
-    their defaults.
+    ``recurrent`` and ``hidden`` within the device's memory.
     """
     for name in ("gamma", "gae_lambda"):
         if hasattr(config, name):
@@ -334,19 +332,6 @@ def check_actor_critic(config: Any) -> None:
     if config.agent is None:  # your own agent reads neither
         check_recurrent_only(config, "memory")
         check_hidden(config)
-    else:
-        defaults = {field.name: field.default for field in dataclasses.fields(config)}
-        for name in BUILT_IN_AGENT:
-            if getattr(config, name) != defaults[name]:
-                raise ValueError(
-                    f"config.{name} ({getattr(config, name)!r}) is a setting of the built-in agent, which "
-                    f"config.agent ({config.agent!r}) replaces; give your agent's settings in "
-                    "config.agent_args (--agent-args)"
-                )
-
-
-BUILT_IN_AGENT = ("hidden", "recurrent", "memory", "normalize")
-"""The on-policy settings only the built-in ``ActorCritic`` reads: an agent of your own decides them."""
 
 
 def check_recurrent_only(config: Any, *names: str) -> None:
@@ -608,7 +593,9 @@ def parse_config(
             an error it raises (an unknown environment, a ``ConfigError``)
             comes alone.
         agent_fields: the fields only the built-in agent reads: with
-            ``--agent`` given, their tuned values are not used (nor listed).
+            ``--agent`` given, their tuned values are not used (nor listed),
+            and their flags are a mistake (your agent's settings go in
+            ``--agent-args``).
 
     Returns:
         ``cls(**values)``: each field as given on the command line, else as
@@ -669,6 +656,12 @@ def parse_config(
     env = given.get("env", getattr(cls, "env", ""))
     settings = (tuned or {}).get(env_key(env), {})
     own_agent = given.get("agent") is not None
+    ignored = [k for k in agent_fields if k in given] if own_agent else []
+    if ignored:
+        parser.error(
+            f"{_flag(ignored[0], given[ignored[0]])} is a setting of the built-in agent, which --agent "
+            "replaces; give your agent's settings in --agent-args"
+        )
     used = {k: v for k, v in settings.items() if k not in given and not (own_agent and k in agent_fields)}
     config = cls(**(used | given))
     if used:

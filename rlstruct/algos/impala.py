@@ -29,7 +29,7 @@ from typing import Any, cast
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.algos.agents import on_policy_agent
+from rlstruct.algos.agents import ACTOR_CRITIC_FIELDS, on_policy_agent
 from rlstruct.algos.config import (
     TrainConfig,
     annealed,
@@ -259,7 +259,7 @@ def learner_step(
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The command line: ``python -m rlstruct.algos.impala --env CartPole-v1 [--field value ...]``."""
-    return train(parse_config(Config, argv, prog="rlstruct train impala"))
+    return train(parse_config(Config, argv, prog="rlstruct train impala", agent_fields=ACTOR_CRITIC_FIELDS))
 
 
 if __name__ == "__main__":  # through the command line's entry, whose mistakes are one line (exit status 2)
