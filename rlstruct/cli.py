@@ -292,6 +292,20 @@ def _as_flags(message: str, fields: Collection[str]) -> str:
     return " ".join(_FIELD.sub(flag, message).split())
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Point file descriptor 1 at standard error inside the block (worker processes started there too)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _debug() -> bool:
     """Whether ``RLSTRUCT_DEBUG`` asks for the traceback of a mistake instead of its one line."""
     return os.environ.get("RLSTRUCT_DEBUG", "") not in ("", "0")
@@ -387,7 +401,11 @@ def _eval(options: argparse.Namespace) -> int:
                 raise
             return _mistake(f"rlstruct eval: --gif: {' '.join(str(error).split())}")
         gif = {"path": str(path), "frames": len(recording.frames), "return": recording.episode_return}
-    result = run.evaluate(options.episodes, options.seed)
+    if options.json:  # stdout holds the JSON alone: what an environment's C code prints goes to stderr
+        with _stdout_to_stderr():
+            result = run.evaluate(options.episodes, options.seed)
+    else:
+        result = run.evaluate(options.episodes, options.seed)
     seed = run.config.seed if options.seed is None else options.seed
     if options.json:
         report = {

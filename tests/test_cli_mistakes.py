@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import gymnasium
@@ -535,3 +536,124 @@ def test_a_gpu_out_of_memory_error_gives_its_amount() -> None:
 
     error = OUT_OF_MEMORY("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.1 GiB total capacity)")
     assert _out_of_memory(error).startswith("out of memory (20.00 GiB asked for at once); ")  # type: ignore[arg-type]
+
+
+SPACES_MODULE = """
+import gymnasium as gym, numpy as np
+from gymnasium.spaces import Box, Discrete
+
+class Constant(gym.Env):
+    def __init__(self, act, obs=Box(-1, 1, (2,), np.float32)):
+        self.action_space, self.observation_space = act, obs
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(self.observation_space.shape, self.observation_space.dtype), {}
+    def step(self, action):
+        return np.zeros(self.observation_space.shape, self.observation_space.dtype), 1.0, False, False, {}
+
+def f64(**kwargs): return gym.wrappers.TimeLimit(Constant(Box(-1, 1, (2,), np.float64)), 20)
+def matrix(**kwargs): return gym.wrappers.TimeLimit(Constant(Box(-1, 1, (2, 2), np.float32)), 20)
+def shifted(**kwargs): return gym.wrappers.TimeLimit(Constant(Discrete(3, start=-1)), 20)
+def unbounded(**kwargs): return gym.wrappers.TimeLimit(Constant(Box(-np.inf, np.inf, (1,), np.float32)), 20)
+def scalar(**kwargs): return gym.wrappers.TimeLimit(Constant(Discrete(2), Box(-1, 1, (), np.float32)), 20)
+def long(**kwargs): return gym.wrappers.TimeLimit(Constant(Discrete(2)), 1500)
+"""
+
+
+@pytest.fixture
+def spaces_module(tmp_path: Path) -> Iterator[str]:
+    (tmp_path / "odd_spaces.py").write_text(SPACES_MODULE)
+    sys.path.insert(0, str(tmp_path))
+    yield "odd_spaces"
+    sys.path.remove(str(tmp_path))
+    sys.modules.pop("odd_spaces", None)
+
+
+@pytest.mark.parametrize(
+    ("algo", "factory", "expected"),
+    [
+        (
+            "ppo",
+            "f64",
+            "the algorithms' continuous actions are one float32 vector per step, and its action space is Box(-1.0, 1.0, (2,), float64)",
+        ),
+        (
+            "sac",
+            "matrix",
+            "the algorithms' continuous actions are one float32 vector per step, and its action space is Box(-1.0, 1.0, (2, 2), float32)",
+        ),
+        (
+            "dqn",
+            "shifted",
+            "the algorithms' discrete actions are 0 to n - 1, and its action space Discrete(3, start=-1) starts elsewhere",
+        ),
+        (
+            "sac",
+            "unbounded",
+            "sac squashes its actions into their bounds, and --env 'odd_spaces:unbounded' has bounds [-inf] to [inf]",
+        ),
+    ],
+)
+def test_action_spaces_the_learners_cannot_drive_are_one_line(
+    spaces_module: str,
+    algo: str,
+    factory: str,
+    expected: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert (
+        main(["train", algo, "--env", f"{spaces_module}:{factory}", "--run-dir", str(tmp_path / "runs")]) == 2
+    )
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_scalar_observation_and_a_factory_s_own_time_limit(spaces_module: str) -> None:
+    from rlstruct.algos.evaluation import env_spaces
+
+    assert env_spaces(f"{spaces_module}:long").max_episode_steps == 1500  # read from its TimeLimit wrapper
+    config = ppo.Config(env=f"{spaces_module}:scalar", n_envs=2, n_steps=16, minibatch_size=16, n_epochs=1)
+    assert ppo.check(config).obs_dim == 1
+    agent, _ = ppo.make_agent(config, ppo.check(config))
+    from rlstruct import DictTensor
+
+    out, _ = agent(
+        agent.initial_state(DictTensor(batch_size=3), 3),
+        DictTensor({"observation": torch.zeros(3)}),
+        DictTensor(batch_size=3),
+    )
+    assert out["action"].shape == (3,)
+
+
+def test_a_registered_id_whose_package_is_missing_says_so() -> None:
+    error = UnknownEnvironment(
+        "LunarLander-v3", gymnasium.error.DependencyNotInstalled("Box2D is not installed")
+    )
+    assert (
+        str(error)
+        == "environment 'LunarLander-v3' needs a package that is not installed: Box2D is not installed"
+    )
+
+
+def test_the_vector_backend_refuses_a_factory_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(["train", "ppo", "--env", "rlstruct.envs:make_cartpole_novel", "--env-backend", "vector"]) == 2
+    )
+    assert capsys.readouterr().err == (
+        "rlstruct: --env-backend 'vector': --env 'rlstruct.envs:make_cartpole_novel' names a factory, and "
+        "gymnasium.make_vec needs a registered id: use --env-backend 'gymnasium'\n"
+    )
+
+
+def test_eval_json_keeps_what_an_environment_prints_out_of_stdout(capfd: pytest.CaptureFixture[str]) -> None:
+    from rlstruct.cli import _stdout_to_stderr
+
+    with _stdout_to_stderr():
+        os.write(1, b"argv[0]=\n")  # as pybullet's C code does
+    print("{}")
+    out, err = capfd.readouterr()
+    assert out == "{}\n" and err == "argv[0]=\n"

@@ -35,11 +35,13 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn, TypeVar
 
+import gymnasium as gym
 import torch
 
 from rlstruct.algos.evaluation import EnvSpaces, UnknownEnvironment, env_spaces
 from rlstruct.checks import check_choice, check_int, check_number
 from rlstruct.errors import AgentError, ConfigError, describe
+from rlstruct.gym_env import resolve_env
 from rlstruct.gym_vector_env import GymVectorEnv
 from rlstruct.learning.actor_critic import MEMORIES
 from rlstruct.torch_envs import TORCH_TASKS
@@ -207,14 +209,21 @@ def check_config(config: TrainConfig, **positive: int | float) -> None:
         )
     if config.env_backend == "vector":  # made once, so that a vector env gymnasium cannot give stops here
         try:
+            if not isinstance(resolve_env(config.env), str):
+                raise ValueError(  # told as the backend's, below
+                    f"config.env {config.env!r} names a factory, and gymnasium.make_vec needs a registered "
+                    "id: use config.env_backend 'gymnasium'"
+                )
             GymVectorEnv(config.env, n_envs=1).close()
+        except (gym.error.Error, ModuleNotFoundError) as error:
+            raise UnknownEnvironment(config.env, error) from error
         except ValueError as error:
             if "NEXT_STEP" not in str(error):
                 raise ValueError(f"config.env_backend 'vector': {error}") from error
             instead = "'torch' or 'gymnasium'" if config.env in TORCH_TASKS else "'gymnasium'"
             raise ValueError(
                 f"config.env_backend 'vector': gymnasium's vector {config.env!r} resets an ended "
-                f"environment one step late (NEXT_STEP), which rlstruct cannot use; use env_backend {instead}"
+                f"environment one step late (NEXT_STEP), which rlstruct cannot use; use config.env_backend {instead}"
             ) from error
     if Path(config.run_dir).exists() and not Path(config.run_dir).is_dir():
         raise ValueError(f"config.run_dir must be a folder (or one to make), got the file {config.run_dir!r}")

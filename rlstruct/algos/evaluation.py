@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from rlstruct.agent import Agent
@@ -85,9 +86,14 @@ class UnknownEnvironment(ValueError):
         elif ":" not in env and name.startswith("popgym-"):
             hint = f"POPGym environments need the module prefix and the popgym extra: --env popgym:{name}"
         else:
-            close = difflib.get_close_matches(name, list(gym.registry), n=1)
+            close = [c for c in difflib.get_close_matches(name, list(gym.registry), n=2) if c != name]
             hint = f"did you mean {close[0]!r}?" if close else "see gymnasium.pprint_registry() for the ids"
-        super().__init__(f"unknown environment {env!r} ({type(error).__name__}: {error}); {hint}")
+        if isinstance(error, gym.error.DependencyNotInstalled) or (
+            isinstance(error, ModuleNotFoundError) and name in gym.registry
+        ):  # a registered id whose package is missing
+            super().__init__(f"environment {env!r} needs a package that is not installed: {error}")
+        else:
+            super().__init__(f"unknown environment {env!r} ({type(error).__name__}: {error}); {hint}")
         self.env = env
 
 
@@ -114,17 +120,38 @@ def env_spaces(env: str) -> EnvSpaces:
         raise TypeError(f"env {env!r}: the factory must return a gymnasium.Env, got {describe(instance)}")
     try:
         obs, act = instance.observation_space, instance.action_space
-        limit = instance.spec.max_episode_steps if instance.spec is not None else None
+        limit = _time_limit(instance)
     finally:
         instance.close()
     observation = observation_spaces(obs)
     obs_dim = sum(_flat_size(space) for space in observation.values())
     if isinstance(act, gym.spaces.Discrete):
+        if int(act.start) != 0:
+            raise ValueError(
+                f"env {env!r}: the algorithms' discrete actions are 0 to n - 1, and its action space {act} "
+                "starts elsewhere; shift it in the environment (a gymnasium ActionWrapper)"
+            )
         return EnvSpaces(obs_dim, int(act.n), None, None, limit or 1000, observation)
     if isinstance(act, gym.spaces.Box):
+        if len(act.shape) != 1 or act.dtype != np.float32:
+            raise ValueError(
+                f"env {env!r}: the algorithms' continuous actions are one float32 vector per step, and its "
+                f"action space is {act}; flatten it or cast it in the environment (a gymnasium ActionWrapper)"
+            )
         low, high = act.low.flatten().tolist(), act.high.flatten().tolist()
         return EnvSpaces(obs_dim, None, low, high, limit or 1000, observation)
     raise ValueError(f"env {env!r}: the algorithms need a Discrete or Box action space, got {act}")
+
+
+def _time_limit(env: gym.Env[Any, Any]) -> int | None:
+    """The episodes' time limit: the spec's, else that of a ``TimeLimit`` wrapper a factory put on; None if none."""
+    if env.spec is not None and env.spec.max_episode_steps is not None:
+        return int(env.spec.max_episode_steps)
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.TimeLimit):
+            return int(env._max_episode_steps)
+        env = env.env
+    return None
 
 
 def _flat_size(space: ObservationSpace) -> int:

@@ -241,6 +241,12 @@ def check(config: Config) -> EnvSpaces:
         check_layout(config, config.n_envs, config.n_steps)
         check_hidden(config)  # the critics SAC builds for any agent without make_critics()
         spaces = check_env("sac", config.env)
+        bounds = [*(spaces.action_low or ()), *(spaces.action_high or ())]
+        if not all(math.isfinite(bound) for bound in bounds):
+            raise ValueError(
+                f"sac squashes its actions into their bounds, and config.env {config.env!r} has bounds "
+                f"{spaces.action_low} to {spaces.action_high}: give the action space finite bounds"
+            )
         check_replay(config, spaces)
         return spaces
 

@@ -449,4 +449,5 @@ def encode(
         features: torch.Tensor = encoder(observation)
         return features
     flat = observation if isinstance(observation, torch.Tensor) else observation["observation"]
-    return flat.to(torch.float32).flatten(1)
+    flat = flat.to(torch.float32)
+    return flat.flatten(1) if flat.dim() > 1 else flat.unsqueeze(1)  # a scalar Box: one feature
