@@ -232,7 +232,7 @@ class ValueNormalizer(torch.nn.Module):
         >>> norm.update(torch.tensor([100.0, 120.0]), head)
         >>> round(norm.mean.item(), 1), round(norm.std.item(), 1)
         (55.0, 55.5)
-        >>> torch.allclose(norm(head(x)), before)
+        >>> torch.allclose(norm(head(x)), before, atol=1e-4)  # float32 rounding of the rescaled layer
         True
     """
 

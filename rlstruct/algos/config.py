@@ -35,10 +35,9 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn, TypeVar
 
-import gymnasium as gym
 import torch
 
-from rlstruct.algos.evaluation import EnvSpaces, UnknownEnvironment, env_spaces
+from rlstruct.algos.evaluation import MAKE_ERRORS, EnvSpaces, UnknownEnvironment, env_spaces
 from rlstruct.checks import check_choice, check_int, check_number
 from rlstruct.errors import AgentError, ConfigError, describe
 from rlstruct.gym_env import resolve_env
@@ -215,7 +214,7 @@ def check_config(config: TrainConfig, **positive: int | float) -> None:
                     "id: use config.env_backend 'gymnasium'"
                 )
             GymVectorEnv(config.env, n_envs=1).close()
-        except (gym.error.Error, ModuleNotFoundError) as error:
+        except MAKE_ERRORS as error:
             raise UnknownEnvironment(config.env, error) from error
         except ValueError as error:
             if "NEXT_STEP" not in str(error):

@@ -69,6 +69,10 @@ class EnvSpaces:
         return len(self.observation) == 1 and only is not None and only.kind == "box" and not is_image(only)
 
 
+MAKE_ERRORS = (gym.error.Error, ModuleNotFoundError)
+"""What making an environment id raises when gymnasium cannot make it (``UnknownEnvironment`` reports it)."""
+
+
 class UnknownEnvironment(ValueError):
     """An environment id that gymnasium cannot make, with the likely fix in one line.
 
@@ -112,7 +116,7 @@ def env_spaces(env: str) -> EnvSpaces:
     try:
         maker = resolve_env(env)
         instance = gym.make(maker) if isinstance(maker, str) else maker()
-    except (gym.error.Error, ModuleNotFoundError) as error:
+    except MAKE_ERRORS as error:
         raise UnknownEnvironment(env, error) from error
     except Exception as error:  # the user's factory, or an environment's constructor
         raise ValueError(f"env {env!r}: making it raised {type(error).__name__}: {error}") from error
