@@ -279,7 +279,7 @@ class DictTensor:
             TypeError: if ``keys`` is not a str or an iterable of str.
             KeyError: naming a key that is not present.
         """
-        keys = _key_list("DictTensor.get", keys)
+        keys = key_list("DictTensor.get", keys)
         data = {}
         for key in keys:
             if key not in self._data:
@@ -884,7 +884,7 @@ def _where(
     return input.derive(data)
 
 
-def _key_list(op: str, keys: object) -> list[str]:
+def key_list(op: str, keys: object) -> list[str]:
     """``keys`` (one str, or an iterable of str) as a list."""
     if isinstance(keys, str):
         return [keys]

@@ -29,7 +29,7 @@ from typing import overload
 
 import torch
 
-from rlstruct.dicttensor import Device, DictTensor, RowIndex
+from rlstruct.dicttensor import Device, DictTensor, RowIndex, key_list
 from rlstruct.errors import describe
 from rlstruct.specs import Specs, TensorSpec
 
@@ -190,19 +190,12 @@ class TemporalDictTensor:
             TypeError: if ``keys`` is not a str or an iterable of str.
             KeyError: naming a key that is not present.
         """
-        if isinstance(keys, str):
-            keys = [keys]
-        elif isinstance(keys, Iterable):
-            keys = list(keys)
-        for key in keys if isinstance(keys, list) else ():
-            if isinstance(key, str) and key not in self._dt:
+        keys = key_list("TemporalDictTensor.get", keys)
+        for key in keys:
+            if key not in self._dt:
                 raise self._missing(key)
         lengths = self._lengths.clone() if clone else self._lengths
-        try:
-            data = self._dt.get(keys, clone)
-        except TypeError as error:
-            raise TypeError(str(error).replace("DictTensor.get", "TemporalDictTensor.get", 1)) from None
-        return TemporalDictTensor.unchecked(data, lengths, self._n_timesteps)
+        return TemporalDictTensor.unchecked(self._dt.get(keys, clone), lengths, self._n_timesteps)
 
     def _missing(self, key: object) -> KeyError:
         return KeyError(f"TemporalDictTensor has no key {key!r}; its keys are {list(self.keys())}")
