@@ -158,7 +158,9 @@ def td_lambda(
 
     Args:
         reward: float [B, T], the reward of each transition.
-        next_value: float [B, T], the value of the observation each transition reached.
+        next_value: float [B, T], the value of the observation each transition
+            reached; with ``lam=1`` read at truncations and row ends only, as
+            by ``discounted_returns`` (with ``gamma=0``, not at all).
         terminated: bool [B, T], True where the transition reached a terminal state.
         done: bool [B, T], True where the episode ended (terminated or truncated).
         gamma: the discount, in [0, 1].
@@ -192,7 +194,8 @@ def td_lambda(
     cont_f = cont.to(reward.dtype)
     # weight of the bootstrap: gamma * (1 - lam) inside an episode, gamma where the trace stops
     weight = cont_f.mul(-lam).add_(1.0).mul_(gamma)
-    x = next_value.masked_fill(terminated, 0.0).mul_(weight).add_(reward)
+    # a value of weight 0 is never read (lam=1 inside an episode): a NaN there must not reach the targets
+    x = next_value.masked_fill(terminated | (weight == 0), 0.0).mul_(weight).add_(reward)
     return _reverse_scan_(_zero_padding_(x, mask), cont_f.mul_(gamma * lam))
 
 

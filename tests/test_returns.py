@@ -157,6 +157,17 @@ def test_garbage_in_padding_stays_there() -> None:
     assert_close(adv, floats([4, 0, 6]))
 
 
+def test_values_never_read_do_not_reach_the_targets() -> None:
+    # lam=1 reads next_value only where the trace stops (the row end), as discounted_returns does
+    reward, next_value, no = floats([1, 1, 1]), floats([NAN, math.inf, 5]), flags([F, F, F])
+    ends = {"terminated": no, "done": no}
+    expected = discounted_returns(reward, **ends, gamma=0.5, next_value=next_value)
+    assert_close(expected, floats([2.375, 2.75, 3.5]))
+    assert_close(td_lambda(reward, next_value=next_value, **ends, gamma=0.5, lam=1.0), expected)
+    # gamma=0 reads no value at all
+    assert_close(td_lambda(reward, next_value=next_value, **ends, gamma=0.0, lam=0.5), reward)
+
+
 # ---------------------------------------------------------------------------- slow references
 
 
