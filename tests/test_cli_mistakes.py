@@ -627,6 +627,37 @@ def test_a_scalar_observation_and_a_factory_s_own_time_limit(spaces_module: str)
     assert out["action"].shape == (3,)
 
 
+DEPRECATED_IDS = (
+    "import sys, warnings, gymnasium as gym\n"
+    "for name in ('Kept-v0', 'Kept-v1', 'Dropped-v2'):\n"
+    "    gym.register(name, entry_point='gymnasium.envs.classic_control:CartPoleEnv')\n"
+    "warnings.simplefilter('always')\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ("Dropped-v1", "rlstruct: --env: unknown environment 'Dropped-v1' (DeprecatedEnv: "),
+        (
+            "Kept-v0",
+            "rlstruct: sac needs continuous (Box) actions; --env 'Kept-v0' has Discrete(2): try a2c, dqn, impala or ppo",
+        ),
+    ],
+)
+def test_gymnasium_s_warnings_on_making_an_id_come_only_if_it_can_be_made(
+    env: str, line: str, tmp_path: Path
+) -> None:
+    argv = ["train", "sac", "--env", env, "--run-dir", str(tmp_path)]
+    script = DEPRECATED_IDS + f"from rlstruct.cli import main\nsys.exit(main({argv!r}))\n"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    if env == "Dropped-v1":  # the mistake alone, not gymnasium's warning that the version is old before it
+        assert done.stderr.startswith(line) and done.stderr.count("\n") == 1
+    else:  # made: the warning stays, then the mistake
+        assert "Kept-v0 is out of date" in done.stderr and done.stderr.endswith(line + "\n")
+
+
 def test_a_registered_id_whose_package_is_missing_says_so() -> None:
     error = UnknownEnvironment(
         "LunarLander-v3", gymnasium.error.DependencyNotInstalled("Box2D is not installed")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -114,12 +115,17 @@ def env_spaces(env: str) -> EnvSpaces:
             ``gymnasium.Env``.
     """
     try:
-        maker = resolve_env(env)
-        instance = gym.make(maker) if isinstance(maker, str) else maker()
+        # an id that cannot be made is told in one line: the warnings gymnasium gives on the way
+        # (a deprecated version) are shown only when it can
+        with warnings.catch_warnings(record=True) as caught:
+            maker = resolve_env(env)
+            instance = gym.make(maker) if isinstance(maker, str) else maker()
     except MAKE_ERRORS as error:
         raise UnknownEnvironment(env, error) from error
     except Exception as error:  # the user's factory, or an environment's constructor
         raise ValueError(f"env {env!r}: making it raised {type(error).__name__}: {error}") from error
+    for warning in caught:
+        warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     if not isinstance(instance, gym.Env):
         raise TypeError(f"env {env!r}: the factory must return a gymnasium.Env, got {describe(instance)}")
     try:
