@@ -29,7 +29,7 @@ import torch
 
 from rlstruct.errors import describe
 
-__all__ = ["check_choice", "check_int", "check_keys", "check_number", "check_tensor"]
+__all__ = ["check_choice", "check_device", "check_int", "check_keys", "check_number", "check_tensor"]
 
 
 def check_int(owner: str, name: str, value: object, low: int = 1) -> int:
@@ -134,3 +134,42 @@ def check_tensor(owner: str, name: str, value: object, shape: tuple[int, ...], k
     if tuple(value.shape) != tuple(shape):
         raise ValueError(f"{expected}, got shape {list(value.shape)}")
     return value
+
+
+def check_device(owner: str, value: object, *, usable: bool = False) -> torch.device:
+    """Return ``value`` (a str, a ``torch.device`` or a CUDA index) as a ``torch.device``.
+
+    With ``usable``, the device must also hold tensors on this machine, and
+    is returned as tensors report it (``"cuda"`` becomes ``cuda:0``): what
+    is made once and used for long (a batcher, an environment) is refused at
+    construction, not after its work is done.
+
+    Raises:
+        TypeError: if ``value`` is of another type.
+        ValueError: if it names no torch device; with ``usable``, if it is
+            ``"meta"`` or cannot be used here (``"cuda"`` without CUDA).
+
+    Examples:
+        >>> check_device("ReplayBuffer", "cpu")
+        device(type='cpu')
+        >>> check_device("LocalBatcher", "gpu")
+        Traceback (most recent call last):
+            ...
+        ValueError: LocalBatcher: device must name a torch device such as 'cpu' or 'cuda:0', got 'gpu'
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, torch.device, int)):
+        raise TypeError(f"{owner}: device must be a str, a torch.device or an int, got {describe(value)}")
+    try:
+        device = torch.device(value)
+    except RuntimeError:
+        raise ValueError(
+            f"{owner}: device must name a torch device such as 'cpu' or 'cuda:0', got {value!r}"
+        ) from None
+    if not usable:
+        return device
+    if device.type == "meta":
+        raise ValueError(f"{owner}: device must hold data; 'meta' tensors have none, got {value!r}")
+    try:
+        return torch.zeros(1).to(device).device
+    except (RuntimeError, AssertionError) as error:  # a CPU-only build asserts for "cuda"
+        raise ValueError(f"{owner}: device {value!r} cannot be used on this machine: {error}") from None

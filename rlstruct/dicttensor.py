@@ -36,6 +36,7 @@ from typing import overload
 
 import torch
 
+from rlstruct.checks import check_device
 from rlstruct.errors import describe
 from rlstruct.specs import Specs, TensorSpec
 
@@ -801,7 +802,7 @@ class DictTensor:
                 is refused: only ``to`` moves data, and it keeps dtypes).
             ValueError: if ``device`` is a str that names no device.
         """
-        device = _device("DictTensor.to", device)
+        device = check_device("DictTensor.to", device)
         if self._data and device == self._device:
             # Tensor.to would return every value itself: share them, without the per-value calls
             return self.derive(dict(self._data))
@@ -898,13 +899,3 @@ def key_list(op: str, keys: object) -> list[str]:
 def _check_prefix(op: str, prefix: object) -> None:
     if not isinstance(prefix, str):
         raise TypeError(f"{op}: prefix must be a str, got {describe(prefix)}")
-
-
-def _device(op: str, device: object) -> torch.device:
-    """``device`` as a torch.device, or a TypeError/ValueError that names it."""
-    if isinstance(device, bool) or not isinstance(device, (torch.device, str, int)):
-        raise TypeError(f"{op}: device must be a torch.device, a str or an int, got {describe(device)}")
-    try:
-        return torch.device(device)
-    except RuntimeError as error:
-        raise ValueError(f"{op}: device {device!r} is not a device: {error}") from None

@@ -50,23 +50,12 @@ from typing import ClassVar
 
 import torch
 
+from rlstruct.checks import check_device
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import REQUIRED_KEYS, Environment
 from rlstruct.errors import describe
 
 __all__ = ["TorchEnv"]
-
-
-def _device(owner: str, device: torch.device | str) -> torch.device:
-    if not isinstance(device, (str, torch.device)):
-        raise TypeError(f"{owner}: device must be a str or torch.device, got {describe(device)}")
-    try:
-        resolved = torch.empty(0, device=device).device  # "cuda" -> cuda:0, as tensors report it
-    except (RuntimeError, AssertionError) as error:
-        raise ValueError(f"{owner}: device {str(device)!r} cannot hold tensors here ({error})") from None
-    if resolved.type == "meta":
-        raise ValueError(f"{owner}: device must hold data, got 'meta'")
-    return resolved
 
 
 class TorchEnv(Environment):
@@ -120,7 +109,7 @@ class TorchEnv(Environment):
         self.n_envs = n_envs
         self.defaults: dict[str, float] = dict(self.parameters)
         """The value of each parameter where w lacks it: ``parameters``, which a constructor may change."""
-        self.device = _device(owner, device)
+        self.device = check_device(owner, device, usable=True)
         self.max_episode_steps = max_episode_steps
         self.generator = torch.Generator(self.device)
         self.generator.manual_seed(seed)

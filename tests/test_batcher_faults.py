@@ -385,7 +385,7 @@ def test_what_cannot_be_pickled_is_refused_naming_the_argument(
     [
         ("meta", ValueError, "device must hold data; 'meta' tensors have none, got 'meta'"),
         ("gpu", ValueError, "device must name a torch device such as 'cpu' or 'cuda:0', got 'gpu'"),
-        (3, TypeError, "device must be a str or torch.device, got an int"),
+        (0.5, TypeError, "device must be a str, a torch.device or an int, got a float"),
     ]
     + (
         []

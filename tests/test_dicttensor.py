@@ -976,12 +976,12 @@ def test_where_and_masked_dicttensor_name_their_own_arguments() -> None:
         (
             lambda: DictTensor({"x": torch.zeros(2)}).to(torch.float64),
             TypeError,
-            "DictTensor.to: device must be a torch.device, a str or an int, got a dtype",
+            "DictTensor.to: device must be a str, a torch.device or an int, got a dtype",
         ),
         (
             lambda: DictTensor({"x": torch.zeros(2)}).to("nope"),
             ValueError,
-            "DictTensor.to: device 'nope' is not a device",
+            "DictTensor.to: device must name a torch device such as 'cpu' or 'cuda:0', got 'nope'",
         ),
     ],
 )

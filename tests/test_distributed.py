@@ -274,10 +274,10 @@ def test_options_must_be_their_dataclasses() -> None:
 @pytest.mark.parametrize(
     ("device", "error", "message"),
     [
-        ("gpu", ValueError, r"Scheme: device must be 'cpu', 'cuda' or 'cuda:<index>', got 'gpu'"),
-        ("cuda:x", ValueError, r"device must be 'cpu', 'cuda' or 'cuda:<index>', got 'cuda:x'"),
-        ("meta", ValueError, r"device must be 'cpu', 'cuda' or 'cuda:<index>', got 'meta'"),
-        (0, TypeError, "Scheme: device must be a str or a torch.device, got an int"),
+        ("gpu", ValueError, r"Scheme: device must name a torch device such as 'cpu' or 'cuda:0', got 'gpu'"),
+        ("cuda:x", ValueError, r"device must name a torch device such as 'cpu' or 'cuda:0', got 'cuda:x'"),
+        ("meta", ValueError, r"Scheme: device must be 'cpu', 'cuda' or 'cuda:<index>', got 'meta'"),
+        (0.5, TypeError, "Scheme: device must be a str, a torch.device or an int, got a float"),
     ],
 )
 def test_bad_device_is_refused_before_any_worker_starts(

@@ -943,9 +943,9 @@ def test_device_is_checked_at_construction() -> None:
     ):
         counter_batcher(device="gpu")
     with pytest.raises(
-        TypeError, match=message("LocalBatcher: device must be a str or torch.device, got an int")
+        TypeError, match=message("LocalBatcher: device must be a str, a torch.device or an int, got a float")
     ):
-        counter_batcher(device=3)
+        counter_batcher(device=0.5)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

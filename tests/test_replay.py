@@ -542,10 +542,10 @@ def test_hindsight_errors() -> None:
         HindsightReplayBuffer(10, reached, k=1.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="HindsightReplayBuffer: capacity must be at least 1, got 0"):
         HindsightReplayBuffer(0, reached)
-    with pytest.raises(ValueError, match="ReplayBuffer: device must name a device"):
+    with pytest.raises(ValueError, match="ReplayBuffer: device must name a torch device such as 'cpu'"):
         ReplayBuffer(10, device="foo")
     with pytest.raises(
-        TypeError, match=r"ReplayBuffer: device must be a torch\.device or a str, got a float"
+        TypeError, match=r"ReplayBuffer: device must be a str, a torch\.device or an int, got a float"
     ):
         ReplayBuffer(10, device=3.5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="reward_fn must be callable, got an int"):

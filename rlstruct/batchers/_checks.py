@@ -118,24 +118,6 @@ def env_args(owner: str, value: Mapping[str, Any]) -> None:
             )
 
 
-def device(owner: str, value: object) -> torch.device:
-    """A device that tensors can be put on here: refused at construction, not after the work is done."""
-    if not isinstance(value, (str, torch.device)):
-        raise TypeError(f"{owner}: device must be a str or torch.device, got {describe(value)}")
-    try:
-        result = torch.device(value)
-    except RuntimeError:
-        raise ValueError(
-            f"{owner}: device must name a torch device such as 'cpu' or 'cuda:0', got {value!r}"
-        ) from None
-    if result.type == "meta":
-        raise ValueError(f"{owner}: device must hold data; 'meta' tensors have none, got {value!r}")
-    try:
-        return torch.zeros(1).to(result).device  # "cuda" becomes "cuda:0", the device tensors report
-    except (RuntimeError, AssertionError) as error:  # a CPU-only build asserts for "cuda"
-        raise ValueError(f"{owner}: device {value!r} cannot be used on this machine: {error}") from None
-
-
 def picklable(owner: str, name: str, value: object) -> None:
     """``value`` must pickle, to reach a worker process: a TypeError naming ``name`` (and the key) if not.
 

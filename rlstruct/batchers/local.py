@@ -18,6 +18,7 @@ from rlstruct.batchers import _checks
 from rlstruct.batchers._checks import State
 from rlstruct.batchers._group import Group, GroupSpec
 from rlstruct.batchers._storage import Layout, Staging, full_layout
+from rlstruct.checks import check_device
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
 from rlstruct.errors import describe
@@ -155,7 +156,7 @@ class LocalBatcher:
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"LocalBatcher: seed must be an int, got {describe(seed)}")
         self.mode: Mode = mode
-        self.device = _checks.device(NAME, device)
+        self.device = check_device(NAME, device, usable=True)
         _checks.env_args(NAME, env_args)
         self._staging = Staging(self.device)  # CUDA: the pinned buffers get() copies through
         self.discarded = 0

@@ -50,6 +50,7 @@ from rlstruct.batchers._shared import SharedBuffers, SharedWeights
 from rlstruct.batchers._slots import WAIT_S, SlotBoard
 from rlstruct.batchers._storage import STORED, Layout, Staging, filled_next, full_layout
 from rlstruct.batchers._worker import WorkerSpec
+from rlstruct.checks import check_device
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
 from rlstruct.errors import WorkerError, describe
@@ -231,7 +232,7 @@ class MultiprocessBatcher:
             )
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"{NAME}: seed must be an int, got {describe(seed)}")
-        self.device = _checks.device(NAME, device)
+        self.device = check_device(NAME, device, usable=True)
         _checks.layout(NAME, layout)
         self.layout: Layout = layout
         for name, value in (

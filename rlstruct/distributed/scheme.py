@@ -62,7 +62,7 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.batchers import cpu_weights
-from rlstruct.checks import check_choice, check_int, check_number
+from rlstruct.checks import check_choice, check_device, check_int, check_number
 from rlstruct.distributed.algorithms import Algorithm, Buffer, after_update, target_buffers, trained_module
 from rlstruct.distributed.codec import check_codec, pack
 from rlstruct.distributed.collection import CollectionWorker, Collectors
@@ -125,13 +125,8 @@ class StepInfo:
 
 
 def _device(value: object) -> torch.device:
-    if not isinstance(value, (str, torch.device)):
-        raise TypeError(f"Scheme: device must be a str or a torch.device, got {describe(value)}")
-    try:
-        device = torch.device(value)
-    except RuntimeError:
-        device = None
-    if device is None or device.type not in ("cpu", "cuda"):
+    device = check_device("Scheme", value)
+    if device.type not in ("cpu", "cuda"):
         raise ValueError(f"Scheme: device must be 'cpu', 'cuda' or 'cuda:<index>', got {value!r}")
     return device
 

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from rlstruct.checks import check_int, check_keys, check_number
+from rlstruct.checks import check_device, check_int, check_keys, check_number
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 from rlstruct.specs import Specs
@@ -80,14 +80,7 @@ class ReplayBuffer:
     ) -> None:
         name = type(self).__name__
         self._capacity = check_int(name, "capacity", capacity)
-        if isinstance(device, bool) or not isinstance(device, (torch.device, str, int)):
-            raise TypeError(f"{name}: device must be a torch.device or a str, got {describe(device)}")
-        try:
-            self._device = torch.device(device)
-        except RuntimeError:
-            raise ValueError(
-                f"{name}: device must name a device ('cpu', 'cuda', 'cuda:1'), got {device!r}"
-            ) from None
+        self._device = check_device(name, device)
         if shared and self._device.type != "cpu":
             raise ValueError(f"{name}: shared storage must be on the CPU, got device {self._device}")
         if self._device.type == "cuda" and self._device.index is None and torch.cuda.is_available():
