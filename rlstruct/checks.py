@@ -21,15 +21,24 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import torch
 
 from rlstruct.errors import describe
 
-__all__ = ["check_choice", "check_device", "check_int", "check_keys", "check_number", "check_tensor"]
+__all__ = [
+    "check_choice",
+    "check_device",
+    "check_int",
+    "check_keys",
+    "check_number",
+    "check_tensor",
+    "unusable_device",
+]
 
 
 def check_int(owner: str, name: str, value: object, low: int = 1) -> int:
@@ -139,7 +148,8 @@ def check_tensor(owner: str, name: str, value: object, shape: tuple[int, ...], k
 def check_device(owner: str, value: object, *, usable: bool = False) -> torch.device:
     """Return ``value`` (a str, a ``torch.device`` or a CUDA index) as a ``torch.device``.
 
-    With ``usable``, the device must also hold tensors on this machine, and
+    An int is the index of a CUDA device (``0`` is ``cuda:0``), and the CPU
+    is returned as tensors report it (``"cpu:0"`` becomes ``cpu``). With ``usable``, the device must also hold tensors on this machine, and
     is returned as tensors report it (``"cuda"`` becomes ``cuda:0``): what
     is made once and used for long (a batcher, an environment) is refused at
     construction, not after its work is done.
@@ -159,12 +169,16 @@ def check_device(owner: str, value: object, *, usable: bool = False) -> torch.de
     """
     if isinstance(value, bool) or not isinstance(value, (str, torch.device, int)):
         raise TypeError(f"{owner}: device must be a str, a torch.device or an int, got {describe(value)}")
+    if isinstance(value, int) and value < 0:
+        raise ValueError(f"{owner}: device as an int is a CUDA index, at least 0, got {value}")
     try:
-        device = torch.device(value)
+        device = torch.device("cuda", value) if isinstance(value, int) else torch.device(value)
     except RuntimeError:
         raise ValueError(
             f"{owner}: device must name a torch device such as 'cpu' or 'cuda:0', got {value!r}"
         ) from None
+    if device.type == "cpu":
+        return torch.device("cpu")
     if not usable:
         return device
     if device.type == "meta":
@@ -173,3 +187,19 @@ def check_device(owner: str, value: object, *, usable: bool = False) -> torch.de
         return torch.zeros(1).to(device).device
     except (RuntimeError, AssertionError) as error:  # a CPU-only build asserts for "cuda"
         raise ValueError(f"{owner}: device {value!r} cannot be used on this machine: {error}") from None
+
+
+@contextlib.contextmanager
+def unusable_device(owner: str, device: torch.device | None) -> Iterator[None]:
+    """Turn torch's assertion that it was built without CUDA, inside the block, into a ValueError.
+
+    For what puts data on a device it does not check first (a check would
+    cost a copy to the device on every call).
+
+    Raises:
+        ValueError: naming ``owner`` and ``device``, from the block's ``AssertionError``.
+    """
+    try:
+        yield
+    except AssertionError as error:  # torch.cuda's "Torch not compiled with CUDA enabled"
+        raise ValueError(f"{owner}: device {str(device)!r} cannot be used on this machine: {error}") from None

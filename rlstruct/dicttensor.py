@@ -36,7 +36,7 @@ from typing import overload
 
 import torch
 
-from rlstruct.checks import check_device
+from rlstruct.checks import check_device, unusable_device
 from rlstruct.errors import describe
 from rlstruct.specs import Specs, TensorSpec
 
@@ -391,8 +391,10 @@ class DictTensor:
             of dtype ``specs[k].dtype``. With no keys, an empty DictTensor of B rows.
 
         Raises:
-            TypeError: if ``specs`` is not a ``Specs``.
-            ValueError: if ``batch_size`` is not a non-negative int.
+            TypeError: if ``specs`` is not a ``Specs``, or ``device`` not a
+                device, a str or an int.
+            ValueError: if ``batch_size`` is not a non-negative int, or
+                ``device`` names no device or one this torch cannot use.
 
         Examples:
             >>> import torch
@@ -405,10 +407,13 @@ class DictTensor:
             raise TypeError(f"DictTensor.zeros: specs must be a Specs, got {describe(specs)}")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0:
             raise ValueError(f"DictTensor.zeros: batch_size must be a non-negative int, got {batch_size!r}")
+        if device is not None:
+            device = check_device("DictTensor.zeros", device)
         data = {}
-        for key, spec in specs.items():
-            value = torch.zeros((batch_size, *spec.shape), dtype=spec.dtype, device=device)
-            data[key] = value.share_memory_() if shared else value
+        with unusable_device("DictTensor.zeros", device):
+            for key, spec in specs.items():
+                value = torch.zeros((batch_size, *spec.shape), dtype=spec.dtype, device=device)
+                data[key] = value.share_memory_() if shared else value
         return DictTensor(data, batch_size=batch_size)
 
     # ------------------------------------------------------------------ rows
@@ -800,13 +805,15 @@ class DictTensor:
         Raises:
             TypeError: if ``device`` is not a device, a str or an int (a dtype
                 is refused: only ``to`` moves data, and it keeps dtypes).
-            ValueError: if ``device`` is a str that names no device.
+            ValueError: if ``device`` is a str that names no device, or a
+                device this torch cannot use (``"cuda"`` on a CPU-only build).
         """
         device = check_device("DictTensor.to", device)
         if self._data and device == self._device:
             # Tensor.to would return every value itself: share them, without the per-value calls
             return self.derive(dict(self._data))
-        return self._map(lambda v: v.to(device, non_blocking=non_blocking))
+        with unusable_device("DictTensor.to", device):
+            return self._map(lambda v: v.to(device, non_blocking=non_blocking))
 
     def clone(self) -> DictTensor:
         """A deep copy of the values, on the same device."""

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 
 import torch
 
+from rlstruct.checks import check_int, check_number
 from rlstruct.errors import describe
 
 __all__ = ["ObservationNormalizer", "RewardScaler", "RunningMeanStd", "ValueNormalizer"]
@@ -58,7 +59,10 @@ class RunningMeanStd(torch.nn.Module):
 
     def __init__(self, shape: Sequence[int] = ()) -> None:
         super().__init__()
-        self.shape = torch.Size(shape)
+        name = type(self).__name__
+        if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
+            raise TypeError(f"{name}: shape must be a sequence of ints, got {describe(shape)}")
+        self.shape = torch.Size([check_int(name, "shape", size, low=0) for size in shape])
         self.register_buffer("mean", torch.zeros(self.shape, dtype=torch.float64))
         self.register_buffer("var", torch.ones(self.shape, dtype=torch.float64))
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
@@ -70,10 +74,11 @@ class RunningMeanStd(torch.nn.Module):
         Raises:
             ValueError: if ``x``'s trailing dimensions are not ``shape``.
         """
-        if x.shape[1:] != self.shape:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{type(self).__name__}.update: x must be a tensor, got {describe(x)}")
+        if x.dim() == 0 or x.shape[1:] != self.shape:
             raise ValueError(
-                f"{type(self).__name__}.update: x must have shape [N, {', '.join(map(str, self.shape))}], "
-                f"got {describe(x)}"
+                f"{type(self).__name__}.update: x must have shape {_shape('N', self.shape)}, got {describe(x)}"
             )
         n = x.shape[0]
         if n == 0:
@@ -111,16 +116,33 @@ class ObservationNormalizer(RunningMeanStd):
 
     Args:
         shape: the shape of one observation.
-        clip: the bound of the normalised values.
-        eps: added to the variance.
+        clip: the bound of the normalised values (positive; ``math.inf`` for none).
+        eps: added to the variance (positive).
+
+    Raises:
+        TypeError: if ``shape`` is not a sequence of ints, or ``clip`` or
+            ``eps`` is not a number.
+        ValueError: if a size is negative, or ``clip`` or ``eps`` is not positive.
     """
 
     def __init__(self, shape: Sequence[int], clip: float = 10.0, eps: float = 1e-8) -> None:
         super().__init__(shape)
-        self.clip, self.eps = clip, eps
+        self.clip = check_number("ObservationNormalizer", "clip", clip, 0.0, low_open=True, allow_inf=True)
+        self.eps = check_number("ObservationNormalizer", "eps", eps, 0.0, low_open=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Normalise ``x`` ``[..., *shape]``; returns a new tensor of ``x``'s float dtype, on its device."""
+        """Normalise ``x`` ``[..., *shape]``; returns a new tensor of ``x``'s float dtype, on its device.
+
+        Raises:
+            TypeError: if ``x`` is not a tensor.
+            ValueError: if ``x``'s trailing dimensions are not ``shape``.
+        """
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"ObservationNormalizer: x must be a tensor, got {describe(x)}")
+        if x.shape[x.dim() - len(self.shape) :] != self.shape or x.dim() < len(self.shape):
+            raise ValueError(
+                f"ObservationNormalizer: x must have shape {_shape('...', self.shape)}, got {describe(x)}"
+            )
         dtype = x.dtype if x.is_floating_point() else torch.float32
         mean = self.mean.to(dtype)
         std = (self.var + self.eps).sqrt().to(dtype)
@@ -136,9 +158,14 @@ class RewardScaler(torch.nn.Module):
 
     Args:
         n_rows: the rows of the batches (B).
-        gamma: the discount factor of the return.
-        clip: the bound of the scaled rewards.
-        eps: added to the variance.
+        gamma: the discount factor of the return, in [0, 1].
+        clip: the bound of the scaled rewards (positive; ``math.inf`` for none).
+        eps: added to the variance (positive).
+
+    Raises:
+        TypeError: if an argument is not a number (``n_rows`` an int).
+        ValueError: if ``n_rows`` is below 1, ``gamma`` is outside [0, 1],
+            or ``clip`` or ``eps`` is not positive.
 
     Examples:
         >>> import torch
@@ -152,9 +179,10 @@ class RewardScaler(torch.nn.Module):
 
     def __init__(self, n_rows: int, gamma: float, clip: float = 10.0, eps: float = 1e-8) -> None:
         super().__init__()
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"RewardScaler: gamma must be in [0, 1], got {gamma!r}")
-        self.gamma, self.clip, self.eps = gamma, clip, eps
+        n_rows = check_int("RewardScaler", "n_rows", n_rows)
+        self.gamma = check_number("RewardScaler", "gamma", gamma, 0.0, 1.0)
+        self.clip = check_number("RewardScaler", "clip", clip, 0.0, low_open=True, allow_inf=True)
+        self.eps = check_number("RewardScaler", "eps", eps, 0.0, low_open=True)
         self.stats = RunningMeanStd(())
         self.register_buffer("returns", torch.zeros(n_rows, dtype=torch.float64))
 
@@ -174,8 +202,15 @@ class RewardScaler(torch.nn.Module):
             of ``reward``'s dtype and device.
 
         Raises:
+            TypeError: if ``reward`` is not a float tensor, or ``done`` or
+                ``mask`` not a bool one.
             ValueError: if the shapes (``mask``'s included) differ or B is not ``n_rows``.
         """
+        if not isinstance(reward, torch.Tensor) or not reward.is_floating_point():
+            raise TypeError(f"RewardScaler: reward must be a float tensor, got {describe(reward)}")
+        for name, flags in (("done", done), ("mask", mask)):
+            if flags is not None and (not isinstance(flags, torch.Tensor) or flags.dtype != torch.bool):
+                raise TypeError(f"RewardScaler: {name} must be a bool tensor, got {describe(flags)}")
         if reward.dim() != 2 or reward.shape[0] != self.returns.shape[0] or done.shape != reward.shape:
             raise ValueError(
                 f"RewardScaler: reward and done must both be [{self.returns.shape[0]}, T], got "
@@ -285,3 +320,8 @@ class ValueNormalizer(torch.nn.Module):
         layer.bias.copy_(
             ((layer.bias.to(torch.float64) * old_std + old_mean - self.mean) / std).to(layer.bias.dtype)
         )
+
+
+def _shape(lead: str, shape: torch.Size) -> str:
+    """``[N, 3, 4]``: a shape for a message, its leading dimensions named."""
+    return f"[{', '.join([lead, *map(str, shape)])}]"

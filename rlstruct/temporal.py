@@ -29,6 +29,7 @@ from typing import overload
 
 import torch
 
+from rlstruct.checks import check_device, unusable_device
 from rlstruct.dicttensor import Device, DictTensor, RowIndex, key_list
 from rlstruct.errors import describe
 from rlstruct.specs import Specs, TensorSpec
@@ -246,8 +247,11 @@ class TemporalDictTensor:
             zeros, with every length set to T (int64, shape [B]).
 
         Raises:
-            TypeError: if ``specs`` is not a ``Specs``.
-            ValueError: if ``batch_size`` or ``n_timesteps`` is not a non-negative int.
+            TypeError: if ``specs`` is not a ``Specs``, or ``device`` not a
+                device, a str or an int.
+            ValueError: if ``batch_size`` or ``n_timesteps`` is not a
+                non-negative int, or ``device`` names no device or one this
+                torch cannot use.
 
         Examples:
             >>> import torch
@@ -261,9 +265,12 @@ class TemporalDictTensor:
         for name, n in (("batch_size", batch_size), ("n_timesteps", n_timesteps)):
             if not isinstance(n, int) or isinstance(n, bool) or n < 0:
                 raise ValueError(f"TemporalDictTensor.zeros: {name} must be a non-negative int, got {n!r}")
+        if device is not None:
+            device = check_device("TemporalDictTensor.zeros", device)
         steps = Specs({k: TensorSpec((n_timesteps, *spec.shape), spec.dtype) for k, spec in specs.items()})
+        with unusable_device("TemporalDictTensor.zeros", device):  # the lengths first: the error names us
+            lengths = torch.full((batch_size,), n_timesteps, dtype=torch.int64, device=device)
         data = DictTensor.zeros(steps, batch_size, device=device, shared=shared)
-        lengths = torch.full((batch_size,), n_timesteps, dtype=torch.int64, device=device)
         if shared:
             lengths.share_memory_()
         return TemporalDictTensor(data, lengths, n_timesteps=n_timesteps)

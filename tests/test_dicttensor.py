@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from rlstruct import DictTensor, Specs, TensorSpec, masked_dicttensor
+from rlstruct import DictTensor, Specs, TemporalDictTensor, TensorSpec, masked_dicttensor
 
 B = 4
 
@@ -826,6 +826,44 @@ def test_to_moves_every_value_and_keeps_dtypes_and_shapes(device: str | torch.de
     assert moved.specs() == dt.specs()
     assert moved.n_elems() == B
     assert dt.device == torch.device("cpu")  # the original is untouched
+
+
+def test_zeros_and_to_check_the_device_and_name_themselves() -> None:
+    specs = make_dt().specs()
+    with pytest.raises(
+        ValueError, match=message("DictTensor.zeros: device must name a torch device such as")
+    ):
+        DictTensor.zeros(specs, 2, device="gpu")
+    with pytest.raises(
+        TypeError, match=message("DictTensor.zeros: device must be a str, a torch.device or an int")
+    ):
+        DictTensor.zeros(specs, 2, device=3.0)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=message("DictTensor.to: device as an int is a CUDA index, at least 0")
+    ):
+        make_dt().to(-1)
+    assert (
+        DictTensor.zeros(specs, 2, device="cpu:0").device
+        == make_dt().to("cpu:0").device
+        == torch.device("cpu")
+    )
+
+
+@pytest.mark.skipif(torch.backends.cuda.is_built(), reason="needs a torch built without CUDA")
+def test_cuda_on_a_torch_without_it_is_a_value_error() -> None:
+    for call, owner in [
+        (lambda: make_dt().to("cuda"), "DictTensor.to"),
+        (lambda: make_dt().to(0), "DictTensor.to"),
+        (lambda: DictTensor.zeros(make_dt().specs(), 2, device="cuda"), "DictTensor.zeros"),
+        (
+            lambda: TemporalDictTensor.zeros(make_dt().specs(), 2, 3, device="cuda"),
+            "TemporalDictTensor.zeros",
+        ),
+    ]:
+        with pytest.raises(
+            ValueError, match=message(f"{owner}: device 'cuda") + ".* cannot be used on this machine"
+        ):
+            call()
 
 
 def test_to_on_a_keyless_dicttensor_keeps_the_rows() -> None:

@@ -151,3 +151,54 @@ def test_reward_scaler_checks_the_mask_and_takes_a_batch_without_steps() -> None
     with pytest.raises(ValueError, match=re.escape("RewardScaler: mask must be [2, 4] as reward")):
         scaler(torch.zeros(2, 4), torch.zeros(2, 4, dtype=torch.bool), torch.ones(2, 3, dtype=torch.bool))
     assert scaler(torch.zeros(2, 0), torch.zeros(2, 0, dtype=torch.bool)).shape == (2, 0)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "text"),
+    [
+        (
+            lambda: ObservationNormalizer((3,), clip=None),
+            TypeError,
+            "ObservationNormalizer: clip must be a number",
+        ),
+        (
+            lambda: ObservationNormalizer((3,), eps=-1.0),
+            ValueError,
+            "ObservationNormalizer: eps must be in (0, inf)",
+        ),
+        (
+            lambda: ObservationNormalizer(3),
+            TypeError,
+            "ObservationNormalizer: shape must be a sequence of ints",
+        ),
+        (lambda: RewardScaler(0, 0.9), ValueError, "RewardScaler: n_rows must be at least 1, got 0"),
+        (lambda: RewardScaler(2, None), TypeError, "RewardScaler: gamma must be a number, got a NoneType"),
+        (lambda: RewardScaler(2, 0.9, clip=0.0), ValueError, "RewardScaler: clip must be in (0, inf]"),
+    ],
+)
+def test_normalizers_check_their_arguments_when_made(call: object, error: type[Exception], text: str) -> None:
+    with pytest.raises(error, match=message(text)):
+        call()  # type: ignore[operator]
+
+
+def test_observation_normalizer_refuses_an_observation_of_another_shape() -> None:
+    norm = ObservationNormalizer((3,))
+    assert norm(torch.ones(2, 5, 3)).shape == (2, 5, 3)  # any leading dimensions
+    with pytest.raises(
+        ValueError, match=message("ObservationNormalizer: x must have shape [..., 3], got a tensor")
+    ):
+        norm(torch.ones(4, 1))  # would broadcast to [4, 3]
+    with pytest.raises(ValueError, match=message("ObservationNormalizer.update: x must have shape [N], got")):
+        ObservationNormalizer(()).update(torch.tensor(1.0))
+
+
+def test_reward_scaler_refuses_integer_rewards_and_flags_that_are_not_bool() -> None:
+    scaler = RewardScaler(3, 1.0)
+    done = torch.zeros(3, 2, dtype=torch.bool)
+    with pytest.raises(TypeError, match=message("RewardScaler: reward must be a float tensor, got a tensor")):
+        scaler(torch.ones(3, 2, dtype=torch.int64), done)  # its scale would be cast to an int (0)
+    with pytest.raises(TypeError, match=message("RewardScaler: done must be a bool tensor, got a tensor")):
+        scaler(torch.ones(3, 2), done.long())  # an int would index rows instead of masking them
+    with pytest.raises(TypeError, match=message("RewardScaler: mask must be a bool tensor, got a tensor")):
+        scaler(torch.ones(3, 2), done, torch.ones(3, 2))
+    assert scaler.stats.count.item() == 0  # nothing was merged

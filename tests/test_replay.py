@@ -24,6 +24,7 @@ from rlstruct import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
     ReplaySample,
+    SequenceReplayBuffer,
     TemporalDictTensor,
 )
 from rlstruct.replay.sumtree import BRANCHING, SumTree
@@ -168,6 +169,42 @@ def test_add_never_casts_and_names_the_key() -> None:
 def test_constructor_errors(kwargs: dict[str, object], error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         ReplayBuffer(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_device_that_cannot_hold_the_rows_is_refused_when_made() -> None:
+    with pytest.raises(ValueError, match="ReplayBuffer: device must hold data; 'meta' tensors have none"):
+        ReplayBuffer(4, device="meta")
+    if not torch.cuda.is_available():
+        with pytest.raises(
+            ValueError, match="SequenceReplayBuffer: device 'cuda' cannot be used on this machine"
+        ):
+            SequenceReplayBuffer(4, device="cuda")
+
+
+def test_cpu_0_is_the_cpu_so_priorities_update_on_the_samples_indices() -> None:
+    buffer = PrioritizedReplayBuffer(100, device="cpu:0", generator=seeded())
+    assert buffer.device == torch.device("cpu")  # as tensors report it
+    buffer.add(rows(range(10)))
+    _, indices, _ = buffer.sample(4)
+    buffer.update_priorities(indices, torch.ones(4))  # raised: indices is on cpu, expected cpu:0
+
+
+def test_stored_rows_carry_no_autograd_history() -> None:
+    layer = torch.nn.Linear(2, 2)
+    for buffer in (ReplayBuffer(10), PrioritizedReplayBuffer(10)):
+        buffer.add(DictTensor({"logits": layer(torch.ones(3, 2))}))  # not detached by the caller
+        sampled = buffer.sample(4).rows["logits"]
+        assert not sampled.requires_grad and sampled.grad_fn is None
+        assert not any(v.requires_grad for v in buffer.state_dict()["storage"].values())
+
+
+def test_a_prioritized_state_is_not_loaded_into_a_uniform_buffer() -> None:
+    prioritized = PrioritizedReplayBuffer(10)
+    prioritized.add(rows(range(3)))
+    with pytest.raises(
+        ValueError, match=r"holds priorities \(saved by a PrioritizedReplayBuffer\); load it into one"
+    ):
+        ReplayBuffer(10).load_state_dict(prioritized.state_dict())
 
 
 # ---------------------------------------------------------------------- uniform sampling
@@ -542,6 +579,10 @@ def test_hindsight_errors() -> None:
         HindsightReplayBuffer(10, reached, k=1.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="HindsightReplayBuffer: capacity must be at least 1, got 0"):
         HindsightReplayBuffer(0, reached)
+    with pytest.raises(
+        ValueError, match="HindsightReplayBuffer: desired_goal_keys must name at least one key"
+    ):
+        HindsightReplayBuffer(10, reached, desired_goal_keys=[])  # sample would fail with an IndexError
     with pytest.raises(ValueError, match="ReplayBuffer: device must name a torch device such as 'cpu'"):
         ReplayBuffer(10, device="foo")
     with pytest.raises(

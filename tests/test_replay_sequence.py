@@ -335,6 +335,8 @@ def test_sequence_priorities_mix_the_max_and_the_mean_of_the_learned_steps() -> 
     out = sequence_priorities(grad, learn)
     assert not out.requires_grad and out.dtype == torch.float32
     assert sequence_priorities(td.double(), learn).dtype == torch.float64
+    no_steps = sequence_priorities(torch.ones(2, 0), torch.ones(2, 0, dtype=torch.bool))
+    assert torch.equal(no_steps, torch.zeros(2))  # no learned step: 0
 
 
 def test_sequence_priorities_check_their_arguments() -> None:

@@ -108,7 +108,7 @@ class LocalBatcher:
             ``weights`` whose keys, shapes or dtypes differ from the agent's
             ``state_dict``.
         TypeError: if the factories do not make an Agent and an Environment,
-            ``device`` is not a str or ``torch.device``, or ``weights`` is not
+            ``device`` is not a str, a ``torch.device`` or an int, or ``weights`` is not
             a mapping of tensors.
 
     Warns:

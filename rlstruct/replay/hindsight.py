@@ -62,8 +62,8 @@ class HindsightReplayBuffer:
         k: relabelled goals per real goal, a non-negative int (0: no relabelling).
         achieved_goal_key: the goal the transition achieved; relabelled goals
             are taken from it, and it is ``reward_fn``'s first argument.
-        desired_goal_keys: the keys holding the desired goal, all relabelled
-            with the same goal; each must have the dtype and per-row shape of
+        desired_goal_keys: the keys holding the desired goal (one at least),
+            all relabelled with the same goal; each must have the dtype and per-row shape of
             ``achieved_goal_key``.
         reward_key: the reward of the transition, recomputed.
         done_key: a bool key that is True where an episode ended, or None if
@@ -126,6 +126,8 @@ class HindsightReplayBuffer:
         check_int(name, "k", k, 0)
         if isinstance(desired_goal_keys, str) or not all(isinstance(key, str) for key in desired_goal_keys):
             raise TypeError(f"{name}: desired_goal_keys must be a list of str, got {desired_goal_keys!r}")
+        if not desired_goal_keys:
+            raise ValueError(f"{name}: desired_goal_keys must name at least one key, got none")
         self.reward_fn = reward_fn
         self.strategy = strategy
         self.k = k

@@ -141,6 +141,8 @@ def sequence_priorities(td_abs: torch.Tensor, learn: torch.Tensor, eta: float = 
     if learn.device != td_abs.device:
         raise ValueError(f"{op}: learn is on {learn.device}, expected {td_abs.device} (the device of td_abs)")
     eta = check_number(op, "eta", eta, 0.0, 1.0)
+    if td_abs.shape[1] == 0:  # no step: no step learned from
+        return td_abs.new_zeros(td_abs.shape[0])
     td = torch.where(learn, td_abs.detach().abs(), 0.0)  # 0 where not learned: below every |TD|
     count = learn.sum(1).clamp(min=1).to(td.dtype)
     return eta * td.amax(1) + (1.0 - eta) * td.sum(1) / count
@@ -180,7 +182,8 @@ class SequenceReplayBuffer:
             ``alpha``, ``beta`` or ``timeout`` that is not a number, or a
             generator of the wrong type.
         ValueError: for a ``capacity`` below 1, a negative ``burn_in``, an
-            ``alpha`` or ``beta`` out of range, ``shared`` off the CPU, or a
+            ``alpha`` or ``beta`` out of range, a device that cannot hold
+            data here (as ``ReplayBuffer``), ``shared`` off the CPU, or a
             generator on another device.
     """
 

@@ -62,7 +62,8 @@ class ReplayBuffer:
 
     Raises:
         ValueError: for a capacity below 1, a device name torch does not
-            know, ``shared`` with a device other than CPU, a generator on
+            know, a device that cannot hold data here (``"meta"``, or
+            ``"cuda"`` without CUDA), ``shared`` with a device other than CPU, a generator on
             another device, or a timeout that is not positive.
         TypeError: for a capacity that is not an int, a device or a timeout
             of the wrong type, or a generator or specs of the wrong type.
@@ -80,11 +81,9 @@ class ReplayBuffer:
     ) -> None:
         name = type(self).__name__
         self._capacity = check_int(name, "capacity", capacity)
-        self._device = check_device(name, device)
-        if shared and self._device.type != "cpu":
-            raise ValueError(f"{name}: shared storage must be on the CPU, got device {self._device}")
-        if self._device.type == "cuda" and self._device.index is None and torch.cuda.is_available():
-            self._device = torch.device("cuda", torch.cuda.current_device())  # what tensors report
+        if shared and check_device(name, device).type != "cpu":
+            raise ValueError(f"{name}: shared storage must be on the CPU, got device {device}")
+        self._device = check_device(name, device, usable=True)  # as tensors report it: cuda:0 for "cuda"
         if generator is None:
             generator = torch.Generator(device=self._device)
             generator.manual_seed(int(torch.randint(0, 2**62, ())))
@@ -151,7 +150,8 @@ class ReplayBuffer:
 
         The first add (unless ``specs`` was given) allocates the storage with
         the keys, per-row shapes and dtypes of ``transitions``. Rows are copied
-        (to ``device`` if they are elsewhere); a batch of more than
+        (to ``device`` if they are elsewhere), without their autograd history:
+        a stored value never requires grad; a batch of more than
         ``capacity`` rows keeps its last ``capacity`` rows, as if they had been
         added one by one.
 
@@ -176,7 +176,7 @@ class ReplayBuffer:
         kept = min(n, self._capacity)
         if kept == 0:
             return
-        with self._locked(op):
+        with self._locked(op), torch.no_grad():  # a copy of a value that requires grad would join its graph
             position, size = int(self._counts[0]), int(self._counts[1])
             start = (position + n - kept) % self._capacity
             first = min(kept, self._capacity - start)
@@ -403,7 +403,10 @@ class ReplayBuffer:
         return {}
 
     def _check_extra_state(self, state: Mapping[str, Any], op: str) -> None:
-        pass
+        if "priorities" in state:  # loading it here would drop them
+            raise ValueError(
+                f"{op}: the state holds priorities (saved by a PrioritizedReplayBuffer); load it into one"
+            )
 
     def _load_extra_state(self, state: Mapping[str, Any]) -> None:
         pass
