@@ -179,13 +179,23 @@ def reset_finished_states(
     others keep theirs. Returns ``state`` itself when the agent is stateless,
     or, on the CPU, when no row starts an episode (on another device the
     rows are selected without asking the device whether any starts).
+
+    Raises:
+        TypeError, ValueError: if ``state`` no longer has the keys, dtypes or
+            per-row shapes of ``agent.initial_state`` (the agent changed them).
     """
     if state.empty():
         return state
     starting = observation["initial_state"]
     if starting.device.type == "cpu" and not bool(starting.any()):  # elsewhere: no wait for the device
         return state
-    return DictTensor.where(starting, agent.initial_state(agent_info, state.n_elems()), state)
+    try:
+        return DictTensor.where(starting, agent.initial_state(agent_info, state.n_elems()), state)
+    except (TypeError, ValueError) as error:  # where's message names neither the agent nor its state
+        raise type(error)(
+            f"{type(agent).__name__}: its state no longer fits its initial_state, where an episode "
+            f"starts ({error}); a new state keeps the keys, dtypes and shapes of initial_state"
+        ) from error
 
 
 def history_length(agent: Agent) -> int | None:

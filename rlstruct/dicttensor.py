@@ -43,8 +43,10 @@ from rlstruct.specs import Specs, TensorSpec
 __all__ = ["DictTensor", "RowIndex", "masked_dicttensor"]
 
 RowIndex = int | slice | torch.Tensor | list[int]
-"""What selects rows: an int, a slice, a 1-D int64 (or int32) tensor, a 1-D bool
-mask of length B, or a list of ints."""
+"""What selects rows: an int (or a 0-d integer tensor), a slice, a 1-D int64 (or
+int32) tensor, a 1-D bool mask of length B, or a list of ints."""
+
+_INT_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
 
 Device = torch.device | str | int
 
@@ -431,8 +433,8 @@ class DictTensor:
 
         Returns:
             ``index`` itself for a slice or a tensor; a one-row slice for an
-            int (negative ints counted from the end); an int64 tensor for a
-            list of ints.
+            int or a 0-d integer tensor (negative ints counted from the end);
+            an int64 tensor for a list of ints.
 
         Raises:
             IndexError: if an int is out of range or a bool mask has the wrong
@@ -445,6 +447,8 @@ class DictTensor:
             (slice(3, 4, None), tensor([0, 2]))
         """
         n = self._batch_size
+        if isinstance(index, torch.Tensor) and index.dim() == 0 and index.dtype in _INT_DTYPES:
+            index = int(index)  # as torch reads a 0-d integer tensor: an int
         if isinstance(index, bool):
             raise TypeError("DictTensor: a bool is not a row index; use a bool tensor of shape [B]")
         if isinstance(index, numbers.Integral):

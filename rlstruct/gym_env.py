@@ -85,12 +85,18 @@ def _leaf_spaces(space: gym.Space[Any], prefix: str = "", owner: str = "GymEnv")
 
     Raises:
         TypeError: for a space of another kind.
-        ValueError: for a Dict entry named as a key GymEnv adds (``FLAG_KEYS``).
+        ValueError: for a Dict entry named as a key GymEnv adds (``FLAG_KEYS``),
+            or with a ``/`` in its name.
     """
     if isinstance(space, _COMPOSITE):
         entries = space.spaces.items() if isinstance(space, gym.spaces.Dict) else enumerate(space.spaces)
         leaves: dict[str, gym.Space[Any]] = {}
         for key, sub in entries:
+            if "/" in str(key):  # it would read as a nested entry, or collide with one
+                raise ValueError(
+                    f"{owner}: the observation entry '{prefix}{key}' has a '/' in its name, which joins the "
+                    "names of nested entries in the keys; rename it"
+                )
             leaves.update(_leaf_spaces(sub, f"{prefix}{key}/", owner))
         clash = [key for key in leaves if key in FLAG_KEYS]
         if clash:
@@ -158,7 +164,8 @@ def observation_spaces(space: gym.Space[Any]) -> dict[str, ObservationSpace]:
             another kind (Text, Graph, Sequence...).
         ValueError: if a Dict entry is named as one of the keys GymEnv adds
             to every observation (``reward``, ``terminated``, ``truncated``,
-            ``done``, ``initial_state``, ``last_action``).
+            ``done``, ``initial_state``, ``last_action``), or has a ``/`` in
+            its name (which joins the names of nested entries).
 
     Examples:
         >>> observation_spaces(gym.spaces.Discrete(4))
@@ -206,10 +213,18 @@ def _number(value: torch.Tensor) -> Any:
     """A 0-d tensor as a Python number; a float narrower than 64 bits as the shortest decimal it holds.
 
     float32(9.8) is 9.800000190734863 as a Python float; the environment gets
-    9.8, the number the user wrote.
+    9.8, the number the user wrote (float16(0.1) gives 0.1, bfloat16(9.8) 9.8:
+    the shortest decimal in the value's own precision).
     """
-    if value.dtype in (torch.float16, torch.bfloat16, torch.float32):
-        return float(str(value.float().numpy()))
+    if value.dtype in (torch.float16, torch.float32):
+        return float(str(value.numpy()))  # numpy prints the shortest decimal of the value's precision
+    if value.dtype == torch.bfloat16:  # numpy has no bfloat16: the fewest digits that round back to it
+        number = value.item()
+        for digits in range(1, 10):
+            shortest = float(f"{number:.{digits}g}")
+            if torch.tensor(shortest, dtype=torch.bfloat16) == value:
+                return shortest
+        return number  # nan and inf
     return value.item()
 
 

@@ -441,7 +441,8 @@ def test_indexing_a_keyless_dicttensor_counts_rows() -> None:
             "a row index tensor must be int64 (or int32) or bool, got torch.float32",
         ),
         (torch.tensor([[0, 1]]), ValueError, "a row index tensor must be 1-D, got shape (1, 2)"),
-        (torch.tensor(1), ValueError, "a row index tensor must be 1-D, got shape ()"),
+        (torch.tensor(1.0), ValueError, "a row index tensor must be 1-D, got shape ()"),
+        (torch.tensor(True), ValueError, "a row index tensor must be 1-D, got shape ()"),
         (
             (0, 1),
             TypeError,
@@ -826,6 +827,14 @@ def test_to_moves_every_value_and_keeps_dtypes_and_shapes(device: str | torch.de
     assert moved.specs() == dt.specs()
     assert moved.n_elems() == B
     assert dt.device == torch.device("cpu")  # the original is untouched
+
+
+def test_a_0_d_integer_tensor_selects_a_row_as_an_int_does() -> None:
+    dt = make_dt()
+    for index in (torch.tensor(2), torch.tensor(-1, dtype=torch.int32), torch.tensor(1, dtype=torch.uint8)):
+        assert dt[index].equal(dt[int(index)])
+    with pytest.raises(IndexError, match="row index 7 is out of range for 4 rows"):
+        dt[torch.tensor(7)]
 
 
 def test_zeros_and_to_check_the_device_and_name_themselves() -> None:

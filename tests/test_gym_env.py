@@ -437,6 +437,35 @@ def test_a_module_factory_named_by_a_string_makes_the_instances() -> None:
     )  # registered: for gym.make
 
 
+def test_narrower_floats_of_env_info_arrive_as_the_decimal_the_user_wrote() -> None:
+    recorder = Recorder()
+    env = GymEnv(recorder, n_envs=2)
+    env.reset(
+        DictTensor(
+            {
+                "half": torch.tensor(
+                    [0.1, 65504.0], dtype=torch.float16
+                ),  # 0.0999755859375 as a Python float
+                "brain": torch.tensor([9.8, 0.001], dtype=torch.bfloat16),  # 9.8125, 0.00099945068359375
+            }
+        )
+    )
+    assert [(m["half"], m["brain"]) for m in recorder.made] == [(0.1, 9.8), (65500.0, 0.001)]
+    env.close()
+
+
+def test_a_dict_entry_with_a_slash_in_its_name_is_refused_by_name() -> None:
+    nested = gym.spaces.Dict({"b": gym.spaces.Discrete(2)})
+    space = gym.spaces.Dict({"a/b": gym.spaces.Box(-1, 1, (1,)), "a": nested})  # both would be key 'a/b'
+    with pytest.raises(
+        ValueError, match=re.escape("observation_spaces: the observation entry 'a/b' has a '/' in its name")
+    ):
+        observation_spaces(space)
+    deeper = gym.spaces.Dict({"arm": gym.spaces.Dict({"x/y": gym.spaces.Discrete(2)})})
+    with pytest.raises(ValueError, match=re.escape("the observation entry 'arm/x/y' has a '/' in its name")):
+        observation_spaces(deeper)
+
+
 def test_float32_env_info_reaches_the_environment_as_the_decimal_the_user_wrote() -> None:
     recorder = Recorder()
     env = GymEnv(recorder, n_envs=3)

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
+from gymnasium.envs.classic_control import CartPoleEnv
 from mp_helpers import ENV_ROOT, EpsilonAgent, FailingAgent, HistorySumAgent
 
 from rlstruct import (
@@ -128,8 +129,9 @@ class BadInitialStateAgent(Agent):
 
 
 class DriftingAgent(CountingAgent):
-    """A CountingAgent that goes wrong after its first step: ``how`` is "dict" (a plain dict output) or
-    "state" (a float64 count)."""
+    """A CountingAgent that goes wrong after its first step: ``how`` is "dict" (a plain dict output),
+    "state" (a float64 count), "later state" (the same from its second step) or "last state" (a float64
+    new state at every third step only, its output kept)."""
 
     def __init__(self, how: str) -> None:
         super().__init__()
@@ -146,7 +148,10 @@ class DriftingAgent(CountingAgent):
         self.calls += 1
         if self.calls > 1 and self.how == "dict":
             return dict(output.items()), new_state
-        if self.how == "state":
+        if self.how == "state" or (self.how == "later state" and self.calls > 1):
+            return output, DictTensor({"count": new_state["count"].double()})
+        if self.how == "last state" and self.calls % 3 == 0:  # the last step of a 3-step batch
+            output.set("count", output["count"].long())
             return output, DictTensor({"count": new_state["count"].double()})
         return output, new_state
 
@@ -738,10 +743,57 @@ def test_a_new_state_of_another_dtype_than_the_state_given_is_named() -> None:
             ValueError,
             match=message(
                 "group 0: the agent's new state key 'count' is (torch.float64, ()) (dtype, per-row shape), "
-                "but (torch.int64, ()) in the state it was given"
+                "but (torch.int64, ()) in its initial_state"
             ),
         ):
             batcher.execute()
+
+
+@pytest.mark.parametrize("n_processes", [1, 2])
+def test_a_state_whose_dtype_changed_after_the_first_step_is_named_at_the_next_batch(
+    n_processes: int,
+) -> None:
+    # the first batch's first step is right; the state it ends with is float64, carried into the next
+    layout = {"n_envs": 2, "n_timesteps": 3, "n_processes": n_processes}
+    env_args = {"length": 100}  # no episode starts inside a batch
+    with counter_batcher(DriftingAgent, {"how": "last state"}, env_args, **layout) as batcher:
+        batcher.reset()
+        batcher.execute()
+        assert batcher.get().info["agent_state/count"].dtype == torch.int64
+        with pytest.raises(
+            ValueError, match=message("state key 'count' is (torch.float64, ()) (dtype, per-row shape), but")
+        ):
+            batcher.execute()
+
+
+def test_a_state_whose_dtype_changed_is_named_where_an_episode_starts() -> None:
+    with counter_batcher(DriftingAgent, {"how": "later state"}, {"length": 2}, n_timesteps=4) as batcher:
+        batcher.reset()
+        with pytest.raises(
+            TypeError, match=message("DriftingAgent: its state no longer fits its initial_state")
+        ):
+            batcher.execute()
+
+
+def test_z_that_requires_grad_is_taken_detached() -> None:
+    temperature = torch.nn.Parameter(torch.ones(()))
+    with counter_batcher() as batcher:
+        batcher.reset(agent_info=DictTensor({"temperature": temperature.expand(2) * 1.0}))
+        batcher.execute()
+        stored = batcher.get().info["agent_info/temperature"]
+    assert not stored.requires_grad and stored.grad_fn is None
+    assert torch.equal(stored, torch.ones(2))
+
+
+def test_a_gymnasium_class_as_env_factory_is_named_with_the_way_to_wrap_it() -> None:
+    with pytest.raises(
+        TypeError,
+        match=message(
+            "LocalBatcher: env_factory must make an rlstruct Environment, got the gymnasium environment class "
+            "CartPoleEnv; pass GymEnv with env_args={'env': CartPoleEnv, ...}"
+        ),
+    ):
+        LocalBatcher(RandomAgent, {"n_actions": 2}, CartPoleEnv, {}, n_envs=2, n_timesteps=3)  # type: ignore[arg-type]
 
 
 def test_agent_initial_state_rows_are_checked() -> None:

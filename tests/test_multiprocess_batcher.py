@@ -859,3 +859,14 @@ def test_the_agent_factory_is_checked_before_any_worker_starts() -> None:
             n_timesteps=1,
         )
     assert multiprocessing.active_children() == before
+
+
+def test_z_that_requires_grad_reaches_the_workers_detached() -> None:
+    temperature = torch.nn.Parameter(torch.ones(()))  # a learned z: it could not be sent with its graph
+    with MultiprocessBatcher(
+        CountingAgent, {}, CounterEnv, {}, n_envs=2, n_timesteps=3, n_processes=1, timeout=DEADLINE_S
+    ) as batcher:
+        batcher.reset(agent_info=DictTensor({"temperature": temperature.expand(2) * 2.0}))
+        batch = run_once(batcher)
+    assert torch.equal(batch.info["agent_info/temperature"], torch.full((2,), 2.0))
+    assert batch.info["agent_info/temperature"].grad_fn is None

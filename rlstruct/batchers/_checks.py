@@ -30,6 +30,20 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
+def env_factory(owner: str, value: object) -> None:
+    """A gymnasium environment class is not a factory of rlstruct environments: say how to wrap it.
+
+    Its constructor would otherwise fail on ``n_envs``, a keyword it does not take.
+    """
+    if isinstance(value, type) and any(
+        f"{c.__module__}.{c.__qualname__}" == "gymnasium.core.Env" for c in value.__mro__
+    ):
+        raise TypeError(
+            f"{owner}: env_factory must make an rlstruct Environment, got the gymnasium environment class "
+            f"{value.__qualname__}; pass GymEnv with env_args={{'env': {value.__qualname__}, ...}}"
+        )
+
+
 def positive_int(owner: str, name: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
@@ -50,7 +64,11 @@ def max_staleness(owner: str, value: object) -> None:
 
 
 def info(owner: str, name: str, value: DictTensor | None, rows: int) -> DictTensor:
-    """An agent_info or env_info of ``rows`` rows on the CPU (an empty one for None)."""
+    """An agent_info or env_info of ``rows`` rows on the CPU (an empty one for None), detached.
+
+    z and w are data to the batchers: a value that requires grad (a learned
+    temperature) is taken without its graph, which could not go to a worker.
+    """
     if value is None:
         return DictTensor(batch_size=rows)
     if not isinstance(value, DictTensor):
@@ -61,7 +79,7 @@ def info(owner: str, name: str, value: DictTensor | None, rows: int) -> DictTens
         )
     if value.device is not None and value.device != torch.device("cpu"):
         raise ValueError(f"{owner}.reset: {name} must be on the CPU, got {value.device}")
-    return value
+    return value.detach()
 
 
 InfoSpec = tuple[

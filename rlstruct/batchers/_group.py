@@ -161,22 +161,26 @@ class Group:
         """The agent's output and new ``state`` at a run's first step (their types at every step).
 
         ``before`` is the state the agent was given: the new one must have its
-        keys, dtypes and per-row shapes.
+        keys, dtypes and per-row shapes, which are those of ``initial_state``
+        (so a state that changed later in the previous run is caught here).
         """
         if not isinstance(output, DictTensor) or not isinstance(state, DictTensor):
             raise TypeError(
                 f"{self.name}: the agent must return (DictTensor, DictTensor), got "
                 f"({describe(output)}, {describe(state)})"
             )
-        layout = {k: (v.dtype, tuple(v.shape[1:])) for k, v in state.items()}
-        expected = {k: (v.dtype, tuple(v.shape[1:])) for k, v in before.items()}
-        if layout != expected:
-            key = sorted(k for k in layout.keys() | expected.keys() if layout.get(k) != expected.get(k))[0]
-            raise ValueError(
-                f"{self.name}: the agent's new state key {key!r} is {layout.get(key, 'missing')} (dtype, "
-                f"per-row shape), but {expected.get(key, 'no such key')} in the state it was given; a new "
-                "state keeps the keys, dtypes and shapes of initial_state"
-            )
+        for dt in (state, before):
+            layout = {k: (v.dtype, tuple(v.shape[1:])) for k, v in dt.items()}
+            expected = self.state_layout
+            if layout != expected:
+                key = sorted(k for k in layout.keys() | expected.keys() if layout.get(k) != expected.get(k))[
+                    0
+                ]
+                raise ValueError(
+                    f"{self.name}: the agent's {'new ' if dt is state else ''}state key {key!r} is "
+                    f"{layout.get(key, 'missing')} (dtype, per-row shape), but {expected.get(key, 'no such key')} "
+                    "in its initial_state; a new state keeps the keys, dtypes and shapes of initial_state"
+                )
         if "action" not in output:
             raise ValueError(
                 f"{self.name}: the agent's output must hold the key 'action', got {list(output.keys())}"
@@ -319,6 +323,7 @@ class Group:
                 f"{self.name}: agent.initial_state must return a DictTensor of {self.n_envs} rows, "
                 f"got {describe(self.state) if not isinstance(self.state, DictTensor) else self.state}"
             )
+        self.state_layout = {k: (v.dtype, tuple(v.shape[1:])) for k, v in self.state.items()}
         if self.history is not None:
             if self.window_spec is None:
                 self.window_spec = self._probe()

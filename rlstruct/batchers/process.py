@@ -234,6 +234,7 @@ class MultiprocessBatcher:
             raise TypeError(f"{NAME}: seed must be an int, got {describe(seed)}")
         self.device = check_device(NAME, device, usable=True)
         _checks.layout(NAME, layout)
+        _checks.env_factory(NAME, env_factory)
         self.layout: Layout = layout
         for name, value in (
             ("agent_factory", agent_factory),
@@ -641,6 +642,12 @@ class MultiprocessBatcher:
 
     def update(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Copy new weights into shared memory; each worker loads them before its next trajectory.
+
+        A worker that has not started the trajectory of a pending
+        ``execute()`` yet loads them for it, where ``LocalBatcher`` has
+        already made that batch: ``info["policy_version"]`` says, row by row,
+        which weights made a batch. Call ``update()`` before ``execute()``
+        for a batch made with given weights.
 
         One copy per tensor, then the version goes up by one. If a copy fails
         or is interrupted (Ctrl-C), the weights stay marked as being written:
