@@ -95,9 +95,10 @@ class DictTensor:
             )
         data = dict(data) if data is not None else {}
         if batch_size is not None and (
-            not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0
+            not isinstance(batch_size, numbers.Integral) or isinstance(batch_size, bool) or batch_size < 0
         ):
             raise ValueError(f"DictTensor: batch_size must be a non-negative int, got {batch_size!r}")
+        batch_size = None if batch_size is None else int(batch_size)  # a NumPy int counts too
         device: torch.device | None = None
         first_key = None
         rows_from = "batch_size" if batch_size is not None else None
@@ -407,8 +408,9 @@ class DictTensor:
         """
         if not isinstance(specs, Specs):
             raise TypeError(f"DictTensor.zeros: specs must be a Specs, got {describe(specs)}")
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0:
+        if not isinstance(batch_size, numbers.Integral) or isinstance(batch_size, bool) or batch_size < 0:
             raise ValueError(f"DictTensor.zeros: batch_size must be a non-negative int, got {batch_size!r}")
+        batch_size = int(batch_size)
         if device is not None:
             device = check_device("DictTensor.zeros", device)
         data = {}

@@ -96,10 +96,11 @@ class TemporalDictTensor:
                 )
         if n_timesteps is None:
             n_timesteps = 0
-        if not isinstance(n_timesteps, int) or isinstance(n_timesteps, bool) or n_timesteps < 0:
+        if not isinstance(n_timesteps, numbers.Integral) or isinstance(n_timesteps, bool) or n_timesteps < 0:
             raise ValueError(
                 f"TemporalDictTensor: n_timesteps must be a non-negative int, got {n_timesteps!r}"
             )
+        n_timesteps = int(n_timesteps)  # a NumPy int counts too
         batch_size = data.n_elems()
         if lengths is None:
             lengths = torch.full((batch_size,), n_timesteps, dtype=torch.int64, device=data.device)
@@ -263,8 +264,9 @@ class TemporalDictTensor:
         if not isinstance(specs, Specs):
             raise TypeError(f"TemporalDictTensor.zeros: specs must be a Specs, got {describe(specs)}")
         for name, n in (("batch_size", batch_size), ("n_timesteps", n_timesteps)):
-            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
                 raise ValueError(f"TemporalDictTensor.zeros: {name} must be a non-negative int, got {n!r}")
+        batch_size, n_timesteps = int(batch_size), int(n_timesteps)
         if device is not None:
             device = check_device("TemporalDictTensor.zeros", device)
         steps = Specs({k: TensorSpec((n_timesteps, *spec.shape), spec.dtype) for k, spec in specs.items()})
@@ -291,13 +293,13 @@ class TemporalDictTensor:
         return bool((self._lengths == self._n_timesteps).all())
 
     def _check_time(self, t: int, op: str) -> int:
-        if not isinstance(t, int) or isinstance(t, bool):
+        if not isinstance(t, numbers.Integral) or isinstance(t, bool):
             raise TypeError(f"TemporalDictTensor.{op}: time index must be an int, got {describe(t)}")
         if not -self._n_timesteps <= t < self._n_timesteps:
             raise IndexError(
                 f"TemporalDictTensor.{op}: time index {t} is out of range for {self._n_timesteps} steps"
             )
-        return t % self._n_timesteps
+        return int(t) % self._n_timesteps
 
     def temporal_index(self, t: int) -> DictTensor:
         """Every row at step ``t``: a DictTensor ``[B, ...]`` (views).
@@ -361,12 +363,13 @@ class TemporalDictTensor:
         Raises:
             ValueError: unless ``0 <= start <= end <= T``.
         """
-        ints = all(isinstance(i, int) and not isinstance(i, bool) for i in (start, end))
+        ints = all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in (start, end))
         if not (ints and 0 <= start <= end <= self._n_timesteps):
             raise ValueError(
                 f"TemporalDictTensor.temporal_slice: expected 0 <= start <= end <= {self._n_timesteps}, "
                 f"got start={start!r}, end={end!r}"
             )
+        start, end = int(start), int(end)
         data = {k: v[:, start:end] for k, v in self._dt.items()}
         lengths = (self._lengths - start).clamp(0, end - start)
         return TemporalDictTensor.unchecked(self._dt.derive(data), lengths, end - start)
@@ -385,13 +388,14 @@ class TemporalDictTensor:
             ValueError: if ``n_timesteps`` is smaller than T.
         """
         if (
-            not isinstance(n_timesteps, int)
+            not isinstance(n_timesteps, numbers.Integral)
             or isinstance(n_timesteps, bool)
             or n_timesteps < self._n_timesteps
         ):
             raise ValueError(
                 f"TemporalDictTensor.expand: n_timesteps must be an int >= {self._n_timesteps}, got {n_timesteps!r}"
             )
+        n_timesteps = int(n_timesteps)
         if n_timesteps == self._n_timesteps:
             return self
         data = {}
@@ -409,8 +413,10 @@ class TemporalDictTensor:
         Raises:
             TypeError: if ``value`` is not a real number (a bool counts as 0 or 1).
             ValueError: if ``value`` cannot be stored in a key's dtype (2.5 or
-                300 in uint8, -1 in bool, 1e39 in float32, 70000 in float16):
-                nothing is truncated, wrapped or overflows to inf.
+                300 in uint8, -1 in bool; a finite value beyond a float
+                dtype's largest, such as 1e39 in float32 or 65519 in float16,
+                which torch too refuses to write): nothing is truncated,
+                wrapped or overflows to inf.
         """
         if not isinstance(value, numbers.Real):
             raise TypeError(

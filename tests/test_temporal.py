@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -813,6 +814,19 @@ def test_fill_padding_refuses_values_a_float_dtype_cannot_hold() -> None:
     with pytest.raises(TypeError, match="fill_padding: value must be a real number, got a NoneType"):
         tdt.fill_padding(None)  # type: ignore[arg-type]
     assert tdt.fill_padding(float("-inf"))["r"][0, 1].item() == float("-inf")
+
+
+def test_numpy_ints_count_as_ints_for_sizes_and_time_indices() -> None:
+    tdt = TemporalDictTensor(
+        {"x": torch.arange(15.0).view(3, 5)}, torch.tensor([5, 3, 1]), n_timesteps=np.int64(5)
+    )
+    assert type(tdt.n_timesteps()) is int
+    assert torch.equal(tdt.temporal_index(np.int64(1))["x"], tdt.temporal_index(1)["x"])
+    assert tdt.temporal_slice(np.int64(0), np.int32(2)).n_timesteps() == 2
+    assert type(tdt.expand(np.int64(8)).n_timesteps()) is int
+    zeros = TemporalDictTensor.zeros(tdt.specs(), np.int64(2), np.int64(3))
+    assert (zeros.n_elems(), zeros.n_timesteps()) == (2, 3)
+    assert type(DictTensor(batch_size=np.int64(3)).n_elems()) is int
 
 
 def test_get_and_cat_name_the_temporal_class() -> None:
