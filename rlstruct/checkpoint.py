@@ -141,8 +141,7 @@ def load_checkpoint(
         if isinstance(error, pickle.UnpicklingError) and "Unsupported global" in str(error):
             raise  # weights_only refused what the file holds: torch's message says what to do
         raise ValueError(
-            f"load_checkpoint: {str(path)!r} cannot be read as a checkpoint "
-            f"({type(error).__name__}: {' '.join(str(error).split())[:200]})"
+            f"load_checkpoint: {str(path)!r} cannot be read as a checkpoint ({_unreadable(Path(path), error)})"
         ) from error
     if not isinstance(state, dict):
         raise ValueError(
@@ -246,3 +245,15 @@ def set_rng_state(state: dict[str, Any], *generators: torch.Generator) -> None:
 def _as_tuples(value: Any) -> Any:
     """``random.setstate`` wants tuples; a checkpoint may hand back lists."""
     return tuple(_as_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def _unreadable(path: Path, error: Exception) -> str:
+    """Why ``torch.load`` could not read ``path``, in a few words: torch's own message is a page of advice."""
+    with path.open("rb") as file:
+        head = file.read(4)
+    if not head:
+        return "the file is empty"
+    if head != b"PK\x03\x04" and head[:1] != b"\x80":  # neither torch.save's zip nor its older pickle format
+        return f"it is not a file torch.save writes: it begins with {head!r}"
+    first = " ".join(str(error).split()).split(". ")[0].rstrip(".")
+    return f"{type(error).__name__}: {first}; truncated or damaged?"

@@ -572,7 +572,8 @@ def _draw(curves: Sequence[_Curve], *, x: str, y: str, title: str, legend: bool,
     axes = figure.subplots()
     for curve in curves:
         xs, ys = zip(*curve.points, strict=True)
-        axes.plot(xs, ys, label=curve.label, color=f"C{curve.color}", linestyle=curve.style)
+        marker = "o" if len(xs) == 1 else None  # a line of one point is not drawn
+        axes.plot(xs, ys, label=curve.label, color=f"C{curve.color}", linestyle=curve.style, marker=marker)
     axes.set_xlabel(AXIS_LABELS.get(x, x))
     axes.set_ylabel(y)
     if title:

@@ -12,6 +12,9 @@ A subclass writes the task for all rows at once:
   gravity, a pole length). ``reset`` copies w to the device, and
   ``parameter(name)`` gives its value per row, as a ``[n_envs]`` tensor, or
   the default when w has no such key: each row can be another task.
+* ``action_spec`` (optional): a ``TensorSpec`` of one row's action, which
+  ``step`` checks (dtype and per-row shape): an action ``[n_envs, 1]``
+  where ``[n_envs]`` is meant would otherwise broadcast in ``advance``.
 * ``start(rows)``: draw a new episode's state for the rows where the bool
   mask ``rows`` is True (from ``self.generator``), leaving the others as
   they are. It is called with every row at ``reset`` and with the rows that
@@ -54,6 +57,7 @@ from rlstruct.checks import check_device
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import REQUIRED_KEYS, Environment
 from rlstruct.errors import describe
+from rlstruct.specs import TensorSpec
 
 __all__ = ["TorchEnv"]
 
@@ -85,6 +89,9 @@ class TorchEnv(Environment):
 
     parameters: ClassVar[Mapping[str, float]] = {}
     """The env_info keys the task reads, with their defaults."""
+
+    action_spec: ClassVar[TensorSpec | None] = None
+    """The per-row shape and dtype of the action the task takes, checked at every step (None: not checked)."""
 
     def __init__(
         self,
@@ -232,6 +239,12 @@ class TorchEnv(Environment):
             )
         if value.shape[0] != self.n_envs:
             raise ValueError(f"{owner}.step: the action must have {self.n_envs} rows, got {value.shape[0]}")
+        spec = self.action_spec
+        if spec is not None and (value.dtype != spec.dtype or tuple(value.shape[1:]) != spec.shape):
+            raise ValueError(  # a wrong shape would broadcast into rewards of another shape
+                f"{owner}.step: the action must be {spec.dtype} of shape {[self.n_envs, *spec.shape]}, got "
+                f"{value.dtype} of shape {list(value.shape)}; nothing is cast"
+            )
         return value
 
     def step(self, action: DictTensor) -> tuple[DictTensor, DictTensor]:
@@ -239,7 +252,8 @@ class TorchEnv(Environment):
 
         Raises:
             ValueError: for an action without the key ``action``, with
-                another number of rows, or on another device.
+                another number of rows, on another device, or (where the
+                task declares ``action_spec``) of another dtype or per-row shape.
             RuntimeError: before ``reset`` or after ``close``.
         """
         owner = type(self).__name__

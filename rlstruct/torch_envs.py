@@ -44,6 +44,7 @@ import torch
 
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
+from rlstruct.specs import TensorSpec
 from rlstruct.torch_env import TorchEnv
 
 __all__ = ["TORCH_TASKS", "TorchCartPole", "TorchCueMemory", "TorchPendulum", "make_torch_env"]
@@ -88,6 +89,7 @@ class TorchCartPole(TorchEnv):
         "length": 0.5,
         "force_mag": 10.0,
     }
+    action_spec: ClassVar[TensorSpec | None] = TensorSpec((), torch.int64)
     tau = 0.02
     x_threshold = 2.4
     theta_threshold = 12 * 2 * math.pi / 360
@@ -166,6 +168,7 @@ class TorchPendulum(TorchEnv):
     """
 
     parameters: ClassVar[dict[str, float]] = {"g": 10.0, "m": 1.0, "l": 1.0}
+    action_spec: ClassVar[TensorSpec | None] = TensorSpec((1,), torch.float32)
     max_speed = 8.0
     max_torque = 2.0
     dt = 0.05
@@ -230,6 +233,7 @@ class TorchCueMemory(TorchEnv):
     """
 
     parameters: ClassVar[dict[str, float]] = {"delay": 10}
+    action_spec: ClassVar[TensorSpec | None] = TensorSpec((), torch.int64)
 
     def __init__(
         self,

@@ -276,14 +276,24 @@ def test_errors_name_the_argument(tmp_path: Path) -> None:
         set_rng_state({**state, "cuda": [torch.get_rng_state()] * 99}, torch.Generator())
 
 
-@pytest.mark.parametrize("content", [b"", b"not a checkpoint", b"PK\x03\x04 truncated"])
-def test_a_file_that_is_not_a_checkpoint_is_a_value_error_naming_it(tmp_path: Path, content: bytes) -> None:
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b"", "the file is empty"),
+        (b'{"env": 1}', "it is not a file torch.save writes: it begins with b'{\"en'"),
+        (b"PK\x03\x04 truncated", "RuntimeError: PytorchStreamReader failed reading zip archive"),
+    ],
+)
+def test_a_file_that_is_not_a_checkpoint_is_a_value_error_naming_it(
+    tmp_path: Path, content: bytes, why: str
+) -> None:
     path = tmp_path / "checkpoint.pt"
     path.write_bytes(content)
     with pytest.raises(
-        ValueError, match=re.escape(f"load_checkpoint: {str(path)!r} cannot be read as a checkpoint (")
-    ):
+        ValueError, match=re.escape(f"load_checkpoint: {str(path)!r} cannot be read as a checkpoint ({why}")
+    ) as caught:
         load_checkpoint(path)
+    assert "weights_only" not in str(caught.value)  # torch's advice to load untrusted files unsafely
     with pytest.raises(
         FileNotFoundError, match=re.escape(f"load_checkpoint: {str(tmp_path)!r} is not a file")
     ):

@@ -148,7 +148,7 @@ TRAIN_MISTAKES = [
     ),
     (
         ["ppo", *CARTPOLE, "--agent", "no_such_module:Agent"],
-        "rlstruct: --agent: cannot import 'no_such_module' (No module named 'no_such_module')",
+        "rlstruct: --agent: cannot import 'no_such_module' (ModuleNotFoundError: No module named 'no_such_module')",
     ),
     (["ppo", *CARTPOLE, "--json", ""], "rlstruct: --json must be a file in an existing folder, got ''"),
     (

@@ -145,6 +145,19 @@ def test_plot_writes_a_png_of_the_learning_curve(tmp_path: Path) -> None:
     assert both.read_bytes().startswith(PNG_SIGNATURE)
 
 
+def test_a_curve_of_one_point_is_drawn(tmp_path: Path) -> None:
+    """A run whose only evaluation is its final one: a line of one point would be in the legend alone."""
+    from matplotlib.image import imread
+
+    with quiet_logger(tmp_path, tensorboard=False) as logger:
+        logger.log(0, loss=1.0)
+        logger.log(100, loss=0.5, return_mean=20.0)
+    image = imread(plot_csv(tmp_path / "progress.csv", "return_mean", path=tmp_path / "one.png"))[..., :3]
+    first_color = np.array([0x1F, 0x77, 0xB4]) / 255  # matplotlib's C0, the curve's
+    drawn = int((np.abs(image - first_color).sum(-1) < 0.05).sum())
+    assert drawn > 100  # the legend's sample alone is about 50 pixels; with the point's marker, about 150
+
+
 def test_plot_runs_overlays_runs_and_plots_optional_columns_where_present(tmp_path: Path) -> None:
     for name, train in (("a", True), ("b", False)):
         with quiet_logger(tmp_path / name, tensorboard=False) as logger:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -384,6 +385,20 @@ def test_agent_args_without_an_agent_are_refused(module: Any, tmp_path: Path) ->
     env = "Pendulum-v1" if name == "sac" else "CartPole-v1"
     with pytest.raises(AgentError, match=f"{name}: config.agent_args .* is for the agent --agent names"):
         module.train(module.Config(env=env, agent_args={"hidden": 8}, run_dir=str(tmp_path)))
+
+
+@pytest.mark.parametrize("module", [a2c, ppo, impala, dqn, sac])
+def test_check_finds_an_agent_that_cannot_be_found_before_train(module: Any, tmp_path: Path) -> None:
+    name = module.__name__.rsplit(".", 1)[1]
+    env = "Pendulum-v1" if name == "sac" else "CartPole-v1"
+    with pytest.raises(AgentError, match=re.escape("config.agent (--agent): cannot import 'no_such_module'")):
+        module.check(module.Config(env=env, agent="no_such_module:Agent"))
+    with pytest.raises(AgentError, match=f"{name}: config.agent_args .* is for the agent --agent names"):
+        module.check(module.Config(env=env, agent_args={"hidden": 8}))
+    broken = tmp_path / "broken.py"
+    broken.write_text('raise RuntimeError("at import")\n')
+    with pytest.raises(AgentError, match=re.escape("cannot import 'broken' (RuntimeError: at import)")):
+        module.check(module.Config(env=env, agent=f"{broken}:Agent"))
 
 
 def test_a_config_holding_the_class_is_stored_by_name(tmp_path: Path) -> None:

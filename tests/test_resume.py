@@ -17,6 +17,7 @@ from rlstruct.algos import a2c, dqn, impala, ppo, sac
 from rlstruct.algos.config import parse_config
 from rlstruct.algos.run import CannotResume, Run
 from rlstruct.cli import main as cli
+from rlstruct.errors import ConfigError
 
 
 def parse(argv: list[str]) -> ppo.Config:
@@ -178,6 +179,13 @@ def test_resuming_a_directory_without_a_checkpoint_names_it(tmp_path: Path) -> N
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     config = ppo.Config(env="CartPole-v1", total_steps=256, progress=False, resume=str(run_dir))
+
+    def stopped_early(**settings: Any) -> ppo.Config:
+        """The config of a run that stopped before a checkpoint: its config.json is all it wrote."""
+        ran = dataclasses.replace(config, resume=None, **settings)
+        (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(ran)))
+        return dataclasses.replace(ran, resume=str(run_dir))
+
     with pytest.raises(
         CannotResume,
         match=re.escape(
@@ -185,15 +193,38 @@ def test_resuming_a_directory_without_a_checkpoint_names_it(tmp_path: Path) -> N
             "end and had no config.checkpoint_every; train it again"
         ),
     ):
-        ppo.train(config)
+        ppo.train(stopped_early())
     with pytest.raises(
         CannotResume,
         match=re.escape(
             "the run stopped before its first checkpoint, due at 512 env steps (config.checkpoint_every)"
         ),
     ):
-        ppo.train(dataclasses.replace(config, checkpoint_every=512))
-    assert [path.name for path in run_dir.iterdir()] == []  # nothing written
+        ppo.train(stopped_early(checkpoint_every=512))
+    assert [path.name for path in run_dir.iterdir()] == ["config.json"]  # nothing written
+
+
+def test_check_refuses_a_resume_of_another_run_or_of_other_settings(tmp_path: Path) -> None:
+    """From Python as on the command line: a run continues with the settings it started with, or not at all."""
+    config = ppo.Config(env="CartPole-v1", total_steps=256, progress=False, run_dir=str(tmp_path))
+    missing = tmp_path / "no" / "such" / "run"
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(f"config.resume {str(missing)!r} does not exist; expected a run directory"),
+    ):
+        ppo.check(dataclasses.replace(config, resume=str(missing)))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=re.escape("config.json' does not exist; expected a run directory")):
+        ppo.check(dataclasses.replace(config, resume=str(tmp_path / "empty")))
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    (ran / "config.json").write_text(json.dumps(dataclasses.asdict(config)))
+    ppo.check(dataclasses.replace(config, resume=str(ran), progress=True, json=str(tmp_path / "r.json")))
+    with pytest.raises(
+        ConfigError,
+        match=re.escape("and these differ: total_steps (512; the run's 256), lr (0.1; the run's 0.001)"),
+    ):
+        ppo.check(dataclasses.replace(config, resume=str(ran), total_steps=512, lr=0.1))
 
 
 def test_the_command_line_resumes_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,6 +32,7 @@ from rlstruct.algos.config import (
     check_config,
     check_env,
     check_layout,
+    check_run,
     config_errors,
     parse_config,
     set_learning_rate,
@@ -139,6 +140,7 @@ def check(config: Config) -> EnvSpaces:
         )
         check_actor_critic(config)
         check_layout(config, config.n_envs, config.n_steps)
+        check_run("a2c", config)
         return check_env("a2c", config.env)
 
 

@@ -131,8 +131,10 @@ def agent_class(name: str | type[Agent]) -> type[Agent]:
             sys.path.insert(0, folder)  # spawned workers get the parent's sys.path
         try:
             module = importlib.import_module(module_name)
-        except ImportError as error:
-            raise AgentError(f"config.agent (--agent): cannot import {module_name!r} ({error})") from error
+        except Exception as error:  # not found, or the module's own code failed (a SyntaxError, a raise)
+            raise AgentError(
+                f"config.agent (--agent): cannot import {module_name!r} ({type(error).__name__}: {error})"
+            ) from error
         cls = module
         for part in attribute.split("."):
             if not hasattr(cls, part):
@@ -193,6 +195,22 @@ def with_agent_name(config: C) -> C:
     return dataclasses.replace(config, agent=agent_name(agent))  # type: ignore[type-var]
 
 
+def named_agent(config: Any, learner: str | None = None) -> type[Agent] | None:
+    """The class ``config.agent`` names, or None when it names none (and then ``config.agent_args`` must be None).
+
+    Raises:
+        AgentError: see ``agent_class``; or for ``agent_args`` given without an agent.
+    """
+    if config.agent is None:
+        if config.agent_args is not None:
+            raise AgentError(
+                f"{learner + ': ' if learner else ''}config.agent_args (--agent-args) is for the agent --agent "
+                f"names, and no agent is named; got agent_args={config.agent_args!r}"
+            )
+        return None
+    return agent_class(config.agent)
+
+
 def own_agent(
     config: Any, spaces: EnvSpaces, learner: str, check: Callable[[object, str], None]
 ) -> tuple[Agent, dict[str, Any]] | None:
@@ -208,14 +226,10 @@ def own_agent(
     Raises:
         AgentError: see ``agent_class``, ``user_agent`` and ``check``.
     """
-    if config.agent is None:
-        if config.agent_args is not None:
-            raise AgentError(
-                f"{learner}: config.agent_args (--agent-args) is for the agent --agent names, and no agent "
-                f"is named; got agent_args={config.agent_args!r}"
-            )
+    cls = named_agent(config, learner)
+    if cls is None:
         return None
-    agent, args = user_agent(agent_class(config.agent), config.agent_args, spaces)
+    agent, args = user_agent(cls, config.agent_args, spaces)
     check(agent, learner)
     return agent, args
 

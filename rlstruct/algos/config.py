@@ -37,6 +37,7 @@ from typing import Any, ClassVar, NoReturn, TypeVar
 
 import torch
 
+from rlstruct.algos.agents import named_agent, with_agent_name
 from rlstruct.algos.evaluation import MAKE_ERRORS, EnvSpaces, UnknownEnvironment, env_spaces
 from rlstruct.checks import check_choice, check_int, check_number
 from rlstruct.errors import AgentError, ConfigError, describe
@@ -233,6 +234,75 @@ def check_config(config: TrainConfig, **positive: int | float) -> None:
             f"the folder {config.json!r}" if config.json and Path(config.json).is_dir() else repr(config.json)
         )
         raise ValueError(f"config.json must be a file in an existing folder, got {got}")
+
+
+def check_run(algo: str, config: TrainConfig) -> None:
+    """What ``train`` would find later, found now: the agent ``config.agent`` names, and the run ``resume`` names.
+
+    ``agent`` must name a class that can be found (``agent_args`` only with
+    it: ``named_agent``), and ``resume`` a run directory whose config.json
+    holds ``config``'s settings (``check_resume``). Called by each
+    algorithm's ``check`` after its own fields, with its name ``algo``.
+
+    Raises:
+        AgentError: for an ``agent`` that cannot be found, or ``agent_args`` without one.
+        ValueError: as ``check_resume``.
+    """
+    named_agent(config, algo)
+    if config.resume is not None:
+        check_resume(config)
+
+
+def check_resume(config: TrainConfig) -> None:
+    """``config.resume`` must be a run directory whose config.json holds ``config``'s settings.
+
+    A resumed run continues bit-identically only with the settings it
+    started with: every field but ``RESUME_OVERRIDES`` must be as in the
+    run's config.json (read as ``stored_config`` reads it; an Agent class in
+    ``agent`` as its ``"module:Class"``). From Python, continue a run with
+    ``dataclasses.replace(config, resume=run_dir)`` of the config it ran.
+
+    Raises:
+        ValueError: naming ``config.resume`` and what is wrong: no such
+            folder, no readable config.json, or the fields that differ, with
+            both values.
+    """
+    folder = Path(config.resume or "")
+    if not folder.is_dir():
+        state = "is a file" if folder.exists() else "does not exist"
+        raise ValueError(
+            f"config.resume {str(folder)!r} {state}; expected a run directory written by rlstruct train"
+        )
+    path = folder / "config.json"
+    try:
+        stored = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(
+            f"config.resume: {str(path)!r} does not exist; expected a run directory written by rlstruct train"
+        ) from None
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"config.resume: {str(path)!r} cannot be read ({error})") from None
+    names = {field.name for field in dataclasses.fields(config)}
+    if not isinstance(stored, dict) or set(stored) - names:
+        unknown = sorted(set(stored) - names) if isinstance(stored, dict) else stored
+        raise ValueError(
+            f"config.resume: {str(path)!r} is not a config of {type(config).__module__}: unknown fields {unknown}"
+        )
+    # as --resume reads it: the fields it lacks at their defaults (or ADDED_FIELDS), in config.json's form
+    ran = json.loads(
+        json.dumps(dataclasses.asdict(type(config)(**stored_config(type(config), stored))), default=str)
+    )
+    given = json.loads(json.dumps(dataclasses.asdict(with_agent_name(config)), default=str))
+    differ = [
+        f"{name} ({given[name]!r}; the run's {ran[name]!r})"
+        for name in given
+        if name not in RESUME_OVERRIDES and given[name] != ran[name]
+    ]
+    if differ:
+        raise ValueError(
+            f"config.resume continues {str(folder)!r} with the settings of its config.json, and these "
+            f"differ: {', '.join(differ)}; use the config the run was trained with"
+        )
 
 
 SEEDS = (-(2**63), 2**64 - 1)

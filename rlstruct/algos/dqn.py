@@ -53,6 +53,7 @@ from rlstruct.algos.config import (
     check_only_with,
     check_recurrent_only,
     check_replay,
+    check_run,
     config_errors,
     parse_config,
     set_learning_rate,
@@ -272,6 +273,7 @@ def check(config: Config) -> EnvSpaces:
         check_layout(config, config.n_envs, config.n_steps)
         if config.agent is None:
             check_hidden(config)
+        check_run("dqn", config)
         spaces = check_env("dqn", config.env)
         check_replay(config, spaces)
         if config.her:

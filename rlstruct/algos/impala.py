@@ -37,6 +37,7 @@ from rlstruct.algos.config import (
     check_config,
     check_env,
     check_layout,
+    check_run,
     config_errors,
     parse_config,
     set_learning_rate,
@@ -163,6 +164,7 @@ def check(config: Config) -> EnvSpaces:
                 f"config.total_steps ({config.total_steps}) must allow one update of "
                 f"batch_slots x n_envs / n_processes x n_steps = {per_update} steps"
             )
+        check_run("impala", config)
         return check_env("impala", config.env)
 
 

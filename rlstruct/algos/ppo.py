@@ -40,6 +40,7 @@ from rlstruct.algos.config import (
     check_config,
     check_env,
     check_layout,
+    check_run,
     config_errors,
     parse_config,
     set_learning_rate,
@@ -149,6 +150,7 @@ def check(config: Config) -> EnvSpaces:
         check_actor_critic(config)
         check_layout(config, config.n_envs, config.n_steps)
         _check_minibatch(config)
+        check_run("ppo", config)
         return check_env("ppo", config.env)
 
 

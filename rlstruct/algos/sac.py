@@ -40,6 +40,7 @@ from rlstruct.algos.config import (
     check_layout,
     check_recurrent_only,
     check_replay,
+    check_run,
     config_errors,
     parse_config,
 )
@@ -240,6 +241,7 @@ def check(config: Config) -> EnvSpaces:
             check_number("config", "target_entropy", config.target_entropy)
         check_layout(config, config.n_envs, config.n_steps)
         check_hidden(config)  # the critics SAC builds for any agent without make_critics()
+        check_run("sac", config)
         spaces = check_env("sac", config.env)
         bounds = [*(spaces.action_low or ()), *(spaces.action_high or ())]
         if not all(math.isfinite(bound) for bound in bounds):
