@@ -53,7 +53,7 @@ from typing import ClassVar
 
 import torch
 
-from rlstruct.checks import check_device
+from rlstruct.checks import check_device, check_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import REQUIRED_KEYS, Environment
 from rlstruct.errors import describe
@@ -83,8 +83,9 @@ class TorchEnv(Environment):
 
     Raises:
         ValueError: for a non-positive ``n_envs`` or ``max_episode_steps``,
-            or a device that cannot hold tensors here.
-        TypeError: for arguments of the wrong type.
+            a ``seed`` torch cannot take, or a device that cannot hold
+            tensors here.
+        TypeError: for arguments of the wrong type (a NumPy int is an int).
     """
 
     parameters: ClassVar[Mapping[str, float]] = {}
@@ -101,10 +102,10 @@ class TorchEnv(Environment):
         max_episode_steps: int | None = None,
     ) -> None:
         owner = type(self).__name__
-        if not isinstance(n_envs, int) or isinstance(n_envs, bool) or n_envs <= 0:
-            raise ValueError(f"{owner}: n_envs must be an int > 0, got {n_envs!r}")
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise TypeError(f"{owner}: seed must be an int, got {describe(seed)}")
+        n_envs = check_int(owner, "n_envs", n_envs)
+        seed = check_int(owner, "seed", seed, low=-(2**63))
+        if seed >= 2**64:  # what torch.Generator.manual_seed takes
+            raise ValueError(f"{owner}: seed must be in [-2**63, 2**64), got {seed}")
         if max_episode_steps is not None and (
             not isinstance(max_episode_steps, int)
             or isinstance(max_episode_steps, bool)

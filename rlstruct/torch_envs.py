@@ -312,7 +312,8 @@ def make_torch_env(
             ``max_episode_steps``).
 
     Raises:
-        TypeError: for an ``env`` that is not a str.
+        TypeError: for an ``env`` that is not a str, or ``velocities`` given
+            for a ``NoVel`` id (which fixes it).
         ValueError: for an id not written in torch here.
 
     Examples:
@@ -323,4 +324,9 @@ def make_torch_env(
         raise TypeError(f"make_torch_env: env must be a gymnasium id (str), got {describe(env)}")
     if env not in TORCH_TASKS:
         raise ValueError(f"make_torch_env: env must be one of {sorted(TORCH_TASKS)}, got {env!r}")
+    if env.endswith("NoVel-v1") and "velocities" in kwargs:
+        raise TypeError(
+            f"make_torch_env: {env!r} observes no velocities, so it takes no velocities argument; "
+            f"got velocities={kwargs['velocities']!r} ({env.replace('NoVel', '')!r} observes them)"
+        )
     return TORCH_TASKS[env](n_envs=n_envs, seed=seed, device=device, **kwargs)

@@ -290,3 +290,48 @@ def test_run_memory_refuses_rows_without_steps_and_stacked_memories() -> None:
     two = torch.nn.GRU(3, 4, num_layers=2, batch_first=True)
     with pytest.raises(ValueError, match=message("run_memory: rnn must be one layer with batch_first=True")):
         run_memory(two, torch.zeros(2, 5, 3), [torch.zeros(2, 4)], torch.zeros(2, 5, dtype=torch.bool))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "text"),
+    [
+        (
+            {"action_low": -2.0, "action_high": 2.0},
+            TypeError,
+            "ActorCritic: action_low must be a sequence of floats, one per action dimension ([-2.0] for one), "
+            "got a float",
+        ),
+        (
+            {"n_actions": 2, "hidden": (64.5,)},
+            TypeError,
+            "ActorCritic: hidden must be a sequence of int layer sizes",
+        ),
+        (
+            {"n_actions": 2, "action_low": [-1.0], "action_high": [1.0]},
+            ValueError,
+            "ActorCritic: give n_actions (discrete actions) or action_low and action_high (continuous ones), not both",
+        ),
+    ],
+)
+def test_actor_critic_names_arguments_that_do_not_fit(
+    kwargs: dict[str, object], error: type[Exception], text: str
+) -> None:
+    with pytest.raises(error, match=message(text)):
+        ActorCritic(obs_dim=4, **kwargs)  # type: ignore[arg-type]
+
+
+def test_greedy_must_be_bool_per_row() -> None:
+    agent = ActorCritic(obs_dim=4, n_actions=2)
+    observation = DictTensor({"observation": torch.zeros(2, 4)})
+    z = DictTensor({"greedy": torch.tensor([0, 1])})  # an int would select rows by index
+    with pytest.raises(
+        TypeError, match=message("ActorCritic: agent_info['greedy'] must be bool per row, got a tensor")
+    ):
+        agent(agent.initial_state(z, 2), observation, z)
+
+
+def test_bounds_may_be_numpy_arrays_as_gymnasium_gives_them() -> None:
+    import numpy as np
+
+    agent = ActorCritic(obs_dim=4, action_low=np.array([-2.0]), action_high=np.array([2.0]))
+    assert agent.high.tolist() == [2.0]

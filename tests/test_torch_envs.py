@@ -568,3 +568,19 @@ def test_an_observation_key_named_as_a_flag_is_refused_at_reset() -> None:
         ValueError, match=re.escape("ObservesDone.observe: the observation keys ['done'] are named as keys")
     ):
         env.reset(DictTensor(batch_size=2))
+
+
+def test_numpy_ints_are_ints_and_a_seed_torch_cannot_take_is_named() -> None:
+    env = make_torch_env("CartPole-v1", n_envs=np.int64(2), seed=np.int64(3))
+    assert env.n_envs == 2 and type(env.n_envs) is int
+    with pytest.raises(TypeError, match=message("TorchCartPole: n_envs must be an int, got a float")):
+        make_torch_env("CartPole-v1", n_envs=2.0)
+    with pytest.raises(ValueError, match=message("TorchCartPole: seed must be in [-2**63, 2**64), got")):
+        make_torch_env("CartPole-v1", n_envs=2, seed=2**70)
+
+
+def test_a_novel_id_takes_no_velocities_argument() -> None:
+    with pytest.raises(
+        TypeError, match=message("make_torch_env: 'CartPoleNoVel-v1' observes no velocities, so it takes no")
+    ):
+        make_torch_env("CartPoleNoVel-v1", n_envs=2, velocities=False)

@@ -20,6 +20,7 @@ Examples:
 from __future__ import annotations
 
 import itertools
+import numbers
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -27,6 +28,7 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.checks import check_int
 from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import describe
 from rlstruct.learning.categorical import categorical_entropy
 from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder
 from rlstruct.learning.parallel import run_in_parallel
@@ -49,7 +51,12 @@ def mlp(sizes: Sequence[int], activation: type[torch.nn.Module] = torch.nn.Tanh)
 
 
 def _greedy(agent_info: DictTensor, n: int) -> torch.Tensor | None:
-    return agent_info["greedy"] if "greedy" in agent_info and n > 0 else None
+    if "greedy" not in agent_info or n == 0:
+        return None
+    greedy = agent_info["greedy"]
+    if greedy.dtype != torch.bool:  # an int would be taken as an index by torch.where's callers
+        raise TypeError(f"ActorCritic: agent_info['greedy'] must be bool per row, got {describe(greedy)}")
+    return greedy
 
 
 class ActorCritic(Agent):
@@ -147,8 +154,22 @@ class ActorCritic(Agent):
                 f"got the int {hidden}"
             )
         hidden = tuple(hidden)
+        if any(isinstance(h, bool) or not isinstance(h, numbers.Integral) for h in hidden):
+            raise TypeError(f"ActorCritic: hidden must be a sequence of int layer sizes, got {hidden!r}")
         if not hidden or any(h < 1 for h in hidden):
             raise ValueError(f"ActorCritic: hidden must be positive sizes, got {hidden!r}")
+        hidden = tuple(int(h) for h in hidden)
+        for name, bound in (("action_low", action_low), ("action_high", action_high)):
+            if bound is not None and (isinstance(bound, (str, bytes)) or not hasattr(bound, "__len__")):
+                raise TypeError(
+                    f"ActorCritic: {name} must be a sequence of floats, one per action dimension "
+                    f"([-2.0] for one), got {describe(bound)}"
+                )
+        if n_actions is not None and (action_low is not None or action_high is not None):
+            raise ValueError(
+                "ActorCritic: give n_actions (discrete actions) or action_low and action_high (continuous "
+                f"ones), not both; got n_actions={n_actions!r} and bounds {action_low!r}, {action_high!r}"
+            )
         if n_actions is None:
             if (
                 action_low is None

@@ -49,6 +49,7 @@ Examples:
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Mapping
 from typing import cast
 
@@ -397,11 +398,11 @@ def observation_encoder(
         if made.is_flat and made.keys == ("observation",):
             return None, made.out_dim  # a flat box: read as it is, the same as obs_dim
         return made, made.out_dim
-    if isinstance(obs_dim, bool) or not isinstance(obs_dim, int):
+    if isinstance(obs_dim, bool) or not isinstance(obs_dim, numbers.Integral):
         raise TypeError(f"{owner}: obs_dim must be a positive int, got {describe(obs_dim)}")
     if obs_dim < 1:
         raise ValueError(f"{owner}: obs_dim must be positive, got {obs_dim}")
-    return None, obs_dim
+    return None, int(obs_dim)
 
 
 def encoded_keys(encoder: torch.nn.Module | None) -> tuple[str, ...]:

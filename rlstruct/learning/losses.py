@@ -84,7 +84,12 @@ def ppo_loss(
         The scalar loss (with gradients) and its terms as floats:
         ``policy_loss``, ``value_loss``, ``entropy``, ``clip_fraction`` (the
         share of ratios outside ``[1 - clip, 1 + clip]``).
+
+    Raises:
+        ValueError: for a minibatch of no step (every mean would be NaN).
     """
+    if log_prob.numel() == 0:
+        raise ValueError("ppo_loss: the minibatch must hold at least one step, got none")
     ratio = (log_prob - old_log_prob).exp()
     if advantage.numel() > 1:
         advantage = normalize_advantages(advantage)
@@ -116,7 +121,10 @@ def actor_critic_loss(
 
     ``-log_prob * advantage + vf_coef * 0.5 * (value - target)^2 - ent_coef * entropy``,
     each term summed over the steps where ``mask`` is True and divided by
-    their number.
+    their number. Padding steps are selected out, not multiplied by 0: a
+    NaN or inf there (``fill_padding(float("nan"))``, a value the agent
+    computed past the end) reaches neither the loss nor the gradients. With
+    no valid step every term is 0.
 
     Args:
         log_prob: log pi(a) ``[B, T]`` (with gradients).
@@ -132,10 +140,14 @@ def actor_critic_loss(
         The scalar loss (with gradients) and ``policy_loss``, ``value_loss``
         and ``entropy`` as floats.
     """
-    n_valid = mask.sum()
-    policy_loss = -(log_prob * advantage * mask).sum() / n_valid
-    value_loss = 0.5 * ((value - target).pow(2) * mask).sum() / n_valid
-    entropy_mean = (entropy * mask).sum() / n_valid
+    n_valid = mask.sum().clamp(min=1)
+
+    def valid(x: torch.Tensor) -> torch.Tensor:  # 0 at padding, in the forward pass and the backward pass
+        return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+    policy_loss = -(valid(log_prob) * valid(advantage)).sum() / n_valid
+    value_loss = 0.5 * (valid(value) - valid(target)).pow(2).sum() / n_valid
+    entropy_mean = valid(entropy).sum() / n_valid
     loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
     terms = {
         "policy_loss": policy_loss.detach().item(),

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from rlstruct.checks import check_int
 from rlstruct.temporal import TemporalDictTensor
 
 __all__ = ["EpisodeReturns", "explained_variance"]
@@ -17,14 +18,26 @@ class EpisodeReturns:
     Args:
         n_rows: the batcher's rows (B); a return in progress is carried from
             one batch to the next, as the episodes are.
+
+    Raises:
+        TypeError: if ``n_rows`` is not an int.
+        ValueError: if it is below 1.
     """
 
     def __init__(self, n_rows: int) -> None:
-        self._running = torch.zeros(n_rows, dtype=torch.float64)
+        self._running = torch.zeros(check_int("EpisodeReturns", "n_rows", n_rows), dtype=torch.float64)
         self.finished: list[float] = []
 
     def add(self, steps: TemporalDictTensor) -> None:
-        """Add the rewards of a batch ``[B, T]`` (``next/reward``, ``next/done``, padding masked)."""
+        """Add the rewards of a batch ``[B, T]`` (``next/reward``, ``next/done``, padding masked).
+
+        Raises:
+            ValueError: if B is not ``n_rows`` (the rows' returns would be mixed up).
+        """
+        if steps.n_elems() != self._running.shape[0]:
+            raise ValueError(
+                f"EpisodeReturns.add: the batch has {steps.n_elems()} rows, expected n_rows={self._running.shape[0]}"
+            )
         reward = steps["next/reward"].detach().to("cpu", torch.float64)
         done = (steps["next/done"] & steps.mask()).cpu()
         reward = reward * steps.mask().cpu()

@@ -1,0 +1,58 @@
+"""Tests for rlstruct.learning.losses and metrics: padding, empty batches and rows that do not fit."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from rlstruct import TemporalDictTensor
+from rlstruct.learning.losses import actor_critic_loss, ppo_loss
+from rlstruct.learning.metrics import EpisodeReturns
+
+
+def test_actor_critic_loss_selects_out_padding_that_holds_nan_or_inf() -> None:
+    mask = torch.tensor([[True, True, False]])
+    log_prob = torch.tensor([[-1.0, -2.0, float("-inf")]], requires_grad=True)
+    value = torch.tensor([[1.0, 2.0, float("nan")]], requires_grad=True)
+    advantage = torch.tensor([[1.0, -1.0, float("inf")]])
+    target = torch.tensor([[2.0, 2.0, float("nan")]])  # as fill_padding(nan) leaves them
+    entropy = torch.tensor([[0.5, 0.3, float("nan")]], requires_grad=True)
+    loss, terms = actor_critic_loss(
+        log_prob, advantage, value, target, entropy, mask, vf_coef=0.5, ent_coef=0.1
+    )
+    assert terms == pytest.approx({"policy_loss": -0.5, "value_loss": 0.25, "entropy": 0.4})  # two steps
+    loss.backward()
+    for grad in (log_prob.grad, value.grad, entropy.grad):
+        assert grad is not None and torch.isfinite(grad).all() and grad[0, 2] == 0
+
+
+def test_actor_critic_loss_of_no_valid_step_is_zero_and_ppo_loss_of_none_is_refused() -> None:
+    zeros = torch.zeros(2, 3, requires_grad=True)
+    loss, terms = actor_critic_loss(
+        zeros, zeros, zeros, zeros, zeros, torch.zeros(2, 3, dtype=torch.bool), vf_coef=0.5, ent_coef=0.0
+    )
+    assert float(loss.detach()) == 0.0 and terms == {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0}
+    empty = torch.zeros(0)
+    with pytest.raises(
+        ValueError, match=re.escape("ppo_loss: the minibatch must hold at least one step, got none")
+    ):
+        ppo_loss(empty, empty, empty, empty, empty, empty, clip=0.2, vf_coef=0.5, ent_coef=0.0)
+
+
+def test_episode_returns_refuse_a_batch_of_other_rows() -> None:
+    steps = TemporalDictTensor(
+        {"next/reward": torch.ones(1, 3), "next/done": torch.tensor([[False, False, True]])},
+        torch.tensor([3]),
+    )
+    returns = EpisodeReturns(4)
+    with pytest.raises(
+        ValueError, match=re.escape("EpisodeReturns.add: the batch has 1 rows, expected n_rows=4")
+    ):
+        returns.add(steps)  # it broadcast the row's rewards to the four
+    with pytest.raises(ValueError, match=re.escape("EpisodeReturns: n_rows must be at least 1, got 0")):
+        EpisodeReturns(0)
+    one = EpisodeReturns(1)
+    one.add(steps)
+    assert one.pop_mean() == 3.0
