@@ -189,10 +189,12 @@ def reset_finished_states(
     starting = observation["initial_state"]
     if starting.device.type == "cpu" and not bool(starting.any()):  # elsewhere: no wait for the device
         return state
+    initial = agent.initial_state(agent_info, state.n_elems())
     try:
-        return DictTensor.where(starting, agent.initial_state(agent_info, state.n_elems()), state)
+        return DictTensor.where(starting, initial, state)
     except (TypeError, ValueError) as error:  # where's message names neither the agent nor its state
-        raise type(error)(
+        raised = TypeError if isinstance(error, TypeError) else ValueError
+        raise raised(
             f"{type(agent).__name__}: its state no longer fits its initial_state, where an episode "
             f"starts ({error}); a new state keeps the keys, dtypes and shapes of initial_state"
         ) from error

@@ -248,12 +248,19 @@ def _as_tuples(value: Any) -> Any:
 
 
 def _unreadable(path: Path, error: Exception) -> str:
-    """Why ``torch.load`` could not read ``path``, in a few words: torch's own message is a page of advice."""
+    """Why ``torch.load`` could not read ``path``: in a few words for a file that is not a whole checkpoint.
+
+    torch's message for those is a page of advice (load with
+    ``weights_only=False``); for any other failure (a ``map_location`` this
+    machine lacks) its message, which says what to do, is kept whole.
+    """
     with path.open("rb") as file:
         head = file.read(4)
     if not head:
         return "the file is empty"
     if head != b"PK\x03\x04" and head[:1] != b"\x80":  # neither torch.save's zip nor its older pickle format
         return f"it is not a file torch.save writes: it begins with {head!r}"
-    first = " ".join(str(error).split()).split(". ")[0].rstrip(".")
-    return f"{type(error).__name__}: {first}; truncated or damaged?"
+    message = " ".join(str(error).split())
+    if isinstance(error, (EOFError, pickle.UnpicklingError)) or "PytorchStreamReader" in message:
+        return f"{type(error).__name__}: {message.split('. ')[0].rstrip('.')}; truncated or damaged?"
+    return f"{type(error).__name__}: {message}"

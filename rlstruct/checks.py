@@ -37,8 +37,14 @@ __all__ = [
     "check_keys",
     "check_number",
     "check_tensor",
+    "is_int",
     "unusable_device",
 ]
+
+
+def is_int(value: object) -> bool:
+    """Whether ``value`` is an integer (a Python or NumPy int; not a bool), as the checks take one."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def check_int(owner: str, name: str, value: object, low: int = 1) -> int:

@@ -59,6 +59,7 @@ import numpy as np
 import torch
 
 from rlstruct import envs as _envs  # noqa: F401  (registers the memory tasks' ids, in spawned workers too)
+from rlstruct.checks import is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import REQUIRED_KEYS, Environment
 from rlstruct.errors import describe
@@ -339,12 +340,13 @@ class GymEnv(Environment):
         reward_dtype: torch.dtype = torch.float32,
         **make_kwargs: Any,
     ) -> None:
-        if not isinstance(n_envs, int) or isinstance(n_envs, bool) or n_envs < 1:
+        if not is_int(n_envs) or n_envs < 1:
             raise ValueError(f"GymEnv: n_envs must be a positive int, got {n_envs!r}")
         if not (isinstance(env, str) or callable(env)):
             raise TypeError(f"GymEnv: env must be an environment id or a callable, got {describe(env)}")
-        if not isinstance(seed, int) or isinstance(seed, bool):
+        if not is_int(seed):
             raise TypeError(f"GymEnv: seed must be an int, got {describe(seed)}")
+        n_envs, seed = int(n_envs), int(seed)  # a NumPy int counts too
         if reward_dtype not in (torch.float16, torch.float32, torch.float64):
             raise TypeError(
                 f"GymEnv: reward_dtype must be torch.float16, float32 or float64, got {reward_dtype!r}"

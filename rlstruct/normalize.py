@@ -60,7 +60,7 @@ class RunningMeanStd(torch.nn.Module):
     def __init__(self, shape: Sequence[int] = ()) -> None:
         super().__init__()
         name = type(self).__name__
-        if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
+        if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
             raise TypeError(f"{name}: shape must be a sequence of ints, got {describe(shape)}")
         self.shape = torch.Size([check_int(name, "shape", size, low=0) for size in shape])
         self.register_buffer("mean", torch.zeros(self.shape, dtype=torch.float64))
@@ -117,18 +117,18 @@ class ObservationNormalizer(RunningMeanStd):
     Args:
         shape: the shape of one observation.
         clip: the bound of the normalised values (positive; ``math.inf`` for none).
-        eps: added to the variance (positive).
+        eps: added to the variance (>= 0).
 
     Raises:
         TypeError: if ``shape`` is not a sequence of ints, or ``clip`` or
             ``eps`` is not a number.
-        ValueError: if a size is negative, or ``clip`` or ``eps`` is not positive.
+        ValueError: if a size or ``eps`` is negative, or ``clip`` is not positive.
     """
 
     def __init__(self, shape: Sequence[int], clip: float = 10.0, eps: float = 1e-8) -> None:
         super().__init__(shape)
         self.clip = check_number("ObservationNormalizer", "clip", clip, 0.0, low_open=True, allow_inf=True)
-        self.eps = check_number("ObservationNormalizer", "eps", eps, 0.0, low_open=True)
+        self.eps = check_number("ObservationNormalizer", "eps", eps, 0.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise ``x`` ``[..., *shape]``; returns a new tensor of ``x``'s float dtype, on its device.
@@ -160,12 +160,12 @@ class RewardScaler(torch.nn.Module):
         n_rows: the rows of the batches (B).
         gamma: the discount factor of the return, in [0, 1].
         clip: the bound of the scaled rewards (positive; ``math.inf`` for none).
-        eps: added to the variance (positive).
+        eps: added to the variance (>= 0).
 
     Raises:
         TypeError: if an argument is not a number (``n_rows`` an int).
         ValueError: if ``n_rows`` is below 1, ``gamma`` is outside [0, 1],
-            or ``clip`` or ``eps`` is not positive.
+            ``clip`` is not positive or ``eps`` is negative.
 
     Examples:
         >>> import torch
@@ -182,7 +182,7 @@ class RewardScaler(torch.nn.Module):
         n_rows = check_int("RewardScaler", "n_rows", n_rows)
         self.gamma = check_number("RewardScaler", "gamma", gamma, 0.0, 1.0)
         self.clip = check_number("RewardScaler", "clip", clip, 0.0, low_open=True, allow_inf=True)
-        self.eps = check_number("RewardScaler", "eps", eps, 0.0, low_open=True)
+        self.eps = check_number("RewardScaler", "eps", eps, 0.0)
         self.stats = RunningMeanStd(())
         self.register_buffer("returns", torch.zeros(n_rows, dtype=torch.float64))
 

@@ -29,6 +29,7 @@ Examples:
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -60,11 +61,11 @@ class TensorSpec:
         if not isinstance(self.shape, Iterable):
             raise TypeError(f"TensorSpec: shape must be a tuple of non-negative ints, got {self.shape!r}")
         shape = tuple(self.shape)
-        if not all(isinstance(s, int) and not isinstance(s, bool) for s in shape):
+        if not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in shape):
             raise TypeError(f"TensorSpec: shape must be a tuple of non-negative ints, got {self.shape!r}")
         if not all(s >= 0 for s in shape):
             raise ValueError(f"TensorSpec: shape must be a tuple of non-negative ints, got {self.shape!r}")
-        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "shape", tuple(int(s) for s in shape))  # NumPy ints (a space's shape) too
 
 
 class Specs(Mapping[str, TensorSpec]):
@@ -203,6 +204,6 @@ class ObservationSpace:
                     f"{owner}: start must be empty or hold one entry per value of a row "
                     f"(shape {shape}: {entries}), got {start}"
                 )
-        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "shape", tuple(int(s) for s in shape))  # NumPy ints (a space's shape) too
         object.__setattr__(self, "n", n)
         object.__setattr__(self, "start", start)

@@ -53,7 +53,7 @@ from typing import ClassVar
 
 import torch
 
-from rlstruct.checks import check_device, check_int
+from rlstruct.checks import check_device, check_int, is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import REQUIRED_KEYS, Environment
 from rlstruct.errors import describe
@@ -103,17 +103,16 @@ class TorchEnv(Environment):
     ) -> None:
         owner = type(self).__name__
         n_envs = check_int(owner, "n_envs", n_envs)
-        seed = check_int(owner, "seed", seed, low=-(2**63))
-        if seed >= 2**64:  # what torch.Generator.manual_seed takes
+        if not is_int(seed):
+            raise TypeError(f"{owner}: seed must be an int, got {describe(seed)}")
+        if not -(2**63) <= seed < 2**64:  # what torch.Generator.manual_seed takes
             raise ValueError(f"{owner}: seed must be in [-2**63, 2**64), got {seed}")
-        if max_episode_steps is not None and (
-            not isinstance(max_episode_steps, int)
-            or isinstance(max_episode_steps, bool)
-            or max_episode_steps <= 0
-        ):
+        seed = int(seed)
+        if max_episode_steps is not None and (not is_int(max_episode_steps) or max_episode_steps <= 0):
             raise ValueError(
                 f"{owner}: max_episode_steps must be an int > 0 or None, got {max_episode_steps!r}"
             )
+        max_episode_steps = None if max_episode_steps is None else int(max_episode_steps)
         self.n_envs = n_envs
         self.defaults: dict[str, float] = dict(self.parameters)
         """The value of each parameter where w lacks it: ``parameters``, which a constructor may change."""
@@ -241,10 +240,13 @@ class TorchEnv(Environment):
         if value.shape[0] != self.n_envs:
             raise ValueError(f"{owner}.step: the action must have {self.n_envs} rows, got {value.shape[0]}")
         spec = self.action_spec
-        if spec is not None and (value.dtype != spec.dtype or tuple(value.shape[1:]) != spec.shape):
-            raise ValueError(  # a wrong shape would broadcast into rewards of another shape
-                f"{owner}.step: the action must be {spec.dtype} of shape {[self.n_envs, *spec.shape]}, got "
-                f"{value.dtype} of shape {list(value.shape)}; nothing is cast"
+        if spec is not None and tuple(value.shape[1:]) != spec.shape:  # it would broadcast into other shapes
+            raise ValueError(
+                f"{owner}.step: the action must have shape {[self.n_envs, *spec.shape]}, got {list(value.shape)}"
+            )
+        if spec is not None and value.dtype != spec.dtype:
+            raise TypeError(
+                f"{owner}.step: the action must be {spec.dtype}, got {value.dtype}; nothing is cast"
             )
         return value
 
@@ -254,7 +256,9 @@ class TorchEnv(Environment):
         Raises:
             ValueError: for an action without the key ``action``, with
                 another number of rows, on another device, or (where the
-                task declares ``action_spec``) of another dtype or per-row shape.
+                task declares ``action_spec``) of another per-row shape.
+            TypeError: where the task declares ``action_spec``, for an
+                action of another dtype (as ``GymEnv``).
             RuntimeError: before ``reset`` or after ``close``.
         """
         owner = type(self).__name__

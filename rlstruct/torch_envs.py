@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from rlstruct.checks import is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 from rlstruct.specs import TensorSpec
@@ -243,8 +244,9 @@ class TorchCueMemory(TorchEnv):
         max_episode_steps: int | None = None,
         delay: int = 10,
     ) -> None:
-        if not isinstance(delay, int) or isinstance(delay, bool) or delay < 0:
+        if not is_int(delay) or delay < 0:
             raise ValueError(f"TorchCueMemory: delay must be an int >= 0, got {delay!r}")
+        delay = int(delay)
         super().__init__(n_envs, seed, device, max_episode_steps)
         self.defaults["delay"] = delay
         self.cue = torch.zeros(n_envs, dtype=torch.int64, device=self.device)

@@ -10,6 +10,7 @@ bad sizes.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from algo_helpers import message
@@ -331,7 +332,20 @@ def test_greedy_must_be_bool_per_row() -> None:
 
 
 def test_bounds_may_be_numpy_arrays_as_gymnasium_gives_them() -> None:
-    import numpy as np
-
     agent = ActorCritic(obs_dim=4, action_low=np.array([-2.0]), action_high=np.array([2.0]))
     assert agent.high.tolist() == [2.0]
+
+
+def test_the_q_network_and_the_sac_actor_want_greedy_bool_too() -> None:
+    from rlstruct.learning.q_learning import QNetwork
+    from rlstruct.learning.soft_actor_critic import SquashedGaussianActor
+
+    observation = DictTensor({"observation": torch.zeros(2, 4)})
+    z = DictTensor({"greedy": torch.tensor([0, 1])})
+    q = QNetwork(obs_dim=4, n_actions=np.int64(2))  # gymnasium's Discrete(2).n
+    actor = SquashedGaussianActor(obs_dim=4, action_low=[-1.0], action_high=[1.0])
+    for agent in (q, actor):
+        with pytest.raises(
+            TypeError, match=message(f"{type(agent).__name__}: agent_info['greedy'] must be bool")
+        ):
+            agent(agent.initial_state(z, 2), observation, z)

@@ -298,3 +298,15 @@ def test_a_file_that_is_not_a_checkpoint_is_a_value_error_naming_it(
         FileNotFoundError, match=re.escape(f"load_checkpoint: {str(tmp_path)!r} is not a file")
     ):
         load_checkpoint(tmp_path)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_whole_checkpoint_that_fails_to_load_keeps_torch_s_reason(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, model=torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="cannot be read as a checkpoint") as caught:
+        load_checkpoint(
+            path, map_location="cuda"
+        )  # a GPU run's checkpoint on this machine fails the same way
+    assert "map_location" in str(caught.value)  # torch says what to do
+    assert "truncated or damaged" not in str(caught.value)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
+import numpy as np
 import pytest
 import torch
 from gymnasium.envs.classic_control import CartPoleEnv
@@ -25,6 +26,7 @@ from rlstruct import (
     LocalBatcher,
     MultiprocessBatcher,
     TemporalDictTensor,
+    TensorSpec,
     Trajectories,
     derive_seed,
 )
@@ -1163,3 +1165,31 @@ def test_later_resets_keep_the_dtypes_and_row_shapes_of_z_and_w() -> None:
             batcher.reset(DictTensor({"epsilon": epsilon}), DictTensor({"length": ints(3, 3).int()}))
         # the refused resets changed nothing: the trajectories go on where they were
         assert run_once(batcher).trajectories["t"][:, 0].tolist() == [1, 1]
+
+
+def test_an_error_of_initial_state_where_an_episode_starts_is_its_own() -> None:
+    class NeedsStart(CountingAgent):
+        def initial_state(self, agent_info: DictTensor, n: int) -> DictTensor:
+            if self.calls_made:
+                raise KeyError("agent_info needs 'start'")  # raised where an episode starts again
+            self.calls_made = True
+            return super().initial_state(agent_info, n)
+
+        calls_made = False
+
+    with counter_batcher(NeedsStart, {}, {"length": 2}, n_timesteps=4) as batcher:
+        batcher.reset()
+        with pytest.raises(KeyError, match="agent_info needs 'start'"):
+            batcher.execute()
+
+
+def test_numpy_ints_are_sizes_and_seeds_of_batchers_and_gym_envs() -> None:
+    env = GymEnv("CartPole-v1", n_envs=np.int64(2), seed=np.int64(1))
+    assert env.n_envs == 2 and type(env.n_envs) is int
+    env.close()
+    with counter_batcher(n_envs=np.int64(2), n_timesteps=np.int64(3), seed=np.int64(0)) as batcher:
+        assert (batcher.n_envs, batcher.n_timesteps) == (2, 3)
+        batcher.reset()
+        batcher.execute()
+        assert batcher.get().trajectories.n_timesteps() == 3
+    assert TensorSpec((np.int64(3),), torch.float32).shape == (3,)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rlstruct import TemporalDictTensor
+from rlstruct.algos.evaluation import episode_returns
 from rlstruct.learning.losses import actor_critic_loss, ppo_loss
 from rlstruct.learning.metrics import EpisodeReturns
 
@@ -56,3 +57,25 @@ def test_episode_returns_refuse_a_batch_of_other_rows() -> None:
     one = EpisodeReturns(1)
     one.add(steps)
     assert one.pop_mean() == 3.0
+
+
+def test_actor_critic_loss_names_a_mask_that_is_not_bool() -> None:
+    x = torch.zeros(1, 2)
+    with pytest.raises(
+        TypeError, match=re.escape("actor_critic_loss: mask must be a bool tensor, got a tensor")
+    ):
+        actor_critic_loss(x, x, x, x, x, torch.ones(1, 2), vf_coef=0.5, ent_coef=0.0)
+
+
+def test_episode_returns_leave_out_a_nan_reward_at_padding() -> None:
+    steps = TemporalDictTensor(
+        {
+            "next/reward": torch.tensor([[1.0, 1.0, float("nan")]]),
+            "next/done": torch.tensor([[False, True, True]]),
+        },
+        torch.tensor([2]),
+    )
+    returns = EpisodeReturns(1)
+    returns.add(steps)
+    assert returns.pop_mean() == 2.0
+    assert episode_returns(steps) == [2.0]

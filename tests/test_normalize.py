@@ -164,7 +164,7 @@ def test_reward_scaler_checks_the_mask_and_takes_a_batch_without_steps() -> None
         (
             lambda: ObservationNormalizer((3,), eps=-1.0),
             ValueError,
-            "ObservationNormalizer: eps must be in (0, inf)",
+            "ObservationNormalizer: eps must be in [0, inf)",
         ),
         (
             lambda: ObservationNormalizer(3),

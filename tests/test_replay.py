@@ -766,3 +766,14 @@ def test_cuda_storage_samples_and_priorities_on_the_device() -> None:
     uniform = ReplayBuffer(10, device="cuda")
     uniform.add(rows(range(3)).to("cuda"))
     assert uniform.sample(4).rows.device == buffer.device
+
+
+def test_a_saved_state_that_requires_grad_is_loaded_without_it() -> None:
+    source = ReplayBuffer(10)
+    source.add(rows(range(3)))
+    state = source.state_dict()
+    state["storage"] = {k: v.float().requires_grad_(True) * 1.0 for k, v in state["storage"].items()}
+    buffer = ReplayBuffer(10)
+    buffer.load_state_dict(state)
+    assert not any(v.requires_grad for v in buffer.state_dict()["storage"].values())
+    assert not buffer.sample(2).rows["id"].requires_grad

@@ -123,10 +123,16 @@ def check(config: Config) -> EnvSpaces:
     environment that can be made (made once, then closed). Nothing is
     started or written.
 
+    Then ``check_run``: the agent class ``config.agent`` names (its module
+    is imported), and the run directory ``config.resume`` names, whose
+    config.json must hold these settings.
+
     Raises:
         ConfigError: (a TypeError and a ValueError) naming the first field
             that is wrong, as ``config.<field>``.
         UnknownEnvironment: for an environment id gymnasium cannot make.
+        AgentError: for a ``config.agent`` that cannot be found, or
+            ``config.agent_args`` without one (``check_run``).
     """
     with config_errors():
         check_config(

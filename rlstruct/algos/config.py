@@ -257,7 +257,8 @@ def check_resume(config: TrainConfig) -> None:
     """``config.resume`` must be a run directory whose config.json holds ``config``'s settings.
 
     A resumed run continues bit-identically only with the settings it
-    started with: every field but ``RESUME_OVERRIDES`` must be as in the
+    started with: every field but ``RESUME_OVERRIDES`` and ``run_dir`` (a
+    resumed run writes into ``resume``) must be as in the
     run's config.json (read as ``stored_config`` reads it; an Agent class in
     ``agent`` as its ``"module:Class"``). From Python, continue a run with
     ``dataclasses.replace(config, resume=run_dir)`` of the config it ran.
@@ -296,7 +297,7 @@ def check_resume(config: TrainConfig) -> None:
     differ = [
         f"{name} ({given[name]!r}; the run's {ran[name]!r})"
         for name in given
-        if name not in RESUME_OVERRIDES and given[name] != ran[name]
+        if name not in (*RESUME_OVERRIDES, "run_dir") and given[name] != ran[name]  # it runs in resume
     ]
     if differ:
         raise ValueError(

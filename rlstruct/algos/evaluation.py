@@ -214,7 +214,7 @@ def episode_returns(steps: TemporalDictTensor) -> list[float]:
     The rewards ``next/reward`` are summed in float64 over each row's steps
     (the padding after an episode ends is masked out).
     """
-    returns = (steps["next/reward"].to(torch.float64) * steps.mask()).sum(1)
+    returns = torch.where(steps.mask(), steps["next/reward"].to(torch.float64), 0.0).sum(1)
     return [float(r) for r in returns.tolist()]
 
 

@@ -209,10 +209,16 @@ def check(config: Config) -> EnvSpaces:
     hidden layer that fit ``device``'s memory (``check_replay``,
     ``check_hidden``). Nothing is started or written.
 
+    Then ``check_run``: the agent class ``config.agent`` names (its module
+    is imported), and the run directory ``config.resume`` names, whose
+    config.json must hold these settings.
+
     Raises:
         ConfigError: (a TypeError and a ValueError) naming the first field
             that is wrong, as ``config.<field>``.
         UnknownEnvironment: for an environment id gymnasium cannot make.
+        AgentError: for a ``config.agent`` that cannot be found, or
+            ``config.agent_args`` without one (``check_run``).
     """
     with config_errors():
         check_config(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import numbers
 import pickle
 from collections.abc import Mapping
 from typing import Any
@@ -45,9 +46,9 @@ def env_factory(owner: str, value: object) -> None:
 
 
 def positive_int(owner: str, name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
-    return value
+    return int(value)  # a NumPy int counts too
 
 
 def seconds(owner: str, name: str, value: object) -> float:

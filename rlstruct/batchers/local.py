@@ -18,7 +18,7 @@ from rlstruct.batchers import _checks
 from rlstruct.batchers._checks import State
 from rlstruct.batchers._group import Group, GroupSpec
 from rlstruct.batchers._storage import Layout, Staging, full_layout
-from rlstruct.checks import check_device
+from rlstruct.checks import check_device, is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
 from rlstruct.errors import describe
@@ -153,8 +153,9 @@ class LocalBatcher:
         self.n_processes = _checks.positive_int(NAME, "n_processes", n_processes)
         if mode not in ("fixed", "episodes", "stream"):
             raise ValueError(f"LocalBatcher: mode must be 'fixed', 'episodes' or 'stream', got {mode!r}")
-        if not isinstance(seed, int) or isinstance(seed, bool):
+        if not is_int(seed):
             raise TypeError(f"LocalBatcher: seed must be an int, got {describe(seed)}")
+        seed = int(seed)
         self.mode: Mode = mode
         self.device = check_device(NAME, device, usable=True)
         _checks.env_args(NAME, env_args)

@@ -50,7 +50,7 @@ from rlstruct.batchers._shared import SharedBuffers, SharedWeights
 from rlstruct.batchers._slots import WAIT_S, SlotBoard
 from rlstruct.batchers._storage import STORED, Layout, Staging, filled_next, full_layout
 from rlstruct.batchers._worker import WorkerSpec
-from rlstruct.checks import check_device
+from rlstruct.checks import check_device, is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
 from rlstruct.errors import WorkerError, describe
@@ -230,8 +230,9 @@ class MultiprocessBatcher:
                 f"{NAME}: start_method must be 'auto' or one of {mp.get_all_start_methods()}, "
                 f"got {start_method!r}"
             )
-        if not isinstance(seed, int) or isinstance(seed, bool):
+        if not is_int(seed):
             raise TypeError(f"{NAME}: seed must be an int, got {describe(seed)}")
+        seed = int(seed)
         self.device = check_device(NAME, device, usable=True)
         _checks.layout(NAME, layout)
         _checks.env_factory(NAME, env_factory)

@@ -50,12 +50,17 @@ def mlp(sizes: Sequence[int], activation: type[torch.nn.Module] = torch.nn.Tanh)
     return torch.nn.Sequential(*layers)
 
 
-def _greedy(agent_info: DictTensor, n: int) -> torch.Tensor | None:
+def greedy_rows(owner: str, agent_info: DictTensor, n: int) -> torch.Tensor | None:
+    """``agent_info["greedy"]``, bool ``[n]``: the rows that act greedily; None without the key (or rows).
+
+    Raises:
+        TypeError: naming ``owner``, if it is not bool (an int would select by index in ``torch.where``).
+    """
     if "greedy" not in agent_info or n == 0:
         return None
     greedy = agent_info["greedy"]
-    if greedy.dtype != torch.bool:  # an int would be taken as an index by torch.where's callers
-        raise TypeError(f"ActorCritic: agent_info['greedy'] must be bool per row, got {describe(greedy)}")
+    if greedy.dtype != torch.bool:
+        raise TypeError(f"{owner}: agent_info['greedy'] must be bool per row, got {describe(greedy)}")
     return greedy
 
 
@@ -524,7 +529,7 @@ class ActorCritic(Agent):
             params, value = self.actor(x_pi), self.critic(x_v).squeeze(-1)
             new_state = DictTensor(new_pi | new_v)
             out.update(new_v)  # what the value of the reached observation needs
-        greedy = _greedy(agent_info, x.shape[0])
+        greedy = greedy_rows("ActorCritic", agent_info, x.shape[0])
         generator = self._generator_on(params.device)
         if self.discrete:
             sampled = torch.multinomial(params.softmax(-1), 1, generator=generator).squeeze(-1)

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import torch
 
+from rlstruct.errors import describe
+
 __all__ = ["actor_critic_loss", "normalize_advantages", "ppo_loss"]
 
 
@@ -122,9 +124,11 @@ def actor_critic_loss(
     ``-log_prob * advantage + vf_coef * 0.5 * (value - target)^2 - ent_coef * entropy``,
     each term summed over the steps where ``mask`` is True and divided by
     their number. Padding steps are selected out, not multiplied by 0: a
-    NaN or inf there (``fill_padding(float("nan"))``, a value the agent
-    computed past the end) reaches neither the loss nor the gradients. With
-    no valid step every term is 0.
+    NaN or inf among these inputs at a padding step (a target or an
+    advantage of ``fill_padding(float("nan"))``) reaches neither the loss
+    nor their gradients. (A NaN the network computes from a NaN observation
+    still makes its weights' gradients NaN: replay padding that holds
+    numbers.) With no valid step every term is 0.
 
     Args:
         log_prob: log pi(a) ``[B, T]`` (with gradients).
@@ -139,7 +143,12 @@ def actor_critic_loss(
     Returns:
         The scalar loss (with gradients) and ``policy_loss``, ``value_loss``
         and ``entropy`` as floats.
+
+    Raises:
+        TypeError: if ``mask`` is not a bool tensor.
     """
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise TypeError(f"actor_critic_loss: mask must be a bool tensor, got {describe(mask)}")
     n_valid = mask.sum().clamp(min=1)
 
     def valid(x: torch.Tensor) -> torch.Tensor:  # 0 at padding, in the forward pass and the backward pass

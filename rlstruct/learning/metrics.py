@@ -40,7 +40,7 @@ class EpisodeReturns:
             )
         reward = steps["next/reward"].detach().to("cpu", torch.float64)
         done = (steps["next/done"] & steps.mask()).cpu()
-        reward = reward * steps.mask().cpu()
+        reward = torch.where(steps.mask().cpu(), reward, 0.0)  # a NaN at padding stays out of the returns
         for t in range(steps.n_timesteps()):
             self._running += reward[:, t]
             ended = done[:, t]

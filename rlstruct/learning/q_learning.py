@@ -30,6 +30,7 @@ Examples:
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Protocol, cast, runtime_checkable
 
@@ -38,7 +39,7 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
-from rlstruct.learning.actor_critic import mlp
+from rlstruct.learning.actor_critic import greedy_rows, mlp
 from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder
 from rlstruct.learning.protocols import check_transition_agent
 from rlstruct.specs import ObservationSpace
@@ -137,8 +138,9 @@ class EpsilonGreedyPolicy:
         n = action.shape[0]
         drawn_on = self.generator.device  # the CPU, or where a batcher moved the agent
         explore = torch.rand(n, generator=self.generator, device=drawn_on).to(q.device) < self.epsilon
-        if "greedy" in agent_info and n > 0:
-            explore &= ~agent_info["greedy"].to(q.device)
+        greedy = greedy_rows(type(self).__name__, agent_info, n)
+        if greedy is not None:
+            explore &= ~greedy.to(q.device)
         random = torch.randint(q.shape[1], (n,), generator=self.generator, device=drawn_on).to(q.device)
         return torch.where(explore, random, action)
 
@@ -232,14 +234,14 @@ def check_q_sizes(owner: str, n_actions: int | None, hidden: Sequence[int]) -> i
         TypeError: for an int ``hidden``, or an ``n_actions`` that is not an int, naming ``owner``.
         ValueError: naming ``owner`` and the argument.
     """
-    if n_actions is not None and (isinstance(n_actions, bool) or not isinstance(n_actions, int)):
+    if n_actions is not None and (isinstance(n_actions, bool) or not isinstance(n_actions, numbers.Integral)):
         raise TypeError(
             f"{owner}: n_actions must be a positive int (discrete actions), got {describe(n_actions)}"
         )
     if n_actions is None or n_actions < 1:
         raise ValueError(f"{owner}: n_actions must be a positive int (discrete actions), got {n_actions}")
     check_layer_sizes(owner, hidden)
-    return n_actions
+    return int(n_actions)  # gymnasium's Discrete(n).n is a NumPy int
 
 
 def check_layer_sizes(owner: str, hidden: Sequence[int]) -> None:

@@ -416,6 +416,7 @@ def recurrent_dqn_loss(
         )
     q = q_all.gather(-1, steps["action"].unsqueeze(-1)).squeeze(-1)
     huber = torch.nn.functional.smooth_l1_loss(q, y, reduction="none")
-    counted = learn.to(huber.dtype) * weights.to(huber.dtype).unsqueeze(1)
-    loss = (huber * counted).sum() / learn.sum().clamp(min=1)
+    weighted = huber * weights.to(huber.dtype).unsqueeze(1)
+    # the learned steps selected, not multiplied by 0 and 1: a NaN at another step stays out of the loss
+    loss = torch.where(learn, weighted, torch.zeros((), dtype=huber.dtype)).sum() / learn.sum().clamp(min=1)
     return loss, q, y

@@ -306,13 +306,17 @@ class RecurrentSACLearner(SACLearner):
         features, _ = self.critic.features(batch, burn_in)  # type: ignore[operator]
         flat_features = features.flatten(0, 1)
         q = self.critic(flat_features, steps["unit_action"].flatten(0, 1))
-        weight = counted.flatten()
-        critic_loss = 0.5 * ((q - target_q).pow(2) * weight).sum() / n
+        learned = learn.flatten()
+
+        def counted_sum(x: torch.Tensor) -> torch.Tensor:  # over the learned steps: a NaN elsewhere stays out
+            return torch.where(learned, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum()
+
+        critic_loss = 0.5 * counted_sum((q - target_q).pow(2)) / n
 
         def actor_losses() -> tuple[torch.Tensor, torch.Tensor]:
             q_pi = self.critic(flat_features.detach(), unit.flatten(0, 1)).min(0).values
-            actor_loss = ((alpha * log_prob.flatten() - q_pi) * weight).sum() / n
-            return actor_loss, (log_prob.flatten() * weight).sum() / n
+            actor_loss = counted_sum(alpha * log_prob.flatten() - q_pi) / n
+            return actor_loss, counted_sum(log_prob.flatten()) / n
 
         actor_loss, mean_log_prob = self.update(critic_loss, actor_losses)
         return {
@@ -320,5 +324,5 @@ class RecurrentSACLearner(SACLearner):
             "actor_loss": actor_loss,
             "alpha": alpha,
             "entropy": -mean_log_prob,
-            "q": (q.detach() * weight).sum() / (2 * n),
+            "q": counted_sum(q.detach()) / (2 * n),
         }

@@ -43,7 +43,7 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import AgentError, describe
-from rlstruct.learning.actor_critic import mlp
+from rlstruct.learning.actor_critic import greedy_rows, mlp
 from rlstruct.learning.encoders import encode, encoded_keys, observation_encoder
 from rlstruct.learning.protocols import check_transition_agent
 from rlstruct.learning.q_learning import check_layer_sizes
@@ -313,8 +313,9 @@ class SquashedGaussianPolicy:
             unit = torch.rand(mean.shape, generator=self.generator, device=mean.device) * 2 - 1
         else:
             unit = (mean + log_std.exp() * noise).tanh()
-        if "greedy" in agent_info and mean.shape[0] > 0:
-            unit = torch.where(agent_info["greedy"].unsqueeze(-1), mean.tanh(), unit)
+        greedy = greedy_rows(type(self).__name__, agent_info, mean.shape[0])
+        if greedy is not None:
+            unit = torch.where(greedy.unsqueeze(-1), mean.tanh(), unit)
         action = self.center + self.scale * unit
         return DictTensor({"action": action, "unit_action": unit})
 

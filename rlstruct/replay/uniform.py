@@ -291,7 +291,7 @@ class ReplayBuffer:
             if self._storage is None:
                 self._allocate(rows.specs())
             self._check_rows(rows, op)
-        with self._locked(op):
+        with self._locked(op), torch.no_grad():  # a saved value that requires grad is stored without it
             if saved is not None:
                 for key, value in self._storage_or_raise(op).items():
                     value[:size].copy_(rows[key])
