@@ -55,6 +55,8 @@ def rank_inputs(rank: int) -> dict[str, Any]:
         "random_samples": torch.randn(5 + rank, generator=g),
         "whole_gradient": torch.randint(-100, 100, (3, 2), generator=g).float(),
         "random_gradient": torch.randn(3, 2, generator=g),
+        "nan_floats": torch.ones(4).index_fill(0, torch.tensor([rank]), float("nan")),  # one per rank
+        "half": torch.tensor([40000.0, 1.0], dtype=torch.float16),  # their sum is beyond float16
     }
 
 
@@ -85,6 +87,14 @@ def reduce(rank: int) -> dict[str, Any]:
     for op in ("sum_number", "avg_number"):
         for key in ("int_number", "float_number"):
             out[f"{op}/{key}"] = getattr(ct, op)(x[key])
+    for op in ("max", "min"):
+        out[f"{op}/nan_floats"] = getattr(ct, op)(x["nan_floats"])
+    out["avg/half"] = ct.avg(x["half"])
+    half = torch.nn.Parameter(torch.zeros(2, dtype=torch.float16))
+    half.grad = x["half"].clone()
+    ct.average_gradients([half])
+    out["average_gradients/half"] = half.grad
+    out["statistics/nan_on_the_last"] = tuple(ct.statistics_scalar([float("nan") if rank == 2 else 1.0]))
     out["statistics/samples"] = tuple(ct.statistics_scalar(x["samples"]))
     out["statistics/random_samples"] = tuple(ct.statistics_scalar(x["random_samples"]))
     out["statistics/list"] = tuple(ct.statistics_scalar(x["samples"].tolist()))

@@ -233,7 +233,21 @@ def test_fork_checks_its_arguments_before_starting_anything() -> None:
             ValueError, match=message("nccl cannot run on this machine (nccl needs CUDA GPUs)")
         ):
             ct.fork(1, backend="cpu:gloo,cuda:nccl")
+    if not torch.distributed.is_backend_available("xccl"):
+        with pytest.raises(
+            ValueError, match=message("fork: backend 'xccl': xccl cannot run on this machine")
+        ):
+            ct.fork(1, backend="xccl")  # it started the children, which then failed to join
     assert ct.world_size() == 1
+
+
+def test_fork_from_a_script_on_stdin_says_it_needs_a_script_file() -> None:
+    code = "import rlstruct.cluster as ct\nct.fork(1, start_timeout=20)\n"
+    result = subprocess.run(
+        [sys.executable, "-"], input=code, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 1
+    assert "RuntimeError: fork: starts copies of the running script, so it needs one" in result.stderr
 
 
 def test_fork_zero_runs_alone_and_only_once() -> None:
@@ -290,6 +304,15 @@ def check_reductions(out_dir: Path, world: int) -> None:
         assert torch.equal(got[f"max/{key}"], stacked.amax(0)), key
         assert torch.equal(got[f"min/{key}"], stacked.amin(0)), key
         assert got[f"max/{key}"].dtype == stacked.dtype
+    # a NaN on any rank is the result's, as torch.maximum and torch.minimum give it
+    nan_expected = torch.stack(per_rank("nan_floats")).amax(0)
+    for op in ("max", "min"):
+        assert torch.equal(got[f"{op}/nan_floats"].isnan(), nan_expected.isnan()), op
+    # float16 averaged in float32: a sum beyond its range still gives the mean it holds
+    half = torch.tensor([40000.0, 1.0], dtype=torch.float16)
+    assert torch.equal(got["avg/half"], half) and torch.equal(got["average_gradients/half"], half)
+    if world == 3:  # the NaN is on rank 2
+        assert all(math.isnan(v) for v in got["statistics/nan_on_the_last"])
     # DictTensors: key by key
     for op in ("sum", "max", "min"):
         for key in ("obs", "action"):
@@ -337,9 +360,17 @@ def check_reductions(out_dir: Path, world: int) -> None:
             if key == "unchanged_input":
                 continue
             if isinstance(value, torch.Tensor):
-                assert torch.equal(other[key], value), (r, key)
+                assert torch.equal(other[key].nan_to_num(), value.nan_to_num()), (r, key)  # NaN where NaN
             elif isinstance(value, dict):
                 assert all(torch.equal(other[key][k], v) for k, v in value.items()), (r, key)
+            elif isinstance(value, tuple):  # statistics: NaN where NaN
+                assert all(
+                    a == b or (math.isnan(a) and math.isnan(b))
+                    for a, b in zip(other[key], value, strict=True)
+                ), (
+                    r,
+                    key,
+                )
             else:
                 assert other[key] == value, (r, key)
 

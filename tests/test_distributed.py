@@ -302,6 +302,27 @@ def test_factories_must_be_callable() -> None:
         Scheme(ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, 3, WholeBatchBuffer)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("name", ["agent_args", "env_args"])
+def test_arguments_that_are_not_a_dict_are_named(name: str) -> None:
+    args: list[Any] = [ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, PPO, PPO_BUFFER]
+    args[1 if name == "agent_args" else 3] = None
+    with pytest.raises(
+        TypeError, match=f"Scheme: {name} must be a dict of keyword arguments .str keys., got a NoneType"
+    ):
+        Scheme(*args)
+
+
+def test_a_closed_scheme_says_so_and_a_learner_refuses_it() -> None:
+    scheme = make_scheme()
+    weights = scheme.weights()
+    scheme.close()
+    with pytest.raises(RuntimeError, match=r"Scheme\.set_parameter: the scheme is closed"):
+        scheme.set_parameter("lr", 0.1)  # was taken without a word
+    assert scheme.closed and scheme.weights().keys() == weights.keys()  # in process: still readable
+    with pytest.raises(ValueError, match="Learner: scheme is closed; make a new one"):
+        Learner(scheme, target_steps=100, progress=False)
+
+
 def test_resources_never_schedulable_are_refused() -> None:
     one_cpu_nodes = [{"CPU": 1.0}, {"CPU": 1.0}]
     gpu = resources.Request("gradient", 1, 0.5, 1.0, "gradients.worker")

@@ -1193,3 +1193,15 @@ def test_numpy_ints_are_sizes_and_seeds_of_batchers_and_gym_envs() -> None:
         batcher.execute()
         assert batcher.get().trajectories.n_timesteps() == 3
     assert TensorSpec((np.int64(3),), torch.float32).shape == (3,)
+
+
+@pytest.mark.parametrize("name", ["agent_args", "env_args"])
+def test_arguments_that_are_not_a_dict_are_named_by_both_batchers(name: str) -> None:
+    for cls in (LocalBatcher, MultiprocessBatcher):
+        args: list[Any] = [CountingAgent, {}, CounterEnv, {}]
+        args[1 if name == "agent_args" else 3] = None
+        with pytest.raises(
+            TypeError,
+            match=message(f"{cls.__name__}: {name} must be a dict of keyword arguments (str keys), got a"),
+        ):
+            cls(*args, n_envs=2, n_timesteps=3)

@@ -134,6 +134,8 @@ def main() -> None:
         help="processes to run (ignored under torchrun)",
     )
     args = parser.parse_args()
+    if args.n_processes < 1:
+        parser.error(f"--n-processes must be at least 1, got {args.n_processes}")
     cfg = Config(n_processes=args.n_processes)
     if args.quick:
         cfg = Config(

@@ -128,8 +128,17 @@ def layout(owner: str, value: object) -> None:
         raise ValueError(f"{owner}: layout must be 'full' or 'compact', got {value!r}")
 
 
+def arguments(owner: str, name: str, value: object) -> None:
+    """``agent_args`` and ``env_args`` are keyword arguments: a mapping with str keys (a TypeError naming ``name``)."""
+    if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+        raise TypeError(
+            f"{owner}: {name} must be a dict of keyword arguments (str keys), got {describe(value)}"
+        )
+
+
 def env_args(owner: str, value: Mapping[str, Any]) -> None:
     """``env_args`` may not set what the batcher gives every environment factory."""
+    arguments(owner, "env_args", value)
     for reserved in ("n_envs", "seed"):
         if reserved in value:
             raise ValueError(

@@ -158,6 +158,7 @@ class LocalBatcher:
         seed = int(seed)
         self.mode: Mode = mode
         self.device = check_device(NAME, device, usable=True)
+        _checks.arguments(NAME, "agent_args", agent_args)
         _checks.env_args(NAME, env_args)
         _checks.env_factory(NAME, env_factory)
         self._staging = Staging(self.device)  # CUDA: the pinned buffers get() copies through

@@ -244,6 +244,7 @@ class MultiprocessBatcher:
             ("env_args", env_args),
         ):
             _checks.picklable(NAME, name, value)
+        _checks.arguments(NAME, "agent_args", agent_args)
         _checks.env_args(NAME, env_args)
         self.mode: Mode = mode
         self.n_slots = n_slots if n_slots is not None else n_processes

@@ -91,7 +91,7 @@ def _disagreement(op: str, gathered: list[object]) -> Exception:
     for r, (_, theirs) in enumerate(calls[1:], 1):
         for label, layout in reference.items():
             if label not in theirs:
-                differences.append(f"rank {r} has no {label} (rank 0: {layout})")
+                differences.append(f"rank {r} has no {label.removeprefix('the ')} (rank 0: {layout})")
             elif theirs[label] != layout:
                 differences.append(f"{label} is {theirs[label]} on rank {r} but {layout} on rank 0")
         differences += [

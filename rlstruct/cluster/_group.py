@@ -190,6 +190,7 @@ def _check_backend(backend: str) -> None:
         "nccl": lambda: dist.is_nccl_available() and torch.cuda.is_available(),
         "mpi": dist.is_mpi_available,
         "ucc": dist.is_ucc_available,
+        "xccl": lambda: dist.is_backend_available("xccl"),
     }
     for part in backend.split(","):
         name = part.split(":", 1)[-1].strip().lower()
@@ -241,10 +242,10 @@ def _join_torchrun(start: timedelta, backend: str | None) -> None:
 
 
 def _start_children(n: int, start: timedelta, backend: str | None) -> None:
-    if not sys.argv or sys.argv[0] == "" or hasattr(sys, "ps1"):
+    if not sys.argv or sys.argv[0] in ("", "-") or hasattr(sys, "ps1"):  # "-": a script read on stdin
         raise RuntimeError(
             "fork: starts copies of the running script, so it needs one: "
-            "run `python script.py` (or `python -m module`), not an interactive session"
+            "run `python script.py` (or `python -m module`), not an interactive session or a script on stdin"
         )
     try:
         store = TCPStore(LOOPBACK, 0, n + 1, is_master=True, timeout=start, wait_for_workers=False)

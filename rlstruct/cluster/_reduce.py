@@ -86,9 +86,23 @@ def _flat_collective(op: str, tensors: list[torch.Tensor], apply: str) -> list[t
         if flat.numel():
             if apply == "broadcast":
                 run(op, partial(dist.broadcast, flat, src=0))
+            elif apply == "avg" and flat.dtype in (torch.float16, torch.bfloat16):
+                # summed in float32: a sum beyond the half range still averages to a value it holds
+                wide = flat.float()
+                run(op, partial(dist.all_reduce, wide, op=dist.ReduceOp.SUM))
+                flat.copy_(wide.div_(world_size()))
             else:
+                # the backends' max and min keep a NaN of the first operand only: a NaN is carried apart
+                nan = (
+                    torch.isnan(flat).to(torch.uint8)
+                    if apply in ("max", "min") and flat.is_floating_point()
+                    else None
+                )
                 run(op, partial(dist.all_reduce, flat, op=_REDUCE_OPS[apply]))
-        if apply == "avg":
+                if nan is not None:
+                    run(op, partial(dist.all_reduce, nan, op=dist.ReduceOp.MAX))
+                    flat.masked_fill_(nan.bool(), math.nan)
+        if apply == "avg" and flat.dtype not in (torch.float16, torch.bfloat16):
             flat.div_(world_size())
         parts = flat.split([tensors[i].numel() for i in indices])
         for i, part in zip(indices, parts, strict=True):
@@ -153,7 +167,9 @@ def reduce_avg(x: Reducible) -> Reducible:
     """The element-wise mean of ``x`` over all processes: ``sum(x) / world_size()``.
 
     As ``sum``, for floating-point tensors only (an average of integers would
-    change the dtype).
+    change the dtype). float16 and bfloat16 are summed in float32 and the
+    mean rounded back, so that a sum beyond their range (two 40000s in
+    float16) still gives the mean they hold.
 
     Examples:
         >>> import torch
@@ -167,7 +183,8 @@ def reduce_avg(x: Reducible) -> Reducible:
 def reduce_max(x: Reducible) -> Reducible:
     """The element-wise maximum of ``x`` over all processes (exact).
 
-    As ``sum``; bool tensors are accepted (``max`` is then a logical or).
+    As ``sum``; bool tensors are accepted (``max`` is then a logical or). A
+    NaN on any process makes its element NaN, as ``torch.maximum`` does.
 
     Examples:
         >>> import torch
@@ -181,7 +198,8 @@ def reduce_max(x: Reducible) -> Reducible:
 def reduce_min(x: Reducible) -> Reducible:
     """The element-wise minimum of ``x`` over all processes (exact).
 
-    As ``sum``; bool tensors are accepted (``min`` is then a logical and).
+    As ``sum``; bool tensors are accepted (``min`` is then a logical and). A
+    NaN on any process makes its element NaN, as ``torch.minimum`` does.
 
     Examples:
         >>> import torch
@@ -365,7 +383,8 @@ def average_gradients(module_or_params: torch.nn.Module | torch.Tensor | Iterabl
     process: each process then steps with the same gradient. Gradients are
     copied into one buffer per dtype (normally one), summed across processes
     and divided by the world size: ``(g_0 + ... + g_{n-1}) / n``, in the
-    order ``sum`` describes. Parameters without a gradient are skipped, and
+    order ``sum`` describes (float16 and bfloat16 gradients summed in
+    float32, as ``avg`` does). Parameters without a gradient are skipped, and
     must be the same on every process.
 
     Args:

@@ -47,7 +47,7 @@ class Learner:
 
     Raises:
         TypeError: if ``scheme`` is not a ``Scheme``.
-        ValueError: if ``target_steps`` is not a positive int.
+        ValueError: if ``target_steps`` is not a positive int, or ``scheme`` is closed.
     """
 
     def __init__(
@@ -57,6 +57,8 @@ class Learner:
             raise TypeError(f"Learner: scheme must be a Scheme, got {type(scheme).__name__}")
         if isinstance(target_steps, bool) or not isinstance(target_steps, int) or target_steps <= 0:
             raise ValueError(f"Learner: target_steps must be a positive int, got {target_steps!r}")
+        if scheme.closed:
+            raise ValueError("Learner: scheme is closed; make a new one")
         self.scheme, self.target_steps = scheme, target_steps
         self.env_steps = 0
         self.updates = 0

@@ -210,7 +210,8 @@ def check_combination(
     )
     for argument, options, cls in given:
         if not isinstance(options, cls):
-            raise TypeError(f"Scheme: {argument} must be a {cls.__name__}, got {describe(options)}")
+            article = "an" if cls.__name__[0] in "AEIOU" else "a"
+            raise TypeError(f"Scheme: {argument} must be {article} {cls.__name__}, got {describe(options)}")
     device = torch.device(device)
     if updates.execution == "decentralised":
         if gradients.remote_workers == 0:

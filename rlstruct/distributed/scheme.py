@@ -222,6 +222,11 @@ class Scheme:
         for name, f in factories.items():
             if not callable(f):
                 raise TypeError(f"Scheme: {name} must be callable, got {describe(f)}")
+        for name, value in (("agent_args", agent_args), ("env_args", env_args)):
+            if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+                raise TypeError(
+                    f"Scheme: {name} must be a dict of keyword arguments (str keys), got {describe(value)}"
+                )
         self.collection = Collection() if collection is None else collection
         self.gradients = Gradients() if gradients is None else gradients
         self.updates = Updates() if updates is None else updates
@@ -558,20 +563,40 @@ class Scheme:
         them does not change the model. ``model`` is only read: in a
         decentralised scheme it keeps the weights the scheme started from,
         since the gradient workers hold and update theirs.
+
+        Raises:
+            RuntimeError: after ``close`` in a decentralised scheme with
+                remote gradient workers, whose weights went with them (an
+                in-process or centralised scheme's weights can still be read).
         """
         if self.updates.execution == "decentralised" and self.pool is not None:
+            if self._closed:
+                raise RuntimeError(
+                    "Scheme.weights: the scheme is closed, and its weights lived in its gradient workers; "
+                    "read them before close()"
+                )
             first = next(iter(self.pool.alive.values()))
             weights = self._get([first.weights.remote()], "send their weights", self.timeout)[0]
         else:
             weights = cpu_weights(self.model)
         return {k: v.clone() for k, v in weights.items()}
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called: then ``step`` and ``set_parameter`` raise."""
+        return self._closed
+
     def set_parameter(self, name: str, value: float) -> None:
         """Set an algorithm hyperparameter everywhere it is used (update worker and gradient workers).
 
         Remote gradient workers get it before their next call (actors run
         calls in order); an error there is raised by the next ``step()``.
+
+        Raises:
+            RuntimeError: after ``close``.
         """
+        if self._closed:
+            raise RuntimeError("Scheme.set_parameter: the scheme is closed")
         self.algorithm.set_parameter(name, value)  # raises for a bad name, before any worker sees it
         if self.local is not None:
             self.local.set_parameter(name, value)
