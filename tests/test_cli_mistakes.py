@@ -470,6 +470,32 @@ def test_a_factory_that_raises_is_named_with_its_error(
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_first_step_gym_env_refuses_is_one_line_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reward gymnasium's own checker refuses (a bool) is found by check, not by the run's first batch."""
+    (tmp_path / "bool_reward.py").write_text(
+        "import gymnasium as gym\n"
+        "from gymnasium.envs.classic_control import CartPoleEnv\n\n\n"
+        "class Won(gym.Wrapper):\n"
+        "    def step(self, action):\n"
+        "        observation, reward, terminated, truncated, info = self.env.step(action)\n"
+        "        return observation, bool(reward > 0), terminated, truncated, info\n\n\n"
+        "def make(**kwargs):\n"
+        "    return gym.wrappers.TimeLimit(Won(CartPoleEnv()), 100)\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        assert main(["train", "a2c", "--env", "bool_reward:make", "--run-dir", str(tmp_path / "runs")]) == 2
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert capsys.readouterr().err == (
+        "rlstruct: --env: GymEnv('bool_reward:make'), instance 0: the reward of the first step is a bool, "
+        "expected a number\n"
+    )
+    assert not (tmp_path / "runs").exists()  # it was made, with a traceback, before
+
+
 def test_check_leaves_torch_alone_and_returns_the_spaces() -> None:
     state = torch.random.get_rng_state()
     for module, env in (

@@ -89,8 +89,14 @@ def test_the_storages_check_their_arguments() -> None:
         ReplayStorage(gradient_steps=0.0)
     with pytest.raises(ValueError, match="ReplayStorage: capacity must be at least 1, got 0"):
         ReplayStorage(0)
-    with pytest.raises(TypeError, match=message("ReplayStorage.insert: data must be a TemporalDictTensor")):
-        ReplayStorage().insert(DictTensor({"x": torch.zeros(2)}))
+    with pytest.raises(
+        TypeError,
+        match=message(
+            "ReplayStorage.insert: data must be a TemporalDictTensor, got a DictTensor: a replay stores what the "
+            "off-policy algorithms (SAC, DQN) prepare; PPO and IMPALA take MinibatchBuffer or WholeBatchBuffer"
+        ),
+    ):
+        ReplayStorage().insert(DictTensor({"x": torch.zeros(2)}))  # what PPO prepares
     with pytest.raises(TypeError, match="HindsightStorage: reward_fn must be callable, got a NoneType"):
         HindsightStorage(None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="strategy must be 'future' or 'final', got 'all'"):

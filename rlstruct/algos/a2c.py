@@ -118,10 +118,10 @@ def check(config: Config) -> EnvSpaces:
 
     The common fields (``check_config``), positive sizes, ``gamma`` and
     ``gae_lambda`` in [0, 1], ``max_grad_norm`` positive, ``ent_coef`` and
-    ``vf_coef`` >= 0, ``memory`` one of ``MEMORIES``, ``n_envs`` a multiple
-    of ``n_processes``, a budget of one iteration at least, and an
-    environment that can be made (made once, then closed). Nothing is
-    started or written.
+    ``vf_coef`` >= 0, ``memory`` one of ``MEMORIES``, ``n_envs`` a multiple of
+    ``n_processes``, a budget of one iteration at least, and an environment
+    that can be made (made once to read its spaces, then once more to reset it
+    and take a random step: ``check_env``). Nothing is started or written.
 
     Then ``check_run``: the agent class ``config.agent`` names (its module
     is imported), and the run directory ``config.resume`` names, whose

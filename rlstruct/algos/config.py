@@ -35,13 +35,15 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn, TypeVar
 
+import numpy as np
 import torch
 
 from rlstruct.algos.agents import named_agent, with_agent_name
 from rlstruct.algos.evaluation import MAKE_ERRORS, EnvSpaces, UnknownEnvironment, env_spaces
 from rlstruct.checks import check_choice, check_int, check_number
+from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import AgentError, ConfigError, describe
-from rlstruct.gym_env import resolve_env
+from rlstruct.gym_env import GymEnv, resolve_env
 from rlstruct.gym_vector_env import GymVectorEnv
 from rlstruct.learning.actor_critic import MEMORIES
 from rlstruct.torch_envs import TORCH_TASKS
@@ -513,13 +515,19 @@ def check_layout(config: TrainConfig, n_envs: int, n_steps: int | None) -> None:
 def check_env(algo: str, env: str) -> EnvSpaces:
     """The spaces of ``env`` (``env_spaces``: the environment made once), checked to have actions ``algo`` takes.
 
+    The environment is then made once more as a ``GymEnv`` of one instance,
+    reset and stepped once with a random action (``first_step``), so that
+    what ``GymEnv`` checks of a first step (observations in their space,
+    rewards that are numbers) is found here, before a run starts.
+
     Returns:
         The spaces, for the caller to build its agent with.
 
     Raises:
         UnknownEnvironment: for an id gymnasium cannot make.
         ValueError: for actions ``algo`` cannot take (see ``ACTIONS``),
-            naming the algorithms that can; for a space no algorithm takes.
+            naming the algorithms that can; for a space no algorithm takes;
+            for a first step ``GymEnv`` refuses.
         TypeError: for an observation space ``GymEnv`` cannot store.
     """
     try:
@@ -539,7 +547,27 @@ def check_env(algo: str, env: str) -> EnvSpaces:
             f"{algo} needs {needs} actions; config.env {env!r} has {space}: "
             f"try {', '.join(fit[:-1])} or {fit[-1]}"
         )
+    first_step(env)
     return spaces
+
+
+def first_step(env: str) -> None:
+    """Reset ``env`` and take one random step through a ``GymEnv`` of one instance, then close it.
+
+    Raises:
+        ValueError, TypeError: naming ``config.env``, for what ``GymEnv``
+            refuses of a reset or a first step (a reward that is not a
+            number, an observation outside its space).
+    """
+    made = GymEnv(env, n_envs=1, seed=0)
+    try:
+        made.reset(DictTensor(batch_size=1))
+        action = torch.as_tensor(np.asarray(made.action_space.sample())).unsqueeze(0)
+        made.step(DictTensor({"action": action}))
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"config.env: {error}") from error
+    finally:
+        made.close()
 
 
 @contextlib.contextmanager

@@ -210,15 +210,15 @@ def check(config: Config) -> EnvSpaces:
 
     The common fields (``check_config``), positive sizes and rates, the
     discount, exploration rates and ``beta_start`` in [0, 1], ``tau`` and
-    ``eps_fraction`` in (0, 1],
-    ``alpha`` >= 0, ``learning_starts`` an int >= 0, ``n_envs`` a multiple
-    of ``n_processes``, a budget of one iteration at least, and an
-    environment with discrete actions (made once, then closed). With
-    ``her``: neither ``recurrent`` nor ``prioritized``, an observation with
-    ``GOAL_KEYS`` of one shape and dtype, and a ``torch_reward``
+    ``eps_fraction`` in (0, 1], ``alpha`` >= 0, ``learning_starts`` an int >=
+    0, ``n_envs`` a multiple of ``n_processes``, a budget of one iteration at
+    least, and an environment with discrete actions (made once to read its
+    spaces, then once more to reset it and take a random step: ``check_env``).
+    With ``her``: neither ``recurrent`` nor ``prioritized``, an observation
+    with ``GOAL_KEYS`` of one shape and dtype, and a ``torch_reward``
     (``hindsight_reward``: the environment made once more). Without
-    ``recurrent``, ``burn_in`` and ``td_steps`` at their defaults; a buffer
-    of at least one batch, and a buffer and a hidden layer (for the built-in
+    ``recurrent``, ``burn_in`` and ``td_steps`` at their defaults; a buffer of
+    at least one batch, and a buffer and a hidden layer (for the built-in
     network) that fit ``device``'s memory (``check_replay``,
     ``check_hidden``). Nothing is started or written.
 

@@ -118,13 +118,13 @@ def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]
 def check(config: Config) -> EnvSpaces:
     """Make every check of ``config`` that can be made before anything starts; returns the environment's spaces.
 
-    The common fields (``check_config``), positive sizes and rates,
-    ``gamma`` in [0, 1], ``ent_coef`` and ``vf_coef`` >= 0, ``memory`` one
-    of ``MEMORIES``, ``n_envs`` a multiple of ``n_processes``, ``n_slots``
-    above ``n_processes``, a budget of one update at least, no
-    ``checkpoint_every`` or ``resume`` (IMPALA cannot continue a run), and
-    an environment that can be made (made once, then closed). Nothing is
-    started or written.
+    The common fields (``check_config``), positive sizes and rates, ``gamma``
+    in [0, 1], ``ent_coef`` and ``vf_coef`` >= 0, ``memory`` one of
+    ``MEMORIES``, ``n_envs`` a multiple of ``n_processes``, ``n_slots`` above
+    ``n_processes``, a budget of one update at least, no ``checkpoint_every``
+    or ``resume`` (IMPALA cannot continue a run), and an environment that can
+    be made (made once to read its spaces, then once more to reset it and take
+    a random step: ``check_env``). Nothing is started or written.
 
     Then ``check_run``: the agent class ``config.agent`` names (its module
     is imported), and the run directory ``config.resume`` names, whose

@@ -125,8 +125,9 @@ def check(config: Config) -> EnvSpaces:
     (``check_actor_critic``: for the built-in agent, left at its default
     without ``recurrent``, and ``hidden`` within the device's memory),
     ``n_envs`` a multiple of ``n_processes``, a budget of one iteration at
-    least, minibatches that one iteration can fill (``_check_minibatch``),
-    and an environment that can be made (made once, then closed). Nothing is
+    least, minibatches that one iteration can fill (``_check_minibatch``), and
+    an environment that can be made (made once to read its spaces, then once
+    more to reset it and take a random step: ``check_env``). Nothing is
     started or written.
 
     Then ``check_run``: the agent class ``config.agent`` names (its module

@@ -203,11 +203,12 @@ def check(config: Config) -> EnvSpaces:
     The common fields (``check_config``), positive sizes and rates, ``tau``
     and ``gamma`` in (0, 1], ``learning_starts`` an int >= 0, ``n_envs`` a
     multiple of ``n_processes``, a budget of one iteration at least, and an
-    environment with continuous (Box) actions (made once, then closed).
-    ``target_entropy`` finite if given; without ``recurrent``, ``burn_in``
-    at its default; a buffer of at least one batch, and a buffer and a
-    hidden layer that fit ``device``'s memory (``check_replay``,
-    ``check_hidden``). Nothing is started or written.
+    environment with continuous (Box) actions (made once to read its spaces,
+    then once more to reset it and take a random step: ``check_env``).
+    ``target_entropy`` finite if given; without ``recurrent``, ``burn_in`` at
+    its default; a buffer of at least one batch, and a buffer and a hidden
+    layer that fit ``device``'s memory (``check_replay``, ``check_hidden``).
+    Nothing is started or written.
 
     Then ``check_run``: the agent class ``config.agent`` names (its module
     is imported), and the run directory ``config.resume`` names, whose

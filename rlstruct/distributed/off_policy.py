@@ -127,7 +127,9 @@ class ReplayStorage:
         """
         if not isinstance(data, TemporalDictTensor):
             raise TypeError(
-                f"{type(self).__name__}.insert: data must be a TemporalDictTensor, got {describe(data)}"
+                f"{type(self).__name__}.insert: data must be a TemporalDictTensor, got {describe(data)}: "
+                "a replay stores what the off-policy algorithms (SAC, DQN) prepare; PPO and IMPALA take "
+                "MinibatchBuffer or WholeBatchBuffer"
             )
         if self.replay is None:
             device = torch.device(data.device or "cpu")
