@@ -24,7 +24,8 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TypeGuard
 
 import torch
 
@@ -35,6 +36,7 @@ __all__ = [
     "check_device",
     "check_int",
     "check_keys",
+    "check_kwargs",
     "check_number",
     "check_tensor",
     "is_int",
@@ -42,7 +44,7 @@ __all__ = [
 ]
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     """Whether ``value`` is an integer (a Python or NumPy int; not a bool), as the checks take one."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
@@ -151,13 +153,26 @@ def check_tensor(owner: str, name: str, value: object, shape: tuple[int, ...], k
     return value
 
 
+def check_kwargs(owner: str, name: str, value: object) -> None:
+    """``value`` must be keyword arguments (``agent_args``, ``env_args``): a mapping with str keys.
+
+    Raises:
+        TypeError: naming ``owner`` and ``name``, for anything else.
+    """
+    if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+        raise TypeError(
+            f"{owner}: {name} must be a dict of keyword arguments (str keys), got {describe(value)}"
+        )
+
+
 def check_device(owner: str, value: object, *, usable: bool = False) -> torch.device:
     """Return ``value`` (a str, a ``torch.device`` or a CUDA index) as a ``torch.device``.
 
     An int is the index of a CUDA device (``0`` is ``cuda:0``), and the CPU
-    is returned as tensors report it (``"cpu:0"`` becomes ``cpu``). With ``usable``, the device must also hold tensors on this machine, and
-    is returned as tensors report it (``"cuda"`` becomes ``cuda:0``): what
-    is made once and used for long (a batcher, an environment) is refused at
+    is returned as tensors report it (``"cpu:0"`` becomes ``cpu``). With
+    ``usable``, the device must also hold tensors on this machine, and is
+    returned as tensors report it (``"cuda"`` becomes ``cuda:0``): what is
+    made once and used for long (a batcher, an environment) is refused at
     construction, not after its work is done.
 
     Raises:

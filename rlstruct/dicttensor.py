@@ -36,7 +36,7 @@ from typing import overload
 
 import torch
 
-from rlstruct.checks import check_device, unusable_device
+from rlstruct.checks import check_device, is_int, unusable_device
 from rlstruct.errors import describe
 from rlstruct.specs import Specs, TensorSpec
 
@@ -94,9 +94,7 @@ class DictTensor:
                 f"DictTensor: data must be a mapping of str keys to tensors, got {describe(data)}"
             )
         data = dict(data) if data is not None else {}
-        if batch_size is not None and (
-            not isinstance(batch_size, numbers.Integral) or isinstance(batch_size, bool) or batch_size < 0
-        ):
+        if batch_size is not None and (not is_int(batch_size) or batch_size < 0):
             raise ValueError(f"DictTensor: batch_size must be a non-negative int, got {batch_size!r}")
         batch_size = None if batch_size is None else int(batch_size)  # a NumPy int counts too
         device: torch.device | None = None
@@ -408,7 +406,7 @@ class DictTensor:
         """
         if not isinstance(specs, Specs):
             raise TypeError(f"DictTensor.zeros: specs must be a Specs, got {describe(specs)}")
-        if not isinstance(batch_size, numbers.Integral) or isinstance(batch_size, bool) or batch_size < 0:
+        if not is_int(batch_size) or batch_size < 0:
             raise ValueError(f"DictTensor.zeros: batch_size must be a non-negative int, got {batch_size!r}")
         batch_size = int(batch_size)
         if device is not None:

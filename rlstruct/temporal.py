@@ -29,7 +29,7 @@ from typing import overload
 
 import torch
 
-from rlstruct.checks import check_device, unusable_device
+from rlstruct.checks import check_device, is_int, unusable_device
 from rlstruct.dicttensor import Device, DictTensor, RowIndex, key_list
 from rlstruct.errors import describe
 from rlstruct.specs import Specs, TensorSpec
@@ -96,7 +96,7 @@ class TemporalDictTensor:
                 )
         if n_timesteps is None:
             n_timesteps = 0
-        if not isinstance(n_timesteps, numbers.Integral) or isinstance(n_timesteps, bool) or n_timesteps < 0:
+        if not is_int(n_timesteps) or n_timesteps < 0:
             raise ValueError(
                 f"TemporalDictTensor: n_timesteps must be a non-negative int, got {n_timesteps!r}"
             )
@@ -264,7 +264,7 @@ class TemporalDictTensor:
         if not isinstance(specs, Specs):
             raise TypeError(f"TemporalDictTensor.zeros: specs must be a Specs, got {describe(specs)}")
         for name, n in (("batch_size", batch_size), ("n_timesteps", n_timesteps)):
-            if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
+            if not is_int(n) or n < 0:
                 raise ValueError(f"TemporalDictTensor.zeros: {name} must be a non-negative int, got {n!r}")
         batch_size, n_timesteps = int(batch_size), int(n_timesteps)
         if device is not None:
@@ -293,7 +293,7 @@ class TemporalDictTensor:
         return bool((self._lengths == self._n_timesteps).all())
 
     def _check_time(self, t: int, op: str) -> int:
-        if not isinstance(t, numbers.Integral) or isinstance(t, bool):
+        if not is_int(t):
             raise TypeError(f"TemporalDictTensor.{op}: time index must be an int, got {describe(t)}")
         if not -self._n_timesteps <= t < self._n_timesteps:
             raise IndexError(
@@ -363,7 +363,7 @@ class TemporalDictTensor:
         Raises:
             ValueError: unless ``0 <= start <= end <= T``.
         """
-        ints = all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in (start, end))
+        ints = is_int(start) and is_int(end)
         if not (ints and 0 <= start <= end <= self._n_timesteps):
             raise ValueError(
                 f"TemporalDictTensor.temporal_slice: expected 0 <= start <= end <= {self._n_timesteps}, "
@@ -387,11 +387,7 @@ class TemporalDictTensor:
         Raises:
             ValueError: if ``n_timesteps`` is smaller than T.
         """
-        if (
-            not isinstance(n_timesteps, numbers.Integral)
-            or isinstance(n_timesteps, bool)
-            or n_timesteps < self._n_timesteps
-        ):
+        if not is_int(n_timesteps) or n_timesteps < self._n_timesteps:
             raise ValueError(
                 f"TemporalDictTensor.expand: n_timesteps must be an int >= {self._n_timesteps}, got {n_timesteps!r}"
             )

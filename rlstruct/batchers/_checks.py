@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import enum
-import numbers
 import pickle
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
+from rlstruct.checks import check_kwargs, is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 
@@ -46,7 +46,7 @@ def env_factory(owner: str, value: object) -> None:
 
 
 def positive_int(owner: str, name: str, value: object) -> int:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+    if not is_int(value) or value < 1:
         raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
     return int(value)  # a NumPy int counts too
 
@@ -128,17 +128,9 @@ def layout(owner: str, value: object) -> None:
         raise ValueError(f"{owner}: layout must be 'full' or 'compact', got {value!r}")
 
 
-def arguments(owner: str, name: str, value: object) -> None:
-    """``agent_args`` and ``env_args`` are keyword arguments: a mapping with str keys (a TypeError naming ``name``)."""
-    if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
-        raise TypeError(
-            f"{owner}: {name} must be a dict of keyword arguments (str keys), got {describe(value)}"
-        )
-
-
 def env_args(owner: str, value: Mapping[str, Any]) -> None:
     """``env_args`` may not set what the batcher gives every environment factory."""
-    arguments(owner, "env_args", value)
+    check_kwargs(owner, "env_args", value)
     for reserved in ("n_envs", "seed"):
         if reserved in value:
             raise ValueError(

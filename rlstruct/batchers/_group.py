@@ -169,13 +169,11 @@ class Group:
                 f"{self.name}: the agent must return (DictTensor, DictTensor), got "
                 f"({describe(output)}, {describe(state)})"
             )
+        expected = self.state_layout
         for dt in (state, before):
-            layout = {k: (v.dtype, tuple(v.shape[1:])) for k, v in dt.items()}
-            expected = self.state_layout
+            layout = _row_layout(dt)
             if layout != expected:
-                key = sorted(k for k in layout.keys() | expected.keys() if layout.get(k) != expected.get(k))[
-                    0
-                ]
+                key = _first_difference(layout, expected)
                 raise ValueError(
                     f"{self.name}: the agent's {'new ' if dt is state else ''}state key {key!r} is "
                     f"{layout.get(key, 'missing')} (dtype, per-row shape), but {expected.get(key, 'no such key')} "
@@ -211,7 +209,7 @@ class Group:
     def _mismatch(self, part: str, fields: list[Field], dt: DictTensor, t: int) -> ValueError:
         expected = {f.key: (f.dtype, tuple(f.shape)) for f in fields}
         got = {k: (v.dtype, tuple(v.shape)) for k, v in dt.items()}
-        key = sorted(k for k in expected.keys() | got.keys() if expected.get(k) != got.get(k))[0]
+        key = _first_difference(expected, got)
         return ValueError(
             f"{self.name}: at step {t} the {part} key {key!r} is {got.get(key, 'missing')} (dtype, shape), "
             f"but the buffer, made from the first step, holds {expected.get(key, 'no such key')}; "
@@ -323,7 +321,7 @@ class Group:
                 f"{self.name}: agent.initial_state must return a DictTensor of {self.n_envs} rows, "
                 f"got {describe(self.state) if not isinstance(self.state, DictTensor) else self.state}"
             )
-        self.state_layout = {k: (v.dtype, tuple(v.shape[1:])) for k, v in self.state.items()}
+        self.state_layout = _row_layout(self.state)
         if self.history is not None:
             if self.window_spec is None:
                 self.window_spec = self._probe()
@@ -569,3 +567,13 @@ class Group:
             self.env.close()
         finally:
             self.agent.close()
+
+
+def _row_layout(dt: DictTensor) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """key -> (dtype, per-row shape) of ``dt``: what a state or a buffer must keep."""
+    return {k: (v.dtype, tuple(v.shape[1:])) for k, v in dt.items()}
+
+
+def _first_difference(a: Mapping[str, object], b: Mapping[str, object]) -> str:
+    """The first key, in sorted order, whose value differs between ``a`` and ``b`` (or that one lacks)."""
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))[0]

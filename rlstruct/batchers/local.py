@@ -18,7 +18,7 @@ from rlstruct.batchers import _checks
 from rlstruct.batchers._checks import State
 from rlstruct.batchers._group import Group, GroupSpec
 from rlstruct.batchers._storage import Layout, Staging, full_layout
-from rlstruct.checks import check_device, is_int
+from rlstruct.checks import check_device, check_kwargs, is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
 from rlstruct.errors import describe
@@ -158,7 +158,7 @@ class LocalBatcher:
         seed = int(seed)
         self.mode: Mode = mode
         self.device = check_device(NAME, device, usable=True)
-        _checks.arguments(NAME, "agent_args", agent_args)
+        check_kwargs(NAME, "agent_args", agent_args)
         _checks.env_args(NAME, env_args)
         _checks.env_factory(NAME, env_factory)
         self._staging = Staging(self.device)  # CUDA: the pinned buffers get() copies through

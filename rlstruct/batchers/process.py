@@ -50,7 +50,7 @@ from rlstruct.batchers._shared import SharedBuffers, SharedWeights
 from rlstruct.batchers._slots import WAIT_S, SlotBoard
 from rlstruct.batchers._storage import STORED, Layout, Staging, filled_next, full_layout
 from rlstruct.batchers._worker import WorkerSpec
-from rlstruct.checks import check_device, is_int
+from rlstruct.checks import check_device, check_kwargs, is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
 from rlstruct.errors import WorkerError, describe
@@ -244,7 +244,7 @@ class MultiprocessBatcher:
             ("env_args", env_args),
         ):
             _checks.picklable(NAME, name, value)
-        _checks.arguments(NAME, "agent_args", agent_args)
+        check_kwargs(NAME, "agent_args", agent_args)
         _checks.env_args(NAME, env_args)
         self.mode: Mode = mode
         self.n_slots = n_slots if n_slots is not None else n_processes

@@ -62,7 +62,7 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.batchers import cpu_weights
-from rlstruct.checks import check_choice, check_device, check_int, check_number
+from rlstruct.checks import check_choice, check_device, check_int, check_kwargs, check_number
 from rlstruct.distributed.algorithms import Algorithm, Buffer, after_update, target_buffers, trained_module
 from rlstruct.distributed.codec import check_codec, pack
 from rlstruct.distributed.collection import CollectionWorker, Collectors
@@ -222,11 +222,8 @@ class Scheme:
         for name, f in factories.items():
             if not callable(f):
                 raise TypeError(f"Scheme: {name} must be callable, got {describe(f)}")
-        for name, value in (("agent_args", agent_args), ("env_args", env_args)):
-            if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
-                raise TypeError(
-                    f"Scheme: {name} must be a dict of keyword arguments (str keys), got {describe(value)}"
-                )
+        check_kwargs("Scheme", "agent_args", agent_args)
+        check_kwargs("Scheme", "env_args", env_args)
         self.collection = Collection() if collection is None else collection
         self.gradients = Gradients() if gradients is None else gradients
         self.updates = Updates() if updates is None else updates

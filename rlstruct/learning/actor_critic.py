@@ -20,13 +20,12 @@ Examples:
 from __future__ import annotations
 
 import itertools
-import numbers
 from collections.abc import Mapping, Sequence
 
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.checks import check_int
+from rlstruct.checks import check_int, is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 from rlstruct.learning.categorical import categorical_entropy
@@ -159,7 +158,7 @@ class ActorCritic(Agent):
                 f"got the int {hidden}"
             )
         hidden = tuple(hidden)
-        if any(isinstance(h, bool) or not isinstance(h, numbers.Integral) for h in hidden):
+        if not all(is_int(h) for h in hidden):
             raise TypeError(f"ActorCritic: hidden must be a sequence of int layer sizes, got {hidden!r}")
         if not hidden or any(h < 1 for h in hidden):
             raise ValueError(f"ActorCritic: hidden must be positive sizes, got {hidden!r}")

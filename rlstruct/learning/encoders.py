@@ -49,13 +49,12 @@ Examples:
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterable, Mapping
 from typing import cast
 
 import torch
 
-from rlstruct.checks import check_int
+from rlstruct.checks import check_int, is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 from rlstruct.specs import ObservationSpace
@@ -398,7 +397,7 @@ def observation_encoder(
         if made.is_flat and made.keys == ("observation",):
             return None, made.out_dim  # a flat box: read as it is, the same as obs_dim
         return made, made.out_dim
-    if isinstance(obs_dim, bool) or not isinstance(obs_dim, numbers.Integral):
+    if not is_int(obs_dim):
         raise TypeError(f"{owner}: obs_dim must be a positive int, got {describe(obs_dim)}")
     if obs_dim < 1:
         raise ValueError(f"{owner}: obs_dim must be positive, got {obs_dim}")

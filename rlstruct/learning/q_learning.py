@@ -30,13 +30,13 @@ Examples:
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
 from typing import Protocol, cast, runtime_checkable
 
 import torch
 
 from rlstruct.agent import Agent
+from rlstruct.checks import is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 from rlstruct.learning.actor_critic import greedy_rows, mlp
@@ -234,7 +234,7 @@ def check_q_sizes(owner: str, n_actions: int | None, hidden: Sequence[int]) -> i
         TypeError: for an int ``hidden``, or an ``n_actions`` that is not an int, naming ``owner``.
         ValueError: naming ``owner`` and the argument.
     """
-    if n_actions is not None and (isinstance(n_actions, bool) or not isinstance(n_actions, numbers.Integral)):
+    if n_actions is not None and not is_int(n_actions):
         raise TypeError(
             f"{owner}: n_actions must be a positive int (discrete actions), got {describe(n_actions)}"
         )
