@@ -65,7 +65,7 @@ from rlstruct.env import REQUIRED_KEYS, Environment
 from rlstruct.errors import describe
 from rlstruct.specs import ObservationSpace
 
-__all__ = ["GymEnv", "action_array", "observation_spaces", "with_flags"]
+__all__ = ["GymEnv", "action_array", "check_action_values", "observation_spaces", "with_flags"]
 
 _COMPOSITE = (gym.spaces.Dict, gym.spaces.Tuple)
 """The spaces whose entries are stored under keys of their own, joined by ``/``."""
@@ -284,6 +284,36 @@ def action_array(
             f"{space} needs {torch.from_numpy(np.zeros(0, dtype)).dtype}"
         )
     return array
+
+
+def check_action_values(
+    owner: str, array: np.ndarray[Any, Any], space: gym.Space[Any], rows: np.ndarray[Any, Any] | None = None
+) -> None:
+    """Refuse a Discrete, MultiDiscrete or MultiBinary action outside its space, naming the row.
+
+    A Box action is left to the environment (most clip it). ``rows`` limits
+    the check to the rows that are stepped (all when None).
+
+    Raises:
+        ValueError: if an action of ``rows`` lies outside ``space``.
+    """
+    if isinstance(space, gym.spaces.Discrete):
+        low, high = space.start, space.start + space.n - 1
+    elif isinstance(space, gym.spaces.MultiDiscrete):
+        low, high = space.start, space.start + space.nvec - 1
+    elif isinstance(space, gym.spaces.MultiBinary):
+        low, high = 0, 1
+    else:
+        return
+    values = array if rows is None else array[rows]
+    outside = (values < low) | (values > high)
+    if not outside.any():
+        return
+    bad = int(np.flatnonzero(outside.reshape(len(values), -1).any(axis=1))[0])
+    row = bad if rows is None else int(rows[bad])
+    raise ValueError(
+        f"{owner}: key 'action' of row {row} is {array[row].tolist()}, outside the action space {space}"
+    )
 
 
 def with_flags(
@@ -545,7 +575,8 @@ class GymEnv(Environment):
         Raises:
             TypeError: if the action is not a DictTensor or has another dtype
                 than the action space.
-            ValueError: if the key ``action`` is missing or has the wrong shape,
+            ValueError: if the key ``action`` is missing or has the wrong shape, or
+                a Discrete, MultiDiscrete or MultiBinary action lies outside its space,
                 or (at the first step) an observation does not match its space
                 or a reward is not a number.
             RuntimeError: before ``reset`` or after ``close``.
@@ -557,11 +588,14 @@ class GymEnv(Environment):
         actions = self._actions(action)
         n = self.n_envs
         envs = self._envs
+        owner = f"GymEnv({self.name!r}).step"
         if self._auto_reset:  # every instance runs: no index bookkeeping on this path
             running = range(n)
+            check_action_values(owner, actions, self.action_space)
             results = [envs[i].step(actions[i]) for i in running]  # type: ignore[union-attr]
         else:
             running = np.flatnonzero(self._running)  # type: ignore[assignment]
+            check_action_values(owner, actions, self.action_space, running)  # type: ignore[arg-type]
             results = [envs[i].step(actions[i]) for i in running]  # type: ignore[union-attr]
         if not self._step_checked:
             self._check_first_step(running, results)
@@ -642,6 +676,7 @@ class GymEnv(Environment):
                 f"GymEnv({self.name!r}): step_into() needs reset(env_info, auto_reset=True) first"
             )
         actions = self._actions(action)
+        check_action_values(f"GymEnv({self.name!r}).step_into", actions, self.action_space)
         envs = self._envs
         results = [envs[i].step(actions[i]) for i in range(self.n_envs)]  # type: ignore[union-attr]
         if not self._step_checked:

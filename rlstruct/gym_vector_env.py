@@ -81,7 +81,7 @@ from rlstruct.checks import check_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
 from rlstruct.errors import describe
-from rlstruct.gym_env import ACTION_SPACES, action_array, observation_spaces, with_flags
+from rlstruct.gym_env import ACTION_SPACES, action_array, check_action_values, observation_spaces, with_flags
 
 __all__ = ["GymVectorEnv"]
 
@@ -460,7 +460,8 @@ class GymVectorEnv(Environment):
             TypeError: if the action is not a DictTensor or has another dtype
                 than the action space.
             ValueError: if the key ``action`` is missing or has the wrong
-                shape, or the vector environment returns observations that do
+                shape, or a Discrete, MultiDiscrete or MultiBinary action lies
+                outside its space, or the vector environment returns observations that do
                 not match their space (checked in range at the first step
                 only), or misses the final observation of an ended row.
             RuntimeError: before ``reset`` or after ``close``.
@@ -471,6 +472,9 @@ class GymVectorEnv(Environment):
             raise RuntimeError(f"GymVectorEnv({self.name!r}): step() before reset()")
         actions = self._actions(action)
         running = self._running
+        check_action_values(
+            f"GymVectorEnv({self.name!r}).step", actions, self.action_space, np.flatnonzero(running)
+        )
         stopped = ~running
         episodic_stop = not self._auto_reset and bool(stopped.any())
         if episodic_stop:  # a stopped row steps with its last action, whatever the agent gives

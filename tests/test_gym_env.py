@@ -909,3 +909,62 @@ def test_an_observation_entry_named_as_a_flag_is_refused(name: str) -> None:
     env.close()
     with pytest.raises(ValueError, match=message(f"observation_spaces: the observation entries ['{name}']")):
         observation_spaces(ClashingEnv().observation_space)
+
+
+class ActionEnv(gym.Env[Any, Any]):
+    """Takes any action of ``action_space`` and records it; episodes last ``length`` steps."""
+
+    def __init__(self, action_space: gym.Space[Any], length: int = 5) -> None:
+        self.observation_space = spaces.Box(-1, 1, (1,), dtype=np.float32)
+        self.action_space, self.length, self.taken = action_space, length, []
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        self.taken.append(np.asarray(action).tolist())
+        self.t += 1
+        return np.zeros(1, np.float32), 0.0, self.t >= self.length, False, {}
+
+
+@pytest.mark.parametrize(
+    ("space", "good", "bad", "shown"),
+    [
+        (spaces.Discrete(2), [0, 1, 1], [0, 2, 1], "of row 1 is 2"),
+        (spaces.Discrete(3, start=1), [1, 3, 2], [1, 2, 0], "of row 2 is 0"),
+        (
+            spaces.MultiDiscrete([2, 3], start=[1, 0]),
+            [[1, 0], [2, 2], [1, 1]],
+            [[1, 0], [2, 2], [0, 1]],
+            "of row 2 is [0, 1]",
+        ),
+        (spaces.MultiBinary(2), [[0, 1], [1, 1], [0, 0]], [[0, 1], [1, 2], [0, 0]], "of row 1 is [1, 2]"),
+    ],
+)
+@pytest.mark.parametrize("auto_reset", [False, True])
+def test_discrete_actions_outside_the_space_are_refused_naming_the_row(
+    space: gym.Space[Any], good: list[Any], bad: list[Any], shown: str, auto_reset: bool
+) -> None:
+    dtype = torch.from_numpy(np.zeros(0, space.dtype)).dtype
+    env = GymEnv(lambda: ActionEnv(space), n_envs=3)
+    env.reset(no_info(3), auto_reset=auto_reset)
+    env.step(DictTensor({"action": torch.tensor(good, dtype=dtype)}))
+    assert [e.taken for e in env._envs] == [[g] for g in good]  # type: ignore[union-attr]
+    with pytest.raises(
+        ValueError,
+        match=message(f"GymEnv('<lambda>').step: key 'action' {shown}, outside the action space {space}"),
+    ):
+        env.step(DictTensor({"action": torch.tensor(bad, dtype=dtype)}))
+    assert [len(e.taken) for e in env._envs] == [1, 1, 1]  # type: ignore[union-attr]
+    env.close()
+
+
+def test_the_actions_of_finished_rows_are_not_checked() -> None:
+    env = GymEnv(lambda: ActionEnv(spaces.Discrete(2, start=1), length=1), n_envs=2)
+    env.reset(no_info(2))
+    env.step(act(1, 2))
+    _, observation = env.step(act(0, 0))  # both rows have ended: nothing is stepped
+    assert observation["done"].tolist() == [True, True]
+    env.close()

@@ -501,3 +501,16 @@ def test_an_observation_of_another_dtype_than_its_space_is_named() -> None:
     ):
         env.step(act(1, 1))
     env.close()
+
+
+def test_a_discrete_action_outside_the_space_is_refused_naming_the_row() -> None:
+    env = GymVectorEnv("CartPole-v1", n_envs=3, vectorization_mode="sync")
+    env.reset(no_info(3))
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "GymVectorEnv('CartPole-v1').step: key 'action' of row 2 is -1, outside the action space Discrete(2)"
+        ),
+    ):
+        env.step(act(0, 1, -1))
+    env.close()
