@@ -423,3 +423,55 @@ def test_keys_with_different_rows_and_bad_observations_are_refused() -> None:
         ),
     ):
         encoder(torch.zeros(2, 1))
+
+
+class TwoFeatures(torch.nn.Module):
+    """A user's encoder that says 3 features and gives 2."""
+
+    keys = ("observation",)
+    out_dim = 3
+
+    def forward(self, observation: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return observation["observation"][:, :2].float()
+
+
+@pytest.mark.parametrize("network", ["ActorCritic", "QNetwork", "SquashedGaussianActor", "TwinQ"])
+def test_a_network_names_observations_of_another_size_than_it_was_made_for(network: str) -> None:
+    from rlstruct.learning.actor_critic import ActorCritic
+    from rlstruct.learning.q_learning import QNetwork
+    from rlstruct.learning.soft_actor_critic import SquashedGaussianActor, TwinQ
+
+    def make(**observed: object) -> torch.nn.Module:
+        if network == "ActorCritic":
+            return ActorCritic(n_actions=2, **observed)  # type: ignore[arg-type]
+        if network == "QNetwork":
+            return QNetwork(n_actions=2, **observed)  # type: ignore[arg-type]
+        if network == "SquashedGaussianActor":
+            return SquashedGaussianActor(action_low=[-1.0], action_high=[1.0], **observed)  # type: ignore[arg-type]
+        return TwinQ(action_dim=1, **observed)  # type: ignore[arg-type]
+
+    def run(model: torch.nn.Module, observation: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
+        if network == "ActorCritic":
+            return model.normalized(observation)  # type: ignore[operator]
+        if network == "QNetwork":
+            return model.q_values(observation)  # type: ignore[operator]
+        if network == "SquashedGaussianActor":
+            return model.distribution(observation)[0]  # type: ignore[operator]
+        return model(observation, torch.zeros(observation_rows(observation), 1))
+
+    def observation_rows(observation: torch.Tensor | dict[str, torch.Tensor]) -> int:
+        return len(observation if isinstance(observation, torch.Tensor) else observation["observation"])
+
+    model = make(obs_dim=4)
+    assert run(model, torch.zeros(3, 4)).shape[-1] >= 1  # the size it was made for
+    with pytest.raises(
+        ValueError,
+        match=message(
+            f"{network}: the observations give 5 features per row (features of shape [3, 5]), "
+            "but the network was made for 4 (obs_dim)"
+        ),
+    ):
+        run(model, torch.zeros(3, 5))
+    own = make(encoder=TwoFeatures())
+    with pytest.raises(ValueError, match=message("but the network was made for 3 (its encoder's out_dim)")):
+        run(own, {"observation": torch.zeros(3, 4)})

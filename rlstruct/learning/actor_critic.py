@@ -150,6 +150,7 @@ class ActorCritic(Agent):
     ) -> None:
         super().__init__()
         self.encoder, obs_dim = observation_encoder("ActorCritic", obs_dim, observation_spaces, encoder)
+        self.in_features = obs_dim
         if memory not in MEMORIES:
             raise ValueError(f"ActorCritic: memory must be one of {sorted(MEMORIES)}, got {memory!r}")
         if isinstance(hidden, int):  # config.json's "hidden": 64 is both layers' size
@@ -328,7 +329,7 @@ class ActorCritic(Agent):
         as float32), or the observation's keys (a mapping of ``[N, ...]``
         tensors: the ``encoder``'s keys, or ``observation``).
         """
-        x = encode(self.encoder, observation)
+        x = encode(self.encoder, observation, self.in_features, "ActorCritic")
         return x if self.obs_norm is None else self.obs_norm(x)
 
     @property

@@ -431,7 +431,10 @@ def observed(
 
 
 def encode(
-    encoder: torch.nn.Module | None, observation: torch.Tensor | Mapping[str, torch.Tensor] | DictTensor
+    encoder: torch.nn.Module | None,
+    observation: torch.Tensor | Mapping[str, torch.Tensor] | DictTensor,
+    features: int | None = None,
+    owner: str = "encode",
 ) -> torch.Tensor:
     """The float32 features ``[N, d]`` a network with ``encoder`` reads from N observations.
 
@@ -440,14 +443,26 @@ def encode(
         observation: the observation's keys (a mapping or DictTensor of
             ``[N, ...]`` tensors), or, without an encoder, the ``observation``
             tensor itself.
+        features: the ``d`` the network was made for, checked when given.
+        owner: the network, named in the error.
 
     Returns:
         ``encoder(observation)``, or the flat observation cast to float32 and
         flattened to ``[N, d]``.
+
+    Raises:
+        ValueError: if ``features`` is given and the observations give another ``d``.
     """
     if encoder is not None:
-        features: torch.Tensor = encoder(observation)
-        return features
-    flat = observation if isinstance(observation, torch.Tensor) else observation["observation"]
-    flat = flat.to(torch.float32)
-    return flat.flatten(1) if flat.dim() > 1 else flat.unsqueeze(1)  # a scalar Box: one feature
+        out: torch.Tensor = encoder(observation)
+    else:
+        flat = observation if isinstance(observation, torch.Tensor) else observation["observation"]
+        flat = flat.to(torch.float32)
+        out = flat.flatten(1) if flat.dim() > 1 else flat.unsqueeze(1)  # a scalar Box: one feature
+    if features is not None and (out.dim() != 2 or out.shape[1] != features):
+        made = "its encoder's out_dim" if encoder is not None else "obs_dim"
+        raise ValueError(
+            f"{owner}: the observations give {out.shape[-1] if out.dim() else 0} features per row "
+            f"(features of shape {list(out.shape)}), but the network was made for {features} ({made})"
+        )
+    return out

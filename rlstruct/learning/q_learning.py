@@ -208,6 +208,7 @@ class QNetwork(EpsilonGreedyPolicy, Agent):
     ) -> None:
         super().__init__()
         self.encoder, obs_dim = observation_encoder("QNetwork", obs_dim, observation_spaces, encoder)
+        self.in_features = obs_dim
         self.n_actions = n_actions = check_q_sizes("QNetwork", n_actions, hidden)
         self.dueling = dueling
         self.body, self.head, self.value = q_layers(obs_dim, hidden, n_actions, dueling)
@@ -224,7 +225,9 @@ class QNetwork(EpsilonGreedyPolicy, Agent):
         without one), N rows each, or the flat ``observation`` tensor ``[N,
         ...]`` itself (any dtype).
         """
-        return q_head(self.body(encode(self.encoder, observation)), self.head, self.value)
+        return q_head(
+            self.body(encode(self.encoder, observation, self.in_features, "QNetwork")), self.head, self.value
+        )
 
 
 def check_q_sizes(owner: str, n_actions: int | None, hidden: Sequence[int]) -> int:

@@ -378,6 +378,7 @@ class SquashedGaussianActor(SquashedGaussianPolicy, Agent):
         self.encoder, obs_dim = observation_encoder(
             "SquashedGaussianActor", obs_dim, observation_spaces, encoder
         )
+        self.in_features = obs_dim
         self.body = mlp([obs_dim, *hidden], torch.nn.ReLU)
         self.body.append(torch.nn.ReLU())
         self.head = torch.nn.Linear(hidden[-1], 2 * self.action_dim)
@@ -394,7 +395,8 @@ class SquashedGaussianActor(SquashedGaussianPolicy, Agent):
         without one), N rows each, or the flat ``observation`` tensor ``[N,
         ...]`` itself.
         """
-        mean, log_std = self.head(self.body(encode(self.encoder, observation))).chunk(2, -1)
+        features = encode(self.encoder, observation, self.in_features, "SquashedGaussianActor")
+        mean, log_std = self.head(self.body(features)).chunk(2, -1)
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
 
@@ -432,6 +434,7 @@ class TwinQ(torch.nn.Module):
         super().__init__()
         check_layer_sizes("TwinQ", hidden)
         self.encoder, obs_dim = observation_encoder("TwinQ", obs_dim, observation_spaces, encoder)
+        self.in_features = obs_dim
         sizes = [obs_dim + action_dim, *hidden, 1]
         self.weights = torch.nn.ParameterList()
         self.biases = torch.nn.ParameterList()
@@ -442,7 +445,9 @@ class TwinQ(torch.nn.Module):
 
     def forward(self, observation: torch.Tensor | Observation, unit_action: torch.Tensor) -> torch.Tensor:
         """Q of both networks [2, N] from N observations (as the actor reads them) and unit actions [N, k]."""
-        x = torch.cat([encode(self.encoder, observation), unit_action], -1).expand(2, -1, -1)
+        x = torch.cat([encode(self.encoder, observation, self.in_features, "TwinQ"), unit_action], -1).expand(
+            2, -1, -1
+        )
         last = len(self.weights) - 1
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
             x = torch.baddbmm(bias, x, weight)
