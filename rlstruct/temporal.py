@@ -627,7 +627,7 @@ def _check_lengths(lengths: object, batch_size: int, n_timesteps: int, device: t
         raise ValueError(
             f"TemporalDictTensor: lengths is on {lengths.device}, expected {device} (the values' device)"
         )
-    if batch_size:
+    if batch_size and not lengths.is_meta:  # a meta tensor has a shape but no values to check
         low, high = int(lengths.min()), int(lengths.max())
         if low < 0 or high > n_timesteps:
             bad = int(torch.nonzero((lengths < 0) | (lengths > n_timesteps))[0])

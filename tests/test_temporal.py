@@ -581,6 +581,14 @@ def test_cat_keeps_the_device() -> None:
     assert out.specs() == short.specs()
 
 
+def test_zeros_on_the_meta_device_has_the_shapes_and_no_values() -> None:
+    specs = Specs({"obs": TensorSpec((2,), torch.float32), "done": TensorSpec((), torch.bool)})
+    buffer = TemporalDictTensor.zeros(specs, 3, 4, device="meta")
+    assert buffer.device == torch.device("meta") and buffer.lengths.is_meta
+    assert buffer["obs"].shape == (3, 4, 2) and buffer["done"].dtype == torch.bool
+    assert buffer.mask().shape == (3, 4) and buffer.specs() == specs
+
+
 def test_cat_of_keyless_temporal_dicttensors() -> None:
     a = TemporalDictTensor({}, torch.tensor([1]), n_timesteps=1)
     b = TemporalDictTensor({}, torch.tensor([0, 3]), n_timesteps=3)
