@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["derive_seed"]
+__all__ = ["SEEDS", "derive_seed"]
+
+SEEDS = (-(2**63), 2**64 - 1)
+"""The seeds ``torch.manual_seed`` and ``torch.Generator.manual_seed`` take, both ends included."""
 
 
 def derive_seed(seed: int, stream: str) -> int:

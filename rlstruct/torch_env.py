@@ -57,6 +57,7 @@ from rlstruct.checks import check_device, check_int, is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import REQUIRED_KEYS, Environment
 from rlstruct.errors import describe
+from rlstruct.seeding import SEEDS
 from rlstruct.specs import TensorSpec
 
 __all__ = ["TorchEnv"]
@@ -105,7 +106,7 @@ class TorchEnv(Environment):
         n_envs = check_int(owner, "n_envs", n_envs)
         if not is_int(seed):
             raise TypeError(f"{owner}: seed must be an int, got {describe(seed)}")
-        if not -(2**63) <= seed < 2**64:  # what torch.Generator.manual_seed takes
+        if not SEEDS[0] <= seed <= SEEDS[1]:
             raise ValueError(f"{owner}: seed must be in [-2**63, 2**64), got {seed}")
         seed = int(seed)
         if max_episode_steps is not None and (not is_int(max_episode_steps) or max_episode_steps <= 0):

@@ -46,6 +46,7 @@ from rlstruct.errors import AgentError, ConfigError, describe
 from rlstruct.gym_env import GymEnv, resolve_env
 from rlstruct.gym_vector_env import GymVectorEnv
 from rlstruct.learning.actor_critic import MEMORIES
+from rlstruct.seeding import SEEDS
 from rlstruct.torch_envs import TORCH_TASKS
 
 __all__ = [
@@ -307,9 +308,6 @@ def check_resume(config: TrainConfig) -> None:
             f"differ: {', '.join(differ)}; use the config the run was trained with"
         )
 
-
-SEEDS = (-(2**63), 2**64 - 1)
-"""The seeds ``torch.manual_seed`` takes."""
 
 MAX_THREADS = 2**31 - 1
 """The most threads ``torch.set_num_threads`` takes."""

@@ -30,13 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from rlstruct.agent import Agent
-from rlstruct.algos.config import ALGORITHMS, SEEDS, TrainConfig, check_field_types, stored_config
+from rlstruct.algos.config import ALGORITHMS, TrainConfig, check_field_types, stored_config
 from rlstruct.algos.evaluation import EvalResult, Evaluator, env_spaces, eval_seed
 from rlstruct.algos.recording import Recording, record_episode
 from rlstruct.batchers import cpu_weights
 from rlstruct.checkpoint import load_checkpoint
 from rlstruct.checks import check_int
 from rlstruct.logger import CHECKPOINT_NAME, CONFIG_NAME
+from rlstruct.seeding import SEEDS
 
 __all__ = ["SavedRun", "load_run"]
 
