@@ -272,6 +272,40 @@ def test_options_must_be_their_dataclasses() -> None:
 
 
 @pytest.mark.parametrize(
+    ("agent", "agent_args", "env_args", "factories", "text"),
+    [
+        (
+            ActorCritic,
+            AGENT_ARGS,
+            CARTPOLE,
+            (PPO, SAC_STORAGE),
+            "a ReplayStorage, but PPO prepares data for MinibatchBuffer or WholeBatchBuffer",
+        ),
+        (ActorCritic, AGENT_ARGS, CARTPOLE, (IMPALA, SAC_STORAGE), "a ReplayStorage, but IMPALA prepares"),
+        (
+            SquashedGaussianActor,
+            SAC_ACTOR,
+            {"env": "Pendulum-v1"},
+            (SAC, WholeBatchBuffer),
+            "a WholeBatchBuffer, but SAC prepares data for ReplayStorage, PrioritizedStorage or HindsightStorage",
+        ),
+        (
+            SquashedGaussianActor,
+            SAC_ACTOR,
+            {"env": "Pendulum-v1"},
+            (SAC, PPO_BUFFER),
+            "a MinibatchBuffer, but SAC",
+        ),
+    ],
+)
+def test_a_buffer_for_the_other_kind_of_algorithm_is_refused_before_any_worker_starts(
+    agent: Any, agent_args: dict[str, Any], env_args: dict[str, Any], factories: tuple[Any, Any], text: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"Scheme: buffer_factory makes {text}")):
+        Scheme(agent, agent_args, GymEnv, env_args, *factories, collection=Collection(n_envs=2, n_steps=4))
+
+
+@pytest.mark.parametrize(
     ("device", "error", "message"),
     [
         ("gpu", ValueError, r"Scheme: device must name a torch device such as 'cpu' or 'cuda:0', got 'gpu'"),

@@ -63,7 +63,17 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.batchers import cpu_weights
 from rlstruct.checks import check_choice, check_device, check_int, check_kwargs, check_number
-from rlstruct.distributed.algorithms import Algorithm, Buffer, after_update, target_buffers, trained_module
+from rlstruct.distributed.algorithms import (
+    IMPALA,
+    PPO,
+    Algorithm,
+    Buffer,
+    MinibatchBuffer,
+    WholeBatchBuffer,
+    after_update,
+    target_buffers,
+    trained_module,
+)
 from rlstruct.distributed.codec import check_codec, pack
 from rlstruct.distributed.collection import CollectionWorker, Collectors
 from rlstruct.distributed.gradients import (
@@ -73,6 +83,7 @@ from rlstruct.distributed.gradients import (
     seeded,
     set_flat_gradients,
 )
+from rlstruct.distributed.off_policy import DQN, SAC, ReplayStorage
 from rlstruct.distributed.options import Collection, Gradients, Updates, check_combination
 from rlstruct.env import Environment
 from rlstruct.errors import DistributedError, describe
@@ -187,8 +198,10 @@ class Scheme:
     Raises:
         ValueError, TypeError: for a bad option or combination of options
             (``check_combination``; a ``device`` that is not a CPU or CUDA
-            device, CUDA where torch has none), naming it, before any
-            worker starts.
+            device, CUDA where torch has none; a buffer of the library's
+            for one of its algorithms of the other kind, such as a
+            ``ReplayStorage`` for ``PPO``), naming it, before any worker
+            starts.
         DistributedError: if the actors cannot be scheduled on the cluster
             (a request larger than any node, GPUs the cluster lacks), or are not
             running within ``start_timeout``.
@@ -245,6 +258,8 @@ class Scheme:
             self.algorithm = algo_factory(self.model)
             self.trained = trained_module(self.algorithm)  # the model, or the model and its critics
         self._check_algorithm()
+        with seeded(seed):
+            self._check_buffer(buffer_factory)
         self.version = 0
         self._closed = False
         self._failed = False  # a start or a step failed: close() then kills the actors without waiting
@@ -381,6 +396,35 @@ class Scheme:
                 f"{type(self.algorithm).__name__} has an after_update() but no trained.target made by "
                 f"frozen_copy; got gradients.local_steps={self.gradients.local_steps} (use 1)"
             )
+
+    def _check_buffer(self, buffer_factory: Callable[[], Buffer]) -> None:
+        """Refuse a buffer of the library's for one of its algorithms of the other kind, before any worker starts.
+
+        The on-policy algorithms (``PPO``, ``IMPALA``) prepare steps or rows
+        for ``MinibatchBuffer`` and ``WholeBatchBuffer``; the off-policy ones
+        (``SAC``, ``DQN``) prepare transitions for the replays
+        (``ReplayStorage`` and its subclasses). Another pairing failed at the
+        first insert or loss, in a gradient worker. Your own algorithm or
+        buffer is not checked.
+
+        Raises:
+            ValueError: naming the buffer, the algorithm and the buffers it takes.
+        """
+        on_policy, off_policy = (PPO, IMPALA), (SAC, DQN)
+        algorithm = self.algorithm
+        if not isinstance(algorithm, on_policy + off_policy):
+            return
+        buffer = buffer_factory()
+        if isinstance(algorithm, on_policy) and isinstance(buffer, ReplayStorage):
+            takes = "MinibatchBuffer or WholeBatchBuffer"
+        elif isinstance(algorithm, off_policy) and isinstance(buffer, (MinibatchBuffer, WholeBatchBuffer)):
+            takes = "ReplayStorage, PrioritizedStorage or HindsightStorage"
+        else:
+            return
+        raise ValueError(
+            f"Scheme: buffer_factory makes a {type(buffer).__name__}, but {type(algorithm).__name__} "
+            f"prepares data for {takes}"
+        )
 
     def _get(self, refs: list[Any], what: str, timeout: float) -> list[Any]:
         """``ray.get`` of calls to gradient workers, with the library's errors."""
