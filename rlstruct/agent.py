@@ -32,11 +32,12 @@ from abc import ABC, abstractmethod
 import torch
 
 from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import AgentError, describe
 from rlstruct.history import history_windows
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
 
-__all__ = ["Agent", "history_length", "observation_keys", "replay_agent"]
+__all__ = ["Agent", "act", "history_length", "observation_keys", "replay_agent"]
 
 
 class Agent(torch.nn.Module, ABC):
@@ -170,6 +171,33 @@ class Agent(torch.nn.Module, ABC):
         """Release resources held outside the module (files, simulators). Safe to call twice."""
 
 
+def act(
+    owner: str,
+    agent: Agent,
+    state: DictTensor,
+    observation: DictTensor,
+    agent_info: DictTensor,
+    history: TemporalDictTensor | None = None,
+) -> tuple[DictTensor, DictTensor]:
+    """``agent(state, observation, agent_info, history)``, checked to be the pair ``(output, new_state)``.
+
+    Args:
+        owner: who calls, named in the error ("group 0", "replay_agent").
+
+    Raises:
+        AgentError: if the agent returns anything but a tuple of two values (a
+            ``forward`` that returns only its output, say); the types of the
+            two are the caller's to check.
+    """
+    returned = agent(state, observation, agent_info, history)
+    if type(returned) is not tuple or len(returned) != 2:
+        raise AgentError(
+            f"{owner}: {type(agent).__name__}.forward must return (output, new_state), two DictTensors, "
+            f"got {describe(returned)}"
+        )
+    return returned
+
+
 def reset_finished_states(
     agent: Agent, state: DictTensor, observation: DictTensor, agent_info: DictTensor
 ) -> DictTensor:
@@ -270,6 +298,17 @@ def _replay_windows(
     return history_windows(before, observed, starts, length)
 
 
+def _check_window_keys(agent: Agent, output: DictTensor, windows: TemporalDictTensor) -> None:
+    """Raise unless the replayed windows hold the agent's outputs, as the windows of collection did."""
+    missing = sorted(k for k in output if k not in windows)
+    if missing:
+        raise ValueError(
+            f"replay_agent: {type(agent).__name__} outputs {missing}, which its history windows held at "
+            f"collection, but the stored steps lack them (they hold {sorted(windows.keys())}); for an agent "
+            "with a history, store every key of the steps (a buffer's add(batch, keys=...) dropped them?)"
+        )
+
+
 def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = None) -> TemporalDictTensor:
     """Re-run ``agent`` over stored trajectories, with gradients.
 
@@ -306,9 +345,10 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
 
     Raises:
         ValueError: if ``stateless`` is True for an agent with state or
-            history, if the batch has no time steps, or if ``batch.info``
+            history, if the batch has no time steps, if ``batch.info``
             lacks the window before step 0 (or has other keys or steps) for
-            an agent wanting the last n steps.
+            an agent wanting the last n steps, or if the steps lack an
+            output of a history agent (which its windows held at collection).
         TypeError: if ``forward_sequence`` returns something else than None
             or a TemporalDictTensor of the batch's rows and steps.
     """
@@ -342,7 +382,7 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
     if stateless or (stateless is None and state.empty() and length is None):
         flat = DictTensor({k: v.flatten(0, 1) for k, v in observation.items()})
         z = agent_info.index(torch.arange(b).repeat_interleave(n_timesteps))
-        output, _ = agent(DictTensor(batch_size=b * n_timesteps), flat, z)
+        output, _ = act("replay_agent", agent, DictTensor(batch_size=b * n_timesteps), flat, z)
         data = {k: v.unflatten(0, (b, n_timesteps)) for k, v in output.items()}
         return TemporalDictTensor(data, steps.lengths)
     windows = None if length is None else _replay_windows(batch, length, before)
@@ -356,6 +396,8 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
         if windows is not None:
             window = windows.index(first_rows + t)
             window = window.temporal_slice(0, t) if length == -1 else window
-        output, state = agent(state, at_t, agent_info, window)
+        output, state = act("replay_agent", agent, state, at_t, agent_info, window)
+        if t == 0 and windows is not None:
+            _check_window_keys(agent, output, windows)
         outputs.append(output)
     return TemporalDictTensor(DictTensor.stack(outputs, dim=1), steps.lengths)

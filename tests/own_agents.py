@@ -182,6 +182,54 @@ class NoValueAgent(MlpAgent):
         return out.get(["action", "log_prob", "logits"]), new_state
 
 
+class ColumnValueAgent(MlpAgent):
+    """Outputs its value as a column ``[B, 1]`` (the critic's output unsqueezed): refused at the first batch."""
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        out, new_state = super().forward(state, observation, agent_info, history)
+        return DictTensor({**dict(out.items()), "value": out["value"].unsqueeze(-1)}), new_state
+
+
+class DoubleLogProbAgent(MlpAgent):
+    """Outputs its log-probabilities in float64: refused at the first batch."""
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        out, new_state = super().forward(state, observation, agent_info, history)
+        return DictTensor({**dict(out.items()), "log_prob": out["log_prob"].double()}), new_state
+
+
+class FlatBootstrapAgent(MlpAgent):
+    """``bootstrap_values`` flattened to ``[B * T]``: refused at the first batch."""
+
+    def bootstrap_values(self, batch: Trajectories) -> torch.Tensor:
+        return super().bootstrap_values(batch).flatten()
+
+
+class OutputOnlyAgent(MlpAgent):
+    """``forward`` returns its output alone, without the new state."""
+
+    def forward(  # type: ignore[override]
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> DictTensor:
+        return super().forward(state, observation, agent_info, history)[0]
+
+
 def relu_mlp(sizes: list[int]) -> torch.nn.Sequential:
     """Linear layers with a ReLU after each but the last."""
     layers: list[torch.nn.Module] = []

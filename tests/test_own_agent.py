@@ -17,11 +17,15 @@ from typing import Any
 import pytest
 import torch
 from own_agents import (
+    ColumnValueAgent,
+    DoubleLogProbAgent,
+    FlatBootstrapAgent,
     GaussianActor,
     GruAgent,
     MixinActor,
     MlpAgent,
     NoValueAgent,
+    OutputOnlyAgent,
     QAgent,
     QAgentWithState,
     WindowAgent,
@@ -211,6 +215,46 @@ def test_the_command_line_reports_an_agent_it_cannot_train_in_one_line(
 def test_an_agent_without_a_needed_output_is_refused_at_the_first_batch(tmp_path: Path) -> None:
     with pytest.raises(AgentError, match=r"ppo cannot train NoValueAgent: its outputs lack \['value'\]"):
         ppo.train(config("ppo", tmp_path, NoValueAgent))
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "impala"])
+@pytest.mark.parametrize(
+    ("agent", "text"),
+    [
+        (ColumnValueAgent, "its output 'value' must be float32 [B, 16], one number per step"),
+        (DoubleLogProbAgent, "its output 'log_prob' must be float32 [B, 16], one number per step"),
+        (FlatBootstrapAgent, "FlatBootstrapAgent.bootstrap_values(batch) must be float32 [B, 16]"),
+    ],
+    ids=["value-column", "float64-log-prob", "flat-bootstrap"],
+)
+def test_an_output_of_another_shape_or_dtype_is_refused_at_the_first_batch(
+    algo: str, agent: Any, text: str, tmp_path: Path
+) -> None:
+    """A value ``[B, 1]`` broadcast against ``[B, T]`` returns in A2C's loss and trained on; now it is named."""
+    rows = 2 if algo == "impala" else 4  # IMPALA's batches are one slot of its 2 processes' 2 environments
+    with pytest.raises(AgentError, match=re.escape(text.replace("[B,", f"[{rows},"))) as caught:
+        MODULES[algo].train(config(algo, tmp_path, agent))
+    assert f"cannot train {agent.__name__}" in str(caught.value)
+
+
+def test_a_forward_that_returns_its_output_alone_is_named(tmp_path: Path) -> None:
+    text = "OutputOnlyAgent.forward must return (output, new_state), two DictTensors, got a DictTensor"
+    with pytest.raises(AgentError, match=re.escape(f"probe: {text}")):  # the multiprocess batcher's probe
+        a2c.train(config("a2c", tmp_path, OutputOnlyAgent))
+    agent = OutputOnlyAgent(4, 2)
+    with LocalBatcher(
+        OutputOnlyAgent,
+        {"obs_dim": 4, "n_actions": 2},
+        GymEnv,
+        {"env": "CartPole-v1"},
+        n_envs=2,
+        n_timesteps=4,
+    ) as batcher:
+        batcher.update(agent.state_dict())
+        with pytest.raises(AgentError, match=re.escape(f"group 0: {text}")):
+            batcher.reset()
+            batcher.execute()
+            batcher.get()
 
 
 def test_the_protocol_check_names_every_missing_piece() -> None:

@@ -47,6 +47,8 @@ from rlstruct.learning.metrics import EpisodeReturns, explained_variance
 from rlstruct.learning.protocols import (
     OnPolicyAgent,
     check_outputs,
+    check_step_values,
+    checked_bootstrap_values,
     clip_gradients,
     update_obs_norm,
     update_value_norm,
@@ -184,7 +186,7 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
             run.batcher.execute()
             batch = run.batcher.get()
             steps = batch.trajectories
-            check_outputs(policy, steps.keys(), "a2c")  # what the loss reads
+            check_outputs(policy, steps, "a2c")  # what the loss reads
             env_steps += per_iteration
             episodes.add(steps)
             run.add_returns(episodes)
@@ -194,8 +196,9 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
             mask = steps.mask()
             b, t = steps.n_elems(), steps.n_timesteps()
             value = out["value"]
+            check_step_values(policy, "a2c", "its replayed output 'value'", value, (b, t))
             with torch.no_grad():
-                next_value = policy.bootstrap_values(batch)
+                next_value = checked_bootstrap_values(policy, batch, "a2c")
                 reward = (
                     steps["next/reward"]
                     if scaler is None

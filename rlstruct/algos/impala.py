@@ -221,7 +221,7 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
 
             lr = annealed(config.lr, env_steps - per_update, config.total_steps, config.anneal)
             set_learning_rate(optimizer, lr)
-            check_outputs(policy, batch.trajectories.keys(), "impala")  # what the loss reads
+            check_outputs(policy, batch.trajectories, "impala")  # what the loss reads
             stats = learner_step(model, optimizer, batch, config)
             update_obs_norm(model, batch.trajectories)  # after the step, which used the actors' statistics
             run.batcher.update(run.weights(model))

@@ -49,7 +49,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlstruct.agent import Agent, history_length
+from rlstruct.agent import Agent, act, history_length
 from rlstruct.algos.evaluation import env_spaces
 from rlstruct.algos.saved import SavedRun, load_run
 from rlstruct.checks import check_int
@@ -241,7 +241,7 @@ class Policy:
             )
         with torch.no_grad():
             window = self._window_before(row, state, z, starting, device)
-            output, new_state = agent(state, row, z, window)
+            output, new_state = act("Policy.act", agent, state, row, z, window)
         action = self._action(output)
         self._state = new_state
         if window is not None:
@@ -311,7 +311,7 @@ class Policy:
             observed = {k: (v.dtype, tuple(v.shape[1:])) for k, v in row.items()}
             probe_window = empty_window(observed, 1, max(self._history, 0), device)
             generator = self.agent.generator.get_state()
-            output, _ = self.agent(state.clone(), row, z, probe_window)
+            output, _ = act("Policy.act", self.agent, state.clone(), row, z, probe_window)
             self.agent.generator.set_state(generator)
             self._action(output)
             self._window_spec = observed | {k: (v.dtype, tuple(v.shape[1:])) for k, v in output.items()}

@@ -217,7 +217,7 @@ def train(config: Config, *, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
             run.batcher.execute()
             batch = run.batcher.get()
             steps = batch.trajectories
-            check_outputs(policy, steps.keys(), "ppo")  # what the losses read
+            check_outputs(policy, steps, "ppo")  # what the losses read
             mask = steps.mask()
             env_steps += per_iteration
             episodes.add(steps)

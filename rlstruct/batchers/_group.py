@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstruct.agent import Agent, history_length, reset_finished_states
+from rlstruct.agent import Agent, act, history_length, reset_finished_states
 from rlstruct.batchers import _checks
 from rlstruct.batchers._storage import PARTS, STORED, Direct, Field, Layout, Slot, direct_views, slot_views
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import REQUIRED_KEYS, Environment, writes_in_place
-from rlstruct.errors import describe
+from rlstruct.errors import AgentError, describe
 from rlstruct.history import Spec, StepHistory, empty_window
 from rlstruct.seeding import derive_seed
 from rlstruct.specs import Specs, TensorSpec
@@ -94,7 +94,7 @@ class Group:
         _checks.env_args(name, env_args)
         self.agent = agent_factory(**agent_args)
         if not isinstance(self.agent, Agent):
-            raise TypeError(f"agent_factory must return an rlstruct.Agent, got {describe(self.agent)}")
+            raise AgentError(f"agent_factory must return an rlstruct.Agent, got {describe(self.agent)}")
         self.env = env_factory(n_envs=n_envs, seed=env_seed, **env_args)
         if not isinstance(self.env, Environment):
             self.agent.close()
@@ -165,7 +165,7 @@ class Group:
         (so a state that changed later in the previous run is caught here).
         """
         if not isinstance(output, DictTensor) or not isinstance(state, DictTensor):
-            raise TypeError(
+            raise AgentError(
                 f"{self.name}: the agent must return (DictTensor, DictTensor), got "
                 f"({describe(output)}, {describe(state)})"
             )
@@ -174,18 +174,18 @@ class Group:
             layout = _row_layout(dt)
             if layout != expected:
                 key = _first_difference(layout, expected)
-                raise ValueError(
+                raise AgentError(
                     f"{self.name}: the agent's {'new ' if dt is state else ''}state key {key!r} is "
                     f"{layout.get(key, 'missing')} (dtype, per-row shape), but {expected.get(key, 'no such key')} "
                     "in its initial_state; a new state keeps the keys, dtypes and shapes of initial_state"
                 )
         if "action" not in output:
-            raise ValueError(
+            raise AgentError(
                 f"{self.name}: the agent's output must hold the key 'action', got {list(output.keys())}"
             )
         for what, dt in (("output", output), ("new state", state)):
             if dt.n_elems() != self.n_envs:
-                raise ValueError(
+                raise AgentError(
                     f"{self.name}: the agent's {what} has {dt.n_elems()} rows, expected {self.n_envs}"
                 )
         elsewhere = {
@@ -195,13 +195,13 @@ class Group:
             if v.device != self.device
         }
         if elsewhere:
-            raise ValueError(
+            raise AgentError(
                 f"{self.name}: the agent's output and state must be on the environment's device "
                 f"{self.device}, got {elsewhere}; make the agent act where the environment is"
             )
         clash = [k for k in output if k in observation]
         if clash:
-            raise ValueError(
+            raise AgentError(
                 f"{self.name}: the agent's output keys {clash} are also observation keys; rename them "
                 "(the trajectories store both side by side)"
             )
@@ -317,7 +317,7 @@ class Group:
         self.verified, self.carry = False, None  # the next run goes through step and checks every key
         self.state = self.agent.initial_state(self.agent_info, self.n_envs)
         if not isinstance(self.state, DictTensor) or self.state.n_elems() != self.n_envs:
-            raise ValueError(
+            raise AgentError(
                 f"{self.name}: agent.initial_state must return a DictTensor of {self.n_envs} rows, "
                 f"got {describe(self.state) if not isinstance(self.state, DictTensor) else self.state}"
             )
@@ -345,7 +345,9 @@ class Group:
         window = empty_window(observed, self.n_envs, max(self.history or 0, 0), self.device)
         generator = self.agent.generator.get_state()
         with torch.no_grad():
-            output, state = self.agent(self.state.clone(), self.observation, self.agent_info, window)
+            output, state = act(
+                self.name, self.agent, self.state.clone(), self.observation, self.agent_info, window
+            )
         self.agent.generator.set_state(generator)
         self._check_output(output, state, self.observation, self.state)
         return observed | {k: (v.dtype, tuple(v.shape[1:])) for k, v in output.items()}
@@ -445,7 +447,7 @@ class Group:
             state = reset_finished_states(agent, self.state, observation, self.agent_info)
             if windows is not None:
                 window = windows.window(t, observation["initial_state"])
-            output, self.state = agent(state, observation, self.agent_info, window)
+            output, self.state = act(self.name, agent, state, observation, self.agent_info, window)
             if t == 0 or not (isinstance(output, DictTensor) and isinstance(self.state, DictTensor)):
                 self._check_output(output, self.state, observation, state)
             reached, following = self.env.step(output)
@@ -523,7 +525,7 @@ class Group:
             state = reset_finished_states(agent, self.state, observation, self.agent_info)
             if windows is not None:
                 window = windows.window(t, observation["initial_state"])
-            output, self.state = agent(state, observation, self.agent_info, window)
+            output, self.state = act(self.name, agent, state, observation, self.agent_info, window)
             if t == 0 or not (isinstance(output, DictTensor) and isinstance(self.state, DictTensor)):
                 self._check_output(output, self.state, observation, state)
             self._write_part(target, "output", output, t)
@@ -556,7 +558,7 @@ class Group:
             f.key: (f.dtype, tuple(f.shape[1:])) for part in ("observation", "output") for f in fields[part]
         }
         if stored != self.window_spec:
-            raise ValueError(
+            raise AgentError(
                 f"{self.name}: the agent's first step has the keys, dtypes and shapes {stored}, but its "
                 f"probe call at the first reset gave {self.window_spec}; the history window needs them fixed"
             )

@@ -22,7 +22,13 @@ from rlstruct.agent import Agent, replay_agent
 from rlstruct.dicttensor import DictTensor
 from rlstruct.learning.losses import actor_critic_loss, normalize_advantages, ppo_loss
 from rlstruct.learning.metrics import explained_variance
-from rlstruct.learning.protocols import OnPolicyAgent, is_sequential, policy_outputs, with_agent_info
+from rlstruct.learning.protocols import (
+    OnPolicyAgent,
+    checked_bootstrap_values,
+    is_sequential,
+    policy_outputs,
+    with_agent_info,
+)
 from rlstruct.returns import gae, vtrace
 from rlstruct.trajectories import Trajectories
 
@@ -63,7 +69,7 @@ def add_advantages(
     """
     steps = batch.trajectories
     with torch.no_grad():
-        next_value = cast(OnPolicyAgent, agent).bootstrap_values(batch)
+        next_value = checked_bootstrap_values(cast(OnPolicyAgent, agent), batch, "add_advantages")
     value = steps["value"]
     adv = gae(
         (steps["next/reward"] if reward is None else reward).to(value.dtype),  # float16/64 rewards too
@@ -196,7 +202,7 @@ def vtrace_agent_loss(
     log_prob = policy.action_log_prob(flat, steps[policy.action_key].flatten(0, 1)).view(b, t)
     value = out["value"].view(b, t)
     with torch.no_grad():
-        next_value = policy.bootstrap_values(batch)
+        next_value = checked_bootstrap_values(policy, batch, "vtrace_agent_loss")
         log_rho = log_prob - steps["log_prob"]
         vs, advantage = vtrace(
             (steps["next/reward"] * reward_scale).to(value.dtype),  # float16/64 rewards too

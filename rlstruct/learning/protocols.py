@@ -39,7 +39,9 @@ __all__ = [
     "check_on_policy_agent",
     "check_outputs",
     "check_replayed_outputs",
+    "check_step_values",
     "check_transition_agent",
+    "checked_bootstrap_values",
     "clip_gradients",
     "is_sequential",
     "merge_observation_moments",
@@ -138,11 +140,20 @@ def check_on_policy_agent(agent: object, learner: str) -> None:
         )
 
 
-def check_outputs(agent: OnPolicyAgent, keys: Iterable[str], learner: str) -> None:
-    """Raise unless the outputs the agent stored (``keys``: the batch's keys) hold what ``learner`` reads.
+def check_outputs(agent: OnPolicyAgent, keys: Iterable[str] | TemporalDictTensor, learner: str) -> None:
+    """Raise unless the outputs the agent stored hold what ``learner`` reads.
+
+    Args:
+        agent: the learner's agent.
+        keys: the batch's keys, or its steps ``[B, T]``: then ``log_prob``
+            and ``value`` must also be float32 ``[B, T]``, one number per
+            step (a ``value`` of ``[B, T, 1]`` would broadcast against the
+            returns in the losses).
+        learner: the learner's name, for the message.
 
     Raises:
-        AgentError: (a ValueError) naming the missing output keys, the agent and the learner.
+        AgentError: (a ValueError) naming the missing output keys, or the
+            output of another shape or dtype, the agent and the learner.
     """
     stored = set(keys)
     needed = [agent.action_key, *ON_POLICY_OUTPUTS]
@@ -152,6 +163,39 @@ def check_outputs(agent: OnPolicyAgent, keys: Iterable[str], learner: str) -> No
             f"{learner} cannot train {type(agent).__name__}: its outputs lack {missing} "
             f"(every step must output {needed}; see rlstruct.learning.OnPolicyAgent), got {sorted(stored)}"
         )
+    if isinstance(keys, TemporalDictTensor):
+        shape = (keys.n_elems(), keys.n_timesteps())
+        for key in ON_POLICY_OUTPUTS:
+            check_step_values(agent, learner, f"its output {key!r}", keys[key], shape)
+
+
+def check_step_values(
+    agent: object, learner: str, what: str, value: torch.Tensor, shape: tuple[int, ...]
+) -> None:
+    """Raise unless ``value`` (an agent's ``log_prob``, ``value`` or bootstrap values) is float32 of ``shape``.
+
+    Raises:
+        AgentError: (a ValueError) naming ``what``, the agent and the learner.
+    """
+    if value.dtype != torch.float32 or tuple(value.shape) != shape:
+        raise AgentError(
+            f"{learner} cannot train {type(agent).__name__}: {what} must be float32 {list(shape)}, one "
+            f"number per step (see rlstruct.learning.OnPolicyAgent), got {value.dtype} {list(value.shape)}"
+        )
+
+
+def checked_bootstrap_values(agent: OnPolicyAgent, batch: Trajectories, learner: str) -> torch.Tensor:
+    """``agent.bootstrap_values(batch)``, checked to be float32 ``[B, T]``.
+
+    Raises:
+        AgentError: (a ValueError) for values of another shape or dtype,
+            naming ``bootstrap_values``, the agent and the learner.
+    """
+    values = agent.bootstrap_values(batch)
+    steps = batch.trajectories
+    what = f"{type(agent).__name__}.bootstrap_values(batch)"
+    check_step_values(agent, learner, what, values, (steps.n_elems(), steps.n_timesteps()))
+    return values
 
 
 def check_transition_agent(agent: object, learner: str, missing: list[str], protocol: str) -> None:
