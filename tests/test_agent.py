@@ -15,7 +15,15 @@ import pytest
 import torch
 from mp_helpers import HistorySumAgent
 
-from rlstruct import Agent, DictTensor, LocalBatcher, TemporalDictTensor, Trajectories, replay_agent
+from rlstruct import (
+    Agent,
+    DictTensor,
+    LocalBatcher,
+    SequenceReplayBuffer,
+    TemporalDictTensor,
+    Trajectories,
+    replay_agent,
+)
 from rlstruct.agent import history_length, reset_finished_states
 from rlstruct.testing import CounterEnv, CountingAgent, RandomAgent
 
@@ -244,6 +252,28 @@ def test_replay_gives_history_agents_the_same_history_as_collection(history: boo
         replayed = replay_agent(CountingAgent(history=history), batch)
         assert replayed["history_length"].equal(batch.trajectories["history_length"])
         assert replayed["count"].equal(batch.trajectories["count"])
+
+
+@pytest.mark.parametrize("history", [2, True])
+def test_replay_refuses_steps_stored_without_the_outputs_a_history_agent_saw(history: bool | int) -> None:
+    """Windows hold the agent's outputs; steps kept without them would give other windows (or none)."""
+    (batch,) = collect(CountingAgent, {"history": history}, n_batches=1, n_timesteps=5)
+    buffer = SequenceReplayBuffer(4)
+    steps = batch.trajectories
+    observed = [k for k in steps if k.startswith("next/") or f"next/{k}" in steps]
+    buffer.add(batch, keys=observed)  # what replay.md advises for an agent without a history
+    with pytest.raises(ValueError, match="replay_agent: ") as caught:
+        replay_agent(CountingAgent(history=history), buffer.sample(2).batch)
+    if history is True:  # no window before step 0 to compare: the outputs are found missing at step 0
+        assert (
+            "CountingAgent outputs ['action', 'count', 'history_length'], which its history windows"
+            in str(caught.value)
+        )
+    buffer = SequenceReplayBuffer(4)
+    buffer.add(batch)  # every key: the same outputs as collection
+    sample = buffer.sample(2)
+    replayed = replay_agent(CountingAgent(history=history), sample.batch)
+    assert replayed["count"].equal(sample.batch.trajectories["count"])
 
 
 def test_replay_gives_history_agents_the_stored_observations() -> None:

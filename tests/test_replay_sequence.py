@@ -428,7 +428,10 @@ def test_load_checks_burn_in_t_and_prioritized(tmp_path: Path) -> None:
         ValueError, match=r"state lacks the entries \['burn_in', 'n_timesteps', 'prioritized'\]"
     ):
         other.load_state_dict({"capacity": 6})
-    with pytest.raises(ValueError, match="the state has capacity 6, this buffer 5"):
+    with pytest.raises(
+        ValueError,
+        match=r"SequenceReplayBuffer\.load_state_dict: the state has capacity=6, this buffer capacity=5",
+    ):
         SequenceReplayBuffer(5, burn_in=2).load(tmp_path / "sequences.pt")
 
 

@@ -319,7 +319,8 @@ class SequenceReplayBuffer:
             keys: the keys of ``batch.trajectories`` to store; all if None.
                 To replay an agent with ``replay_agent``, keep its
                 observation keys, ``initial_state`` and the ``next/`` version
-                of each. ``info`` is always stored whole.
+                of each; for an agent with a history, every key (its windows
+                hold its outputs too). ``info`` is always stored whole.
 
         Raises:
             TypeError: if ``batch`` is not a ``Trajectories``, ``keys`` not a
@@ -450,12 +451,16 @@ class SequenceReplayBuffer:
         op = "SequenceReplayBuffer.load_state_dict"
         if not isinstance(state, Mapping):
             raise TypeError(f"{op}: state must be a dict from state_dict(), got {describe(state)}")
-        missing = [k for k in ("burn_in", "n_timesteps", "prioritized") if k not in state]
+        missing = [k for k in ("burn_in", "capacity", "n_timesteps", "prioritized") if k not in state]
         if missing:
             raise ValueError(
                 f"{op}: state lacks the entries {missing}; was it made by SequenceReplayBuffer.state_dict()?"
             )
-        for name, mine in (("burn_in", self._burn_in), ("prioritized", self._prioritized)):
+        for name, mine in (
+            ("burn_in", self._burn_in),
+            ("capacity", self.capacity),
+            ("prioritized", self._prioritized),
+        ):
             if state[name] != mine:
                 raise ValueError(f"{op}: the state has {name}={state[name]!r}, this buffer {name}={mine!r}")
         held, saved = self.n_timesteps, state["n_timesteps"]
