@@ -30,7 +30,9 @@ from collections.abc import Mapping
 
 import torch
 
+from rlstruct.checks import is_int
 from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import describe
 from rlstruct.temporal import TemporalDictTensor
 
 __all__ = ["StepHistory", "empty_window", "history_windows", "window_after", "window_positions"]
@@ -113,7 +115,14 @@ def history_windows(
     Step t sees ``min(n, t - s)`` steps if its episode started at step
     ``s <= t`` (the last start), else ``min(n, t + lb)``, ``lb`` being the
     length of ``before``.
+
+    Raises:
+        TypeError: if ``steps`` or ``before`` is not a TemporalDictTensor,
+            ``starts`` not a bool tensor, or ``n`` not an int.
+        ValueError: if ``n`` is below 1, ``starts`` not ``[B, T]`` on the
+            steps' device, or ``before`` not ``[B, n]`` with the keys of ``steps``.
     """
+    _check_windows_inputs(before, steps, starts, n)
     b, t_max = steps.n_elems(), steps.n_timesteps()
     if before is None:
         spec = {k: (v.dtype, tuple(v.shape[2:])) for k, v in steps.items()}
@@ -130,6 +139,39 @@ def history_windows(
     }
     data = {k: v.reshape(b * t_max, n, *v.shape[3:]) for k, v in _take(timeline, width, positions).items()}
     return TemporalDictTensor(DictTensor(data, batch_size=b * t_max), lengths.reshape(-1), n_timesteps=n)
+
+
+def _check_windows_inputs(
+    before: TemporalDictTensor | None, steps: TemporalDictTensor, starts: torch.Tensor, n: int
+) -> None:
+    """Raise naming the argument of ``history_windows`` that is not what it must be."""
+    op = "history_windows"
+    if not isinstance(steps, TemporalDictTensor):
+        raise TypeError(f"{op}: steps must be a TemporalDictTensor [B, T, ...], got {describe(steps)}")
+    if not is_int(n):
+        raise TypeError(f"{op}: n must be an int (the window's length), got {describe(n)}")
+    if n < 1:
+        raise ValueError(f"{op}: n must be at least 1, got {n}")
+    shape = [steps.n_elems(), steps.n_timesteps()]
+    if not isinstance(starts, torch.Tensor) or starts.dtype != torch.bool:
+        got = f"dtype {starts.dtype}" if isinstance(starts, torch.Tensor) else describe(starts)
+        raise TypeError(f"{op}: starts must be a bool tensor [B, T] = {shape}, got {got}")
+    if list(starts.shape) != shape or starts.device != steps.device:
+        raise ValueError(
+            f"{op}: starts must be [B, T] = {shape} on {steps.device}, got {list(starts.shape)} on {starts.device}"
+        )
+    if before is None:
+        return
+    if not isinstance(before, TemporalDictTensor):
+        raise TypeError(
+            f"{op}: before must be None or a TemporalDictTensor [B, n, ...], got {describe(before)}"
+        )
+    missing = sorted(set(steps.keys()) - set(before.keys()))
+    if before.n_elems() != shape[0] or before.n_timesteps() != n or missing:
+        raise ValueError(
+            f"{op}: before must be [B, n] = {[shape[0], n]} with the keys of steps, got "
+            f"{[before.n_elems(), before.n_timesteps()]}" + (f", lacking {missing}" if missing else "")
+        )
 
 
 def window_after(window: TemporalDictTensor, step: DictTensor) -> TemporalDictTensor:
@@ -149,7 +191,8 @@ def window_after(window: TemporalDictTensor, step: DictTensor) -> TemporalDictTe
         A new TemporalDictTensor ``[N, n, ...]`` on ``window``'s device.
 
     Raises:
-        ValueError: if ``step`` lacks a key of ``window``.
+        ValueError: if ``step`` lacks a key of ``window``, or has another
+            number of rows, or a key of another dtype or per-row shape.
 
     Examples:
         >>> import torch
@@ -162,6 +205,17 @@ def window_after(window: TemporalDictTensor, step: DictTensor) -> TemporalDictTe
     missing = [k for k in window if k not in step]
     if missing:
         raise ValueError(f"window_after: step lacks the window's keys {missing}, got {list(step.keys())}")
+    if step.n_elems() != window.n_elems():
+        raise ValueError(
+            f"window_after: step must have the window's {window.n_elems()} rows, got {step.n_elems()}"
+        )
+    for key, value in window.items():
+        one = step[key]
+        if one.dtype != value.dtype or one.shape[1:] != value.shape[2:]:
+            raise ValueError(
+                f"window_after: step key {key!r} must be one step of the window's, {value.dtype} "
+                f"{list(value.shape[2:])} per row, got {one.dtype} {list(one.shape[1:])}"
+            )
     n, lengths = window.n_timesteps(), window.lengths
     rows = torch.arange(lengths.shape[0], device=lengths.device)
     shift = (lengths + 1 - n).clamp(min=0)  # 1 where the window is full: the oldest step goes

@@ -291,6 +291,21 @@ def test_run_memory_refuses_rows_without_steps_and_stacked_memories() -> None:
     two = torch.nn.GRU(3, 4, num_layers=2, batch_first=True)
     with pytest.raises(ValueError, match=message("run_memory: rnn must be one layer with batch_first=True")):
         run_memory(two, torch.zeros(2, 5, 3), [torch.zeros(2, 4)], torch.zeros(2, 5, dtype=torch.bool))
+    both_ways = torch.nn.GRU(3, 4, batch_first=True, bidirectional=True)
+    with pytest.raises(
+        ValueError, match=message("one direction, got num_layers=1, batch_first=True, bidirectional=True")
+    ):
+        run_memory(both_ways, torch.zeros(2, 5, 3), [torch.zeros(2, 4)], torch.zeros(2, 5, dtype=torch.bool))
+    with pytest.raises(
+        TypeError,
+        match=message("run_memory: each state must have the dtype of x, torch.float32, got torch.float64"),
+    ):
+        run_memory(
+            gru,
+            torch.zeros(2, 5, 3),
+            [torch.zeros(2, 4, dtype=torch.float64)],
+            torch.zeros(2, 5, dtype=torch.bool),
+        )
 
 
 @pytest.mark.parametrize(

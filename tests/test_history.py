@@ -378,3 +378,52 @@ def test_window_after_a_step_is_the_window_before_the_next_step() -> None:
     assert after["x"][7].tolist() == [6, 7, 8] and int(after.lengths[7]) == 3
     with pytest.raises(ValueError, match=re.escape("window_after: step lacks the window's keys ['y']")):
         window_after(windows, DictTensor({"x": steps["x"][0]}))
+
+
+def test_history_windows_names_the_argument_that_is_not_what_it_must_be() -> None:
+    steps = TemporalDictTensor({"x": torch.zeros(2, 3)}, torch.tensor([3, 3]))
+    starts = torch.zeros(2, 3, dtype=torch.bool)
+    before = TemporalDictTensor({"x": torch.zeros(2, 2)}, torch.tensor([0, 1]))
+    assert history_windows(before, steps, starts, 2).n_elems() == 6  # the arguments that fit
+    for args, error, text in [
+        (
+            (None, steps, starts.long(), 2),
+            TypeError,
+            "starts must be a bool tensor [B, T] = [2, 3], got dtype torch.int64",
+        ),
+        (
+            (None, steps, starts[:1], 2),
+            ValueError,
+            "starts must be [B, T] = [2, 3] on cpu, got [1, 3] on cpu",
+        ),
+        ((None, steps, starts, 0), ValueError, "n must be at least 1, got 0"),
+        ((None, steps, starts, 2.0), TypeError, "n must be an int (the window's length), got a float"),
+        ((None, {"x": torch.zeros(2, 3)}, starts, 2), TypeError, "steps must be a TemporalDictTensor"),
+        (
+            (before, steps, starts, 3),
+            ValueError,
+            "before must be [B, n] = [2, 3] with the keys of steps, got [2, 2]",
+        ),
+    ]:
+        with pytest.raises(error, match=re.escape(f"history_windows: {text}")):
+            history_windows(*args)  # type: ignore[arg-type]
+
+
+def test_window_after_names_a_step_of_other_rows_dtype_or_shape() -> None:
+    window = TemporalDictTensor({"x": torch.zeros(2, 3, dtype=torch.int64)}, torch.tensor([1, 2]))
+    for step, text in [
+        (
+            DictTensor({"x": torch.zeros(3, dtype=torch.int64)}),
+            "window_after: step must have the window's 2 rows, got 3",
+        ),
+        (
+            DictTensor({"x": torch.zeros(2)}),
+            "step key 'x' must be one step of the window's, torch.int64 [] per row, got torch.float32 []",
+        ),
+        (
+            DictTensor({"x": torch.zeros(2, 1, dtype=torch.int64)}),
+            "torch.int64 [] per row, got torch.int64 [1]",
+        ),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(text)):
+            window_after(window, step)

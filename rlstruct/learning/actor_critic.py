@@ -615,10 +615,10 @@ def run_memory(
 
     Raises:
         TypeError: if ``x`` or ``starts`` is not a tensor, ``starts`` not
-            bool, or ``state`` not a list of tensors.
+            bool, ``state`` not a list of tensors, or a state not of ``x``'s dtype.
         ValueError: if ``x`` is not ``[B, T, d]`` with T >= 1, ``starts``
             not ``[B, T]``, ``state`` not one ``[B, H]`` tensor per part of
-            ``rnn``'s state, or ``rnn`` not one ``batch_first`` layer.
+            ``rnn``'s state, or ``rnn`` not one ``batch_first`` layer in one direction.
 
     Examples:
         >>> import torch
@@ -667,10 +667,10 @@ def _check_memory_inputs(
     b, t = x.shape[:2]
     if t == 0:
         raise ValueError(f"run_memory: x must hold at least one step (T >= 1), got shape {tuple(x.shape)}")
-    if rnn.num_layers != 1 or not rnn.batch_first:
+    if rnn.num_layers != 1 or not rnn.batch_first or rnn.bidirectional:
         raise ValueError(
-            f"run_memory: rnn must be one layer with batch_first=True, got num_layers={rnn.num_layers}, "
-            f"batch_first={rnn.batch_first}"
+            f"run_memory: rnn must be one layer with batch_first=True, one direction, got "
+            f"num_layers={rnn.num_layers}, batch_first={rnn.batch_first}, bidirectional={rnn.bidirectional}"
         )
     if not isinstance(starts, torch.Tensor) or starts.dtype != torch.bool:
         got = f"dtype {starts.dtype}" if isinstance(starts, torch.Tensor) else type(starts).__name__
@@ -691,6 +691,8 @@ def _check_memory_inputs(
         if not isinstance(s, torch.Tensor) or tuple(s.shape) != (b, rnn.hidden_size):
             what = str(list(s.shape)) if isinstance(s, torch.Tensor) else type(s).__name__
             raise ValueError(f"run_memory: each state must be [B, H] = {[b, rnn.hidden_size]}, got {what}")
+        if s.dtype != x.dtype:
+            raise TypeError(f"run_memory: each state must have the dtype of x, {x.dtype}, got {s.dtype}")
 
 
 def _hidden(
