@@ -461,6 +461,51 @@ def test_workers_waiting_for_the_main_process_exit_when_it_dies_holding_the_weig
         wait_until(lambda: all(gone(pid) for pid in pids), "the workers to leave their wait", timeout=15.0)
 
 
+HUNG_STEP_SCRIPT = """
+import multiprocessing, time
+from rlstruct import MultiprocessBatcher
+from rlstruct.testing import CounterEnv, CountingAgent
+
+
+class HangsInWorkers(CounterEnv):
+    def step(self, action):
+        if multiprocessing.parent_process() is not None:  # a worker, not the main process's probe
+            time.sleep(600)  # a simulator that never returns
+        return super().step(action)
+
+
+if __name__ == "__main__":
+    batcher = MultiprocessBatcher(CountingAgent, {}, HangsInWorkers, {}, n_envs=1, n_timesteps=4, timeout=600)
+    batcher.reset()
+    batcher.execute()
+    print(*(process.pid for process in batcher._processes), flush=True)
+    time.sleep(600)
+"""
+
+
+def test_workers_held_in_a_step_that_never_returns_exit_when_the_main_process_is_killed(
+    tmp_path: Path,
+) -> None:
+    from test_multiprocess_batcher import gone, running_script, wait_until
+
+    with running_script(tmp_path, HUNG_STEP_SCRIPT) as (parent, pids):
+        assert len(pids) == 2
+        os.kill(parent.pid, 9)
+        parent.wait(timeout=DEADLINE_S)
+        wait_until(lambda: all(gone(pid) for pid in pids), "the hung workers to exit", timeout=15.0)
+
+
+def test_a_streaming_batcher_collected_without_close_lets_its_workers_exit_by_themselves() -> None:
+    """The finalizer sends Close alone; a streaming worker took it for a mistake and waited to be terminated."""
+    batcher = MultiprocessBatcher(CountingAgent, {}, CounterEnv, {}, n_envs=2, n_timesteps=4, mode="stream")
+    batcher.reset()
+    batcher.get()
+    workers = list(batcher._processes)
+    del batcher
+    gc.collect()
+    assert [worker.exitcode for worker in workers] == [0, 0]  # exited, not terminated (-15)
+
+
 # ---------------------------------------------------------------------------- what a worker holds
 
 

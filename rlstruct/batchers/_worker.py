@@ -15,7 +15,10 @@ exception becomes ``Failed(traceback)`` and the worker waits for the next
 command (normally ``Close``). The worker exits on its own
 when the main process dies: the connection reaches end-of-file, or the
 parent's process id changes (checked twice a second while idle or waiting
-for a slot, and while waiting for half-written weights). SIGINT is ignored,
+for a slot, and while waiting for half-written weights; a watchdog thread
+checks it too, and ends the process even while a step of the user's code
+never returns). ``Close`` while streaming ends the worker as ``Stop`` then
+``Close`` would (the pool's finalizer sends ``Close`` alone). SIGINT is ignored,
 so that Ctrl-C reaches the main process only, which then closes the workers.
 
 Before it loads the weights, a worker reads their sequence counter (see
@@ -28,6 +31,7 @@ import contextlib
 import os
 import pickle
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -97,6 +101,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     torch.set_num_threads(1)
     # "forkserver": the parent is the fork server, which exits with the main process
     parent = spec.parent if os.getppid() == spec.parent else os.getppid()
+    threading.Thread(target=_exit_with, args=(parent,), name="rlstruct-watchdog", daemon=True).start()
     try:
         worker = _Worker(spec, conn, parent)
     except Exception:
@@ -110,6 +115,22 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         return  # the main process is gone
     finally:
         worker.group.close()
+
+
+def _exit_with(parent: int) -> None:
+    """End the process once ``parent`` is gone, even while the worker is held in an environment's or agent's code.
+
+    The command loop notices a dead parent only between calls into user
+    code; a step that never returns (a hung simulator) would otherwise
+    outlive a main process killed with SIGKILL.
+    """
+    while os.getppid() == parent:
+        time.sleep(IDLE_POLL_S)
+    os._exit(1)
+
+
+class _Closed(Exception):
+    """``Close`` arrived while streaming (the pool's finalizer, which does not send ``Stop`` first)."""
 
 
 class _Worker:
@@ -158,6 +179,8 @@ class _Worker:
                 if handler is None:
                     raise ValueError(f"unknown command {command!r}")
                 self.conn.send(handler(command))
+            except _Closed:
+                return
             except (EOFError, BrokenPipeError, ConnectionResetError):
                 raise
             except Exception:
@@ -196,6 +219,8 @@ class _Worker:
         while True:
             if self.conn.poll():
                 received = self.conn.recv()
+                if isinstance(received, Close):
+                    raise _Closed
                 if not isinstance(received, Stop):
                     raise ValueError(f"unexpected command {received!r} while streaming")
                 return Stopped()
