@@ -24,13 +24,16 @@ A subclass writes the task for all rows at once:
 * ``observe()``: the observation keys of every row, as a dict of tensors
   ``[n_envs, ...]`` (new tensors, not views of the state).
 * ``advance(action)``: step every row and return ``(reward, terminated)``,
-  two ``[n_envs]`` tensors (any floating dtype; bool).
+  two ``[n_envs]`` tensors on the environment's device (the task's
+  ``reward_dtype``, float32 unless it declares another; bool).
 
 The base adds what the ``Environment`` contract asks for: the time limit
 (``max_episode_steps``, ``truncated``), ``reward``, ``terminated``,
 ``truncated``, ``done`` and ``initial_state``, the episodic and auto-reset
 modes, and the final observation of an episode kept apart from the first of
-the next. The rewards are float32.
+the next. The rewards keep ``reward_dtype``: nothing is cast, and
+``step`` names ``advance`` when its rewards or flags are of another dtype,
+shape or device.
 
 Examples:
     >>> import torch
@@ -94,6 +97,9 @@ class TorchEnv(Environment):
 
     action_spec: ClassVar[TensorSpec | None] = None
     """The per-row shape and dtype of the action the task takes, checked at every step (None: not checked)."""
+
+    reward_dtype: ClassVar[torch.dtype] = torch.float32
+    """The floating dtype of the rewards ``advance`` returns, checked at every step and kept."""
 
     def __init__(
         self,
@@ -257,9 +263,13 @@ class TorchEnv(Environment):
         Raises:
             ValueError: for an action without the key ``action``, with
                 another number of rows, on another device, or (where the
-                task declares ``action_spec``) of another per-row shape.
+                task declares ``action_spec``) of another per-row shape;
+                for a reward or ``terminated`` from ``advance`` that is not
+                ``[n_envs]`` on the environment's device.
             TypeError: where the task declares ``action_spec``, for an
-                action of another dtype (as ``GymEnv``).
+                action of another dtype (as ``GymEnv``); for a reward from
+                ``advance`` not of ``reward_dtype``, or a ``terminated``
+                that is not bool.
             RuntimeError: before ``reset`` or after ``close``.
         """
         owner = type(self).__name__
@@ -268,7 +278,7 @@ class TorchEnv(Environment):
         if self._auto_reset is None:
             raise RuntimeError(f"{owner}: step() before reset()")
         reward, terminated = self.advance(self._action(action))
-        reward = reward.to(torch.float32)
+        self._check_advanced(reward, terminated)
         self.elapsed += 1
         if self.max_episode_steps is None:
             truncated = torch.zeros_like(terminated)
@@ -285,6 +295,25 @@ class TorchEnv(Environment):
             self.observe(), reward.masked_fill(done, 0.0), terminated & ~done, truncated & ~done, done
         )
         return reached, observation
+
+    def _check_advanced(self, reward: object, terminated: object) -> None:
+        """Raise unless ``advance`` gave ``reward`` of ``reward_dtype`` and bool ``terminated``, ``[n_envs]`` each."""
+        owner = f"{type(self).__name__}.advance"
+        for name, value, dtype in (
+            ("reward", reward, self.reward_dtype),
+            ("terminated", terminated, torch.bool),
+        ):
+            if not isinstance(value, torch.Tensor) or value.dtype != dtype:
+                got = value.dtype if isinstance(value, torch.Tensor) else describe(value)
+                raise TypeError(
+                    f"{owner}: {name} must be a {dtype} tensor [n_envs] (the task's reward_dtype for "
+                    f"the reward; nothing is cast), got {got}"
+                )
+            if value.shape != (self.n_envs,) or value.device != self.device:
+                raise ValueError(
+                    f"{owner}: {name} must be [n_envs] = [{self.n_envs}] on {self.device}, "
+                    f"got {list(value.shape)} on {value.device}"
+                )
 
     def _episodic(
         self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor

@@ -213,7 +213,7 @@ class TorchPendulum(TorchEnv):
         new_theta_dot = theta_dot + (3 * g / (2 * length) * theta.sin() + torque) * self.dt
         new_theta_dot = new_theta_dot.clamp(-self.max_speed, self.max_speed)
         self.state = torch.stack((theta + new_theta_dot * self.dt, new_theta_dot), dim=1)
-        return -costs, torch.zeros_like(theta, dtype=torch.bool)
+        return (-costs).to(torch.float32), torch.zeros_like(theta, dtype=torch.bool)  # float32 at any dtype
 
 
 class TorchCueMemory(TorchEnv):

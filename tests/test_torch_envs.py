@@ -582,3 +582,62 @@ def test_a_novel_id_takes_no_velocities_argument() -> None:
         TypeError, match=message("make_torch_env: 'CartPoleNoVel-v1' observes no velocities, so it takes no")
     ):
         make_torch_env("CartPoleNoVel-v1", n_envs=2, velocities=False)
+
+
+class Advancing(TorchEnv):
+    """Rewards ``1e8 + t`` and an end at step 3, in the form ``kind`` says (a user's slips)."""
+
+    def __init__(self, n_envs: int, kind: str = "right", reward_dtype: torch.dtype | None = None) -> None:
+        super().__init__(n_envs)
+        self.kind, self.t = kind, torch.zeros(n_envs, dtype=torch.int64)
+        if reward_dtype is not None:
+            self.reward_dtype = reward_dtype  # type: ignore[misc]
+
+    def start(self, rows: torch.Tensor) -> None:
+        self.t.masked_fill_(rows, 0)
+
+    def observe(self) -> dict[str, torch.Tensor]:
+        return {"observation": self.t.float().unsqueeze(1)}
+
+    def advance(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.t += 1
+        reward, terminated = 1e8 + self.t.double() + 0.5, self.t >= 3
+        kinds = {
+            "right": (reward.float(), terminated),
+            "float64": (reward, terminated),
+            "column": (reward.float().unsqueeze(1), terminated),
+            "long-terminated": (reward.float(), terminated.long()),
+        }
+        return kinds[self.kind]
+
+
+@pytest.mark.parametrize(
+    ("kind", "error", "text"),
+    [
+        ("float64", TypeError, "reward must be a torch.float32 tensor [n_envs] (the task's reward_dtype"),
+        ("column", ValueError, "reward must be [n_envs] = [2] on cpu, got [2, 1] on cpu"),
+        ("long-terminated", TypeError, "terminated must be a torch.bool tensor [n_envs]"),
+    ],
+)
+def test_step_names_what_advance_returned_of_another_dtype_or_shape(
+    kind: str, error: type[Exception], text: str
+) -> None:
+    """Before, a float64 reward was rounded to float32 (1e8 + 1.5 became 1e8) and a column broadcast."""
+    right = Advancing(2)
+    right.reset(DictTensor(batch_size=2), auto_reset=True)
+    assert (
+        right.step(DictTensor({"action": torch.zeros(2, dtype=torch.int64)}))[0]["reward"].dtype
+        == torch.float32
+    )
+    env = Advancing(2, kind)
+    env.reset(DictTensor(batch_size=2), auto_reset=True)
+    with pytest.raises(error, match=re.escape(f"Advancing.advance: {text}")):
+        env.step(DictTensor({"action": torch.zeros(2, dtype=torch.int64)}))
+
+
+def test_a_task_that_declares_float64_rewards_keeps_them() -> None:
+    env = Advancing(2, "float64", reward_dtype=torch.float64)
+    env.reset(DictTensor(batch_size=2), auto_reset=True)
+    reached, _ = env.step(DictTensor({"action": torch.zeros(2, dtype=torch.int64)}))
+    assert reached["reward"].dtype == torch.float64
+    assert reached["reward"].tolist() == [1e8 + 1.5, 1e8 + 1.5]  # float32 would round it to 1e8
