@@ -65,7 +65,8 @@ class LocalBatcher:
             gets ``derive_seed(seed, "env") + i``, the agent of group g gets
             ``derive_seed(seed, "agent") + g`` (see ``rlstruct.seeding``), so
             runs with different base seeds share no stream.
-        n_processes: the number of groups (the layout of a multiprocess batcher).
+        n_processes: the number of groups (the layout of a multiprocess batcher; 1
+            by default, where ``MultiprocessBatcher``'s is 2).
         weights: the weights every agent copy loads (``load_state_dict``)
             before it acts, normally the learner's ``model.state_dict()``;
             checked as ``update()`` checks them. None: every copy starts with

@@ -125,7 +125,7 @@ class MultiprocessBatcher:
             trajectories while the learner takes finished ones with ``get()``
             (no ``execute()``).
         seed: the base seed, as for ``LocalBatcher``.
-        n_processes: the number of worker processes.
+        n_processes: the number of worker processes (2 by default).
         n_slots: in "stream" mode, how many trajectory slots of ``n_envs``
             rows the buffer holds (default ``2 * n_processes``; at least
             ``n_processes + 1``). When all are full, workers wait: the buffer
