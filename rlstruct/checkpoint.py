@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlstruct.checks import check_device
+
 __all__ = ["load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state"]
 
 _RNG_KEYS = ("python", "numpy", "torch", "cuda", "generators")
@@ -106,7 +108,8 @@ def load_checkpoint(
 
     Args:
         path: the checkpoint file.
-        map_location: where to put the stored tensors, as in ``torch.load``;
+        map_location: where to put the stored tensors, as in ``torch.load``
+            (a device as ``check_device`` reads it: ``"cpu:0"`` is the CPU);
             None keeps the devices they were saved from.
         weights_only: passed to ``torch.load``. Keep True (only tensors and
             plain containers are unpickled) unless the checkpoint holds other
@@ -122,7 +125,8 @@ def load_checkpoint(
     Raises:
         FileNotFoundError: if ``path`` is not a file.
         ValueError: if the file cannot be read as a checkpoint (truncated,
-            empty, not written by ``torch.save``), or an object's name is
+            empty, not written by ``torch.save``), ``map_location`` names no
+            device or one this machine cannot use, or an object's name is
             not in the checkpoint.
         pickle.UnpicklingError: if ``weights_only`` refuses an object the
             file holds (as ``torch.load`` does).
@@ -133,13 +137,17 @@ def load_checkpoint(
             raise TypeError(
                 f"load_checkpoint: {name}= must have a load_state_dict method, got a {type(obj).__name__}"
             )
+    owner = "load_checkpoint: map_location"
+    location = check_device(owner, map_location) if map_location is not None else None  # "cpu:0" as cpu
     if not Path(path).is_file():
         raise FileNotFoundError(f"load_checkpoint: {str(path)!r} is not a file")
     try:
-        state: dict[str, Any] = torch.load(Path(path), map_location=map_location, weights_only=weights_only)
+        state: dict[str, Any] = torch.load(Path(path), map_location=location, weights_only=weights_only)
     except Exception as error:  # a truncated, empty or foreign file: what torch.load raises varies
         if isinstance(error, pickle.UnpicklingError) and "Unsupported global" in str(error):
             raise  # weights_only refused what the file holds: torch's message says what to do
+        if location is not None and location.type != "meta":
+            check_device(owner, map_location, usable=True)  # one this machine lacks: not the file's fault
         raise ValueError(
             f"load_checkpoint: {str(path)!r} cannot be read as a checkpoint ({_unreadable(Path(path), error)})"
         ) from error
@@ -251,8 +259,8 @@ def _unreadable(path: Path, error: Exception) -> str:
     """Why ``torch.load`` could not read ``path``: in a few words for a file that is not a whole checkpoint.
 
     torch's message for those is a page of advice (load with
-    ``weights_only=False``); for any other failure (a ``map_location`` this
-    machine lacks) its message, which says what to do, is kept whole.
+    ``weights_only=False``); for any other failure (tensors saved on a GPU
+    this machine lacks) its message, which says what to do, is kept whole.
     """
     with path.open("rb") as file:
         head = file.read(4)

@@ -300,13 +300,28 @@ def test_a_file_that_is_not_a_checkpoint_is_a_value_error_naming_it(
         load_checkpoint(tmp_path)
 
 
+@pytest.mark.parametrize("location", ["cpu:0", torch.device("cpu:0"), "cpu", torch.device("cpu")])
+def test_cpu_0_is_the_cpu(tmp_path: Path, location: str | torch.device) -> None:
+    """torch.load knows no "cpu:0" (the CPU as a device string may be written)."""
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, weights=torch.ones(2))
+    assert load_checkpoint(path, map_location=location)["weights"].device == torch.device("cpu")
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-def test_a_whole_checkpoint_that_fails_to_load_keeps_torch_s_reason(tmp_path: Path) -> None:
+def test_a_map_location_this_machine_lacks_is_named_instead_of_the_file(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.pt"
     save_checkpoint(path, model=torch.nn.Linear(2, 2))
-    with pytest.raises(ValueError, match="cannot be read as a checkpoint") as caught:
-        load_checkpoint(
-            path, map_location="cuda"
-        )  # a GPU run's checkpoint on this machine fails the same way
-    assert "map_location" in str(caught.value)  # torch says what to do
-    assert "truncated or damaged" not in str(caught.value)
+    with pytest.raises(
+        ValueError,
+        match=message("load_checkpoint: map_location: device 'cuda' cannot be used on this machine"),
+    ) as caught:
+        load_checkpoint(path, map_location="cuda")
+    assert "cannot be read as a checkpoint" not in str(caught.value)  # the file is fine
+    with pytest.raises(
+        ValueError,
+        match=message(
+            "load_checkpoint: map_location: device must name a torch device such as 'cpu' or 'cuda:0', got 'gpu'"
+        ),
+    ):
+        load_checkpoint(path, map_location="gpu")
