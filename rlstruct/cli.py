@@ -41,7 +41,8 @@ checkpoint cannot be read or does not fit its ``config.json``; for ``eval``
 and ``plot``, a run directory that does not exist or lacks its
 ``config.json``, ``checkpoint.pt`` or ``progress.csv``, a column a
 ``progress.csv`` does not have, an environment that cannot render a GIF; a
-``--json``, ``--out`` or ``OUT`` that names a folder or nothing.
+``--run-dir`` that names a file or nothing; a ``--json``, ``--out`` or ``OUT``
+that names a folder or nothing.
 
 A run whose losses or training return stop being finite ends with one line naming
 them and the run directory, exit status 1 (``TrainingDiverged``). One that

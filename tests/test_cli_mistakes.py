@@ -352,12 +352,22 @@ def test_resuming_a_run_without_a_checkpoint_is_one_line_and_writes_nothing(
     assert sorted(tmp_path.rglob("*")) == [run_dir, run_dir / "config.json"]  # as it was
 
 
-def test_a_run_dir_that_is_a_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_run_dir_that_is_a_file_or_nothing_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "runs").write_text("")
     assert main(["train", "ppo", *CARTPOLE, "--run-dir", str(tmp_path / "runs")]) == 2
     assert capsys.readouterr().err == (
         f"rlstruct: --run-dir must be a folder (or one to make), got the file {str(tmp_path / 'runs')!r}\n"
     )
+    monkeypatch.chdir(tmp_path)  # where a run of --run-dir '' would land
+    assert main(["train", "ppo", *CARTPOLE, "--run-dir", "", "--no-progress"]) == 2
+    assert capsys.readouterr().err == "rlstruct: --run-dir must be a folder (or one to make), got ''\n"
+    assert list(tmp_path.iterdir()) == [tmp_path / "runs"]
+    with pytest.raises(
+        ConfigError, match=re.escape("config.run_dir must be a folder (or one to make), got ''")
+    ):
+        ppo.check(ppo.Config(env="CartPole-v1", run_dir=""))
 
 
 def rlstruct(tmp_path: Path, debug: str | None) -> subprocess.CompletedProcess[str]:

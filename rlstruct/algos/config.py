@@ -170,7 +170,7 @@ def check_config(config: TrainConfig, **positive: int | float) -> None:
     ``checkpoint_every`` and
     ``stop_patience`` ints >= 0, ``stop_at_return`` finite (or None),
     ``device`` one this torch can use (``check_device``), ``run_dir`` a
-    folder (or none yet) and ``json`` a file in an existing folder.
+    folder (or none yet; not ``""``) and ``json`` a file in an existing folder.
 
     Raises:
         TypeError: for a field that is not a number.
@@ -228,8 +228,10 @@ def check_config(config: TrainConfig, **positive: int | float) -> None:
                 f"config.env_backend 'vector': gymnasium's vector {config.env!r} resets an ended "
                 f"environment one step late (NEXT_STEP), which rlstruct cannot use; use config.env_backend {instead}"
             ) from error
-    if Path(config.run_dir).exists() and not Path(config.run_dir).is_dir():
-        raise ValueError(f"config.run_dir must be a folder (or one to make), got the file {config.run_dir!r}")
+    # "" would put the run directory in the current folder, unasked
+    if config.run_dir == "" or (Path(config.run_dir).exists() and not Path(config.run_dir).is_dir()):
+        got = "''" if config.run_dir == "" else f"the file {config.run_dir!r}"
+        raise ValueError(f"config.run_dir must be a folder (or one to make), got {got}")
     if config.json is not None and (
         config.json == "" or not Path(config.json).parent.is_dir() or Path(config.json).is_dir()
     ):
