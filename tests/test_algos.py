@@ -242,6 +242,12 @@ def test_ctrl_c_in_a_run_comes_out_naming_the_run_and_its_last_checkpoint(tmp_pa
     assert isinstance(caught.value, KeyboardInterrupt)  # what code that catches Ctrl-C catches
     assert caught.value.run_dir == run.dir and caught.value.checkpoint is None
     assert str(caught.value).endswith("no checkpoint to continue from (--checkpoint-every N saves them)")
+    with pytest.raises(RunInterrupted) as caught, small_run(tmp_path / "1", checkpoint_every=8) as run:
+        raise KeyboardInterrupt
+    assert caught.value.checkpoint is None and caught.value.every == 8
+    assert str(caught.value).endswith(
+        "no checkpoint to continue from: the first was due at 8 env steps (--checkpoint-every)"
+    )
     with pytest.raises(RunInterrupted) as caught, small_run(tmp_path / "2", checkpoint_every=8) as run:
         run.collector(torch.device("cpu"), 2, 4)
         run.checkpoint(8, ActorCritic(**ACTOR_CRITIC[1]))

@@ -83,6 +83,19 @@ def test_ctrl_c_without_a_checkpoint_says_where_the_run_is(tmp_path: Path) -> No
     )
 
 
+def test_sigterm_before_the_first_checkpoint_says_when_it_was_due(tmp_path: Path) -> None:
+    process = start(tmp_path, "--checkpoint-every", "50000000")
+    wait_for(process, lambda: trained(tmp_path))
+    process.send_signal(signal.SIGTERM)
+    err = finish(process)
+    run_dir = run_dir_of(tmp_path)
+    assert process.returncode == 128 + signal.SIGTERM
+    assert err == (
+        f"rlstruct: interrupted; run directory {run_dir}: no checkpoint to continue from: the first was "
+        "due at 50000000 env steps (--checkpoint-every)\n"
+    )
+
+
 def test_sigterm_after_a_checkpoint_names_it_and_the_command_that_continues(tmp_path: Path) -> None:
     process = start(tmp_path, "--checkpoint-every", "512")
     wait_for(process, lambda: (d := run_dir_of(tmp_path)) is not None and (d / "checkpoint.pt").exists())

@@ -199,7 +199,7 @@ class Run:
             self.logger.close()  # no file left open by a run that could not start
             if isinstance(error, KeyboardInterrupt):
                 checkpoint = None if self.resumed is None else int(self.resumed["env_steps"])
-                raise RunInterrupted(algo, self.dir, checkpoint) from error
+                raise RunInterrupted(algo, self.dir, checkpoint, every=config.checkpoint_every) from error
             raise
         self._next_eval = config.eval_every if self.resumed is None else int(self.resumed["next_eval"])
         self._collector_args: tuple[Any, ...] | None = None
@@ -584,7 +584,9 @@ class Run:
             self.close()
         finally:
             if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
-                raise RunInterrupted(self.algo, self.dir, self.checkpointed) from exc
+                raise RunInterrupted(
+                    self.algo, self.dir, self.checkpointed, every=self.config.checkpoint_every
+                ) from exc
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -598,11 +600,17 @@ class RunInterrupted(KeyboardInterrupt):
         run_dir: the run's directory.
         checkpoint: the env steps of the last checkpoint ``--resume`` can
             continue from, or None when there is none.
+        every: the run's ``checkpoint_every`` (0: no checkpoint before the
+            end), which the message names when there is no checkpoint.
     """
 
-    def __init__(self, algo: str, run_dir: Path, checkpoint: int | None) -> None:
-        self.algo, self.run_dir, self.checkpoint = algo, run_dir, checkpoint
-        if checkpoint is None:
+    def __init__(self, algo: str, run_dir: Path, checkpoint: int | None, *, every: int = 0) -> None:
+        self.algo, self.run_dir, self.checkpoint, self.every = algo, run_dir, checkpoint, every
+        if checkpoint is None and every:
+            then = (
+                f"no checkpoint to continue from: the first was due at {every} env steps (--checkpoint-every)"
+            )
+        elif checkpoint is None:
             then = "no checkpoint to continue from (--checkpoint-every N saves them)"
         else:
             then = (
