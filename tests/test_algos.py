@@ -33,6 +33,7 @@ from rlstruct.checkpoint import load_checkpoint
 from rlstruct.cli import main as cli_main
 from rlstruct.learning.actor_critic import ActorCritic
 from rlstruct.learning.metrics import EpisodeReturns
+from rlstruct.logger import Logger
 
 # ---------------------------------------------------------------------------- configs
 
@@ -257,6 +258,28 @@ def test_ctrl_c_in_a_run_comes_out_naming_the_run_and_its_last_checkpoint(tmp_pa
         f"interrupted; run directory {run.dir}: its last checkpoint, at 8 env steps, continues with: "
         f"rlstruct train ppo --resume {run.dir}"
     )
+
+
+def test_ctrl_c_after_the_final_checkpoint_says_the_run_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while the plot is drawn: the finished checkpoint cannot be continued, but evaluated and plotted."""
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Logger, "plot", interrupted)
+    with pytest.raises(RunInterrupted) as caught, small_run(tmp_path, checkpoint_every=8) as run:
+        run.collector(torch.device("cpu"), 2, 4)
+        model = ActorCritic(**ACTOR_CRITIC[1])
+        run.checkpoint(8, model)
+        run.finish(model, 16)
+    assert caught.value.checkpoint == 8 and caught.value.finished == 16
+    assert str(caught.value) == (
+        f"interrupted; run directory {run.dir}: the run had finished, at 16 env steps, and saved its final "
+        f"checkpoint: rlstruct eval {run.dir} plays it, rlstruct plot {run.dir} draws its curves"
+    )
+    assert load_checkpoint(run.dir / "checkpoint.pt")["finished"]
 
 
 def test_a_failing_loop_still_closes_the_batcher(tmp_path: Path) -> None:

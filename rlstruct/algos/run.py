@@ -208,6 +208,8 @@ class Run:
         self._last_checkpoint = 0 if self.resumed is None else int(self.resumed["env_steps"])
         self.checkpointed: int | None = None if self.resumed is None else self._last_checkpoint
         """The env steps of the last checkpoint ``--resume`` can continue from (None: none yet)."""
+        self.finished: int | None = None
+        """The env steps at which the run finished, once ``finish`` saved its final checkpoint (None before)."""
         self.last_eval: EvalResult | None = None
         self.episode_return: float | None = None
         self._new_return: float | None = None  # a training return not logged yet
@@ -419,7 +421,9 @@ class Run:
             **({"finished": True} if finished else {}),
             **state,
         )
-        if not finished:
+        if finished:
+            self.finished = env_steps
+        else:
             self.checkpointed = env_steps
 
     def add_returns(self, *episodes: EpisodeReturns) -> None:
@@ -585,7 +589,11 @@ class Run:
         finally:
             if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
                 raise RunInterrupted(
-                    self.algo, self.dir, self.checkpointed, every=self.config.checkpoint_every
+                    self.algo,
+                    self.dir,
+                    self.checkpointed,
+                    every=self.config.checkpoint_every,
+                    finished=self.finished,
                 ) from exc
 
 
@@ -602,11 +610,23 @@ class RunInterrupted(KeyboardInterrupt):
             continue from, or None when there is none.
         every: the run's ``checkpoint_every`` (0: no checkpoint before the
             end), which the message names when there is no checkpoint.
+        finished: the env steps at which the run finished, when it was
+            interrupted after saving its final checkpoint (its plot or JSON
+            file may be missing); None before. There is nothing to continue
+            then: the message says how to evaluate and plot the run instead.
     """
 
-    def __init__(self, algo: str, run_dir: Path, checkpoint: int | None, *, every: int = 0) -> None:
-        self.algo, self.run_dir, self.checkpoint, self.every = algo, run_dir, checkpoint, every
-        if checkpoint is None and every:
+    def __init__(
+        self, algo: str, run_dir: Path, checkpoint: int | None, *, every: int = 0, finished: int | None = None
+    ) -> None:
+        self.algo, self.run_dir, self.checkpoint = algo, run_dir, checkpoint
+        self.every, self.finished = every, finished
+        if finished is not None:
+            then = (
+                f"the run had finished, at {finished} env steps, and saved its final checkpoint: "
+                f"rlstruct eval {run_dir} plays it, rlstruct plot {run_dir} draws its curves"
+            )
+        elif checkpoint is None and every:
             then = (
                 f"no checkpoint to continue from: the first was due at {every} env steps (--checkpoint-every)"
             )
