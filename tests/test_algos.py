@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -280,6 +281,24 @@ def test_ctrl_c_after_the_final_checkpoint_says_the_run_finished(
         f"checkpoint: rlstruct eval {run.dir} plays it, rlstruct plot {run.dir} draws its curves"
     )
     assert load_checkpoint(run.dir / "checkpoint.pt")["finished"]
+
+
+def test_printed_commands_quote_a_run_directory_with_spaces(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(RunInterrupted) as caught, small_run(tmp_path / "my runs", checkpoint_every=8) as run:
+        run.collector(torch.device("cpu"), 2, 4)
+        model = ActorCritic(**ACTOR_CRITIC[1])
+        run.checkpoint(8, model)
+        raise KeyboardInterrupt
+    assert shlex.split(str(caught.value).split(" continues with: ")[1]) == [
+        *["rlstruct", "train", "ppo", "--resume"],
+        str(run.dir),
+    ]
+    with small_run(tmp_path / "my runs") as run:
+        run.finish(model, 16)
+    out = capsys.readouterr().out
+    assert f"tensorboard --logdir {shlex.quote(str(run.dir))}," in out and " " in str(run.dir)
 
 
 def test_a_failing_loop_still_closes_the_batcher(tmp_path: Path) -> None:

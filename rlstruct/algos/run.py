@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -556,12 +557,13 @@ class Run:
             else f"stopped early at {env_steps} of {self.config.total_steps} env steps: {stop_reason}\n"
         )
         n = len(final.returns)
+        logdir = shlex.quote(str(self.dir))  # a command to paste, spaces and all
         print(
             f"{self.algo} on {self.config.env}: final greedy return {final.mean:.1f} +- {final.std:.1f} "
             f"over {n} episode{'s' if n != 1 else ''} after {env_steps} env steps "
             f"(training {wall:.1f} s, set-up {self.setup_s:.1f} s, total {total:.1f} s)\n"
             f"{stopped}"
-            f"run directory: {self.dir} (progress.csv, TensorBoard: tensorboard --logdir {self.dir}, "
+            f"run directory: {self.dir} (progress.csv, TensorBoard: tensorboard --logdir {logdir}, "
             f"checkpoint {self.logger.checkpoint_path.name}, plot {plot.name})"
         )
         return results
@@ -621,10 +623,11 @@ class RunInterrupted(KeyboardInterrupt):
     ) -> None:
         self.algo, self.run_dir, self.checkpoint = algo, run_dir, checkpoint
         self.every, self.finished = every, finished
+        quoted = shlex.quote(str(run_dir))  # the commands below can be pasted, spaces and all
         if finished is not None:
             then = (
                 f"the run had finished, at {finished} env steps, and saved its final checkpoint: "
-                f"rlstruct eval {run_dir} plays it, rlstruct plot {run_dir} draws its curves"
+                f"rlstruct eval {quoted} plays it, rlstruct plot {quoted} draws its curves"
             )
         elif checkpoint is None and every:
             then = (
@@ -635,7 +638,7 @@ class RunInterrupted(KeyboardInterrupt):
         else:
             then = (
                 f"its last checkpoint, at {checkpoint} env steps, continues with: "
-                f"rlstruct train {algo} --resume {run_dir}"
+                f"rlstruct train {algo} --resume {quoted}"
             )
         super().__init__(f"interrupted; run directory {run_dir}: {then}")
 
