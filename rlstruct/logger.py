@@ -358,7 +358,8 @@ def plot_csv(
     axis does not; ``plot_runs`` labels the same way.
 
     Args:
-        csv_path: a CSV file written by ``Logger``.
+        csv_path: a CSV file written by ``Logger``, or a run directory (its
+            ``progress.csv`` is plotted).
         y: the column or columns to plot, such as ``"return_mean"``.
         x: the column on the x axis.
         path: the image file to write (its suffix picks the format: ``.png``,
@@ -372,9 +373,19 @@ def plot_csv(
         ValueError: if ``y`` is empty, a column is missing from the file, a
             column in ``y`` has no value where ``x`` has one, or ``path`` is
             empty or a folder.
-        FileNotFoundError: if ``path``'s folder does not exist.
+        FileNotFoundError: if ``csv_path`` does not exist, is a folder without
+            a ``progress.csv``, or ``path``'s folder does not exist.
     """
     csv_path = Path(csv_path)
+    if csv_path.is_dir():  # a run directory
+        if not (csv_path / CSV_NAME).is_file():
+            raise FileNotFoundError(
+                f"plot_csv: csv_path {str(csv_path)!r} is a folder without a {CSV_NAME}; expected a CSV file "
+                "or a run directory"
+            )
+        csv_path = csv_path / CSV_NAME
+    elif not csv_path.exists():
+        raise FileNotFoundError(f"plot_csv: csv_path {str(csv_path)!r} does not exist")
     names = [y] if isinstance(y, str) else list(y)
     if not names:
         raise ValueError("plot_csv: y must name at least one column, got none")

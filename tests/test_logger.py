@@ -143,6 +143,9 @@ def test_plot_writes_a_png_of_the_learning_curve(tmp_path: Path) -> None:
     assert path.read_bytes().startswith(PNG_SIGNATURE) and path.stat().st_size > 1000
     both = plot_csv(tmp_path / "progress.csv", ["loss", "return_mean"], path=tmp_path / "both.png")
     assert both.read_bytes().startswith(PNG_SIGNATURE)
+    (tmp_path / "learning_curve.png").unlink()
+    assert plot_csv(tmp_path, "return_mean") == path  # a run directory: its progress.csv, its default image
+    assert path.read_bytes().startswith(PNG_SIGNATURE)
 
 
 def test_a_curve_of_one_point_is_drawn(tmp_path: Path) -> None:
@@ -292,5 +295,15 @@ def test_errors_name_the_argument(tmp_path: Path) -> None:
         plot_csv(other / "progress.csv", "return_mean")
     with pytest.raises(ValueError, match=message("plot_csv: y must name at least one column, got none")):
         plot_csv(other / "progress.csv", [])
+    (tmp_path / "none").mkdir()
+    with pytest.raises(
+        FileNotFoundError,
+        match=message(f"plot_csv: csv_path {str(tmp_path / 'none')!r} is a folder without a progress.csv"),
+    ):
+        plot_csv(tmp_path / "none", "loss")
+    with pytest.raises(
+        FileNotFoundError, match=message(f"plot_csv: csv_path {str(tmp_path / 'no.csv')!r} does not exist")
+    ):
+        plot_csv(tmp_path / "no.csv", "loss")
     with pytest.raises(ValueError, match=message("make_run_dir: name must be a non-empty str, got ''")):
         make_run_dir(tmp_path, "")
