@@ -39,8 +39,10 @@ the device's memory, an agent class that cannot be found or trained, a
 ``--resume`` of a run that finished or wrote no checkpoint yet, or whose
 checkpoint cannot be read or does not fit its ``config.json``; for ``eval``
 and ``plot``, a run directory that does not exist or lacks its
-``config.json``, ``checkpoint.pt`` or ``progress.csv``, a column a
-``progress.csv`` does not have, an environment that cannot render a GIF; a
+``config.json``, ``checkpoint.pt`` or ``progress.csv``, a column no
+``progress.csv`` has with a value to plot (the runs of ``plot`` that lack one
+are left out, named in one line on standard error, when others have it), an
+environment that cannot render a GIF; a
 ``--run-dir`` that names a file or nothing; a ``--json``, ``--out`` or ``OUT``
 that names a folder or nothing.
 
@@ -71,6 +73,7 @@ import re
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -522,12 +525,20 @@ def _plot(options: argparse.Namespace) -> int:
 
     y, optional = (["eval_return_mean"], ["train_return_mean"]) if options.y is None else ([options.y], [])
     try:
-        path = plot_runs(options.run_dirs, y, optional=optional, x=X_COLUMNS[options.x], path=options.out)
+        with warnings.catch_warnings(record=True) as left_out:  # runs with nothing to plot, said below
+            warnings.simplefilter("always", UserWarning)
+            path = plot_runs(options.run_dirs, y, optional=optional, x=X_COLUMNS[options.x], path=options.out)
     except (FileNotFoundError, ValueError) as error:
         if _debug():
             raise
         said = " ".join(str(error).split()).replace("plot_runs: path", "--out")  # its path is the flag
         return _mistake(f"rlstruct plot: {said}")
+    for warning in left_out:
+        said = str(warning.message)
+        if said.startswith("plot_runs: "):
+            print(f"rlstruct plot: {said.removeprefix('plot_runs: ')}", file=sys.stderr)
+        else:  # another library's, shown as it would have been
+            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     print(path)
     return 0
 

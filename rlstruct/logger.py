@@ -43,6 +43,7 @@ import os
 import re
 import tempfile
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -416,9 +417,11 @@ def plot_runs(
     """Overlay the curves of several runs' ``progress.csv`` in one image, a colour per run.
 
     Each run directory's ``progress.csv`` gives one curve per column of
-    ``y`` (each must be in every file) and of ``optional`` (plotted for the
-    runs whose file has it), all in the run's colour, the first column as a
-    solid line and the others dashed. The legend names each curve
+    ``y`` and of ``optional`` (plotted for the runs whose file has it), all
+    in the run's colour, the first column as a solid line and the others
+    dashed. A run with nothing to plot of a column of ``y`` (a run stopped
+    before its first evaluation has no ``eval_return_mean``) is left out,
+    with a ``UserWarning`` naming it, as long as another run is drawn. The legend names each curve
     ``<run directory name>: <column>`` (the whole path as given where two
     runs share a name).
 
@@ -449,10 +452,13 @@ def plot_runs(
         FileNotFoundError: if a run directory does not exist or has no
             ``progress.csv`` (the message names it), or ``path``'s folder
             does not exist.
-        ValueError: if ``run_dirs`` or ``y`` is empty, or a column of ``y`` or
-            ``x`` is missing from a file or has no value to plot (the message
-            names the file and lists its columns), or ``path`` is empty or a
-            folder.
+        ValueError: if ``run_dirs`` or ``y`` is empty, no run has every
+            column of ``y`` and ``x`` with a value to plot (the message names
+            the first run's file and lists its columns), or ``path`` is empty
+            or a folder.
+
+    Warns:
+        UserWarning: naming the runs left out, when others are drawn.
     """
     image = _image_path(path, "plot_runs: path")
     names = [y] if isinstance(y, str) else list(y)
@@ -471,11 +477,25 @@ def plot_runs(
     labels = [str(d) if short.count(s) > 1 else s for d, s in zip(dirs, short, strict=True)]
     curves: list[_Curve] = []
     plotted: set[str] = set()
+    left_out: list[tuple[Path, ValueError]] = []
     for run, (run_dir, label) in enumerate(zip(dirs, labels, strict=True)):
-        columns = _read_curves(run_dir / CSV_NAME, names, optional, x, interpolate_x=True, prefix="")
+        try:
+            columns = _read_curves(run_dir / CSV_NAME, names, optional, x, interpolate_x=True, prefix="")
+        except ValueError as error:  # a column it lacks, or has no value of
+            left_out.append((run_dir, error))
+            continue
         for i, (name, points) in enumerate(columns.items()):
             curves.append(_Curve(f"{label}: {name}", points, run, "-" if i == 0 else "--"))
             plotted.add(name)
+    if not curves:
+        raise left_out[0][1]
+    if left_out:
+        warnings.warn(
+            f"plot_runs: left out {len(left_out)} of {len(dirs)} runs, with no {', '.join(map(repr, names))} "
+            f"to plot against {x!r} (not evaluated yet?): {', '.join(repr(str(d)) for d, _ in left_out)}",
+            UserWarning,
+            stacklevel=2,
+        )
     return _draw(
         curves,
         x=x,

@@ -342,6 +342,29 @@ def test_plot_errors_name_the_path_and_what_is_missing(
     assert not (tmp_path / "learning_curves.png").exists()
 
 
+def test_plot_leaves_out_a_run_not_evaluated_yet_and_names_it(tmp_path: Path, capsys: Capture) -> None:
+    """A run interrupted before its first evaluation: the others are drawn; alone, it is a mistake."""
+    evaluated, early = tmp_path / "evaluated", tmp_path / "early"
+    for run_dir in (evaluated, early):
+        run_dir.mkdir()
+    (evaluated / "progress.csv").write_text(
+        "step,env_steps,wall_s,eval_return_mean\n256,256,0.5,\n256,256,,20.0\n"
+    )
+    (early / "progress.csv").write_text("step,env_steps,wall_s\n256,256,0.5\n")
+    out = tmp_path / "curves.png"
+    assert cli_main(["plot", str(evaluated), str(early), "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert printed.out == f"{out}\n" and out.read_bytes().startswith(PNG_SIGNATURE)
+    assert printed.err == (
+        "rlstruct plot: left out 1 of 2 runs, with no 'eval_return_mean' to plot against 'env_steps' "
+        f"(not evaluated yet?): {str(early)!r}\n"
+    )
+    assert cli_main(["plot", str(early), "--out", str(out)]) == 2
+    assert one_line_error(capsys).startswith(
+        f"rlstruct plot: {str(early / 'progress.csv')!r} has no column 'eval_return_mean'"
+    )
+
+
 # ---------------------------------------------------------------------------- help
 
 

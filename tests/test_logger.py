@@ -172,6 +172,18 @@ def test_plot_runs_overlays_runs_and_plots_optional_columns_where_present(tmp_pa
         runs, "eval_return_mean", optional=["train_return_mean"], x="wall_s", path=tmp_path / "o.png"
     )
     assert path == tmp_path / "o.png" and path.read_bytes().startswith(PNG_SIGNATURE)
+    # a run stopped before its first evaluation is left out, named
+    (tmp_path / "early").mkdir()
+    (tmp_path / "early" / "progress.csv").write_text("step,wall_s\n100,1.0\n")
+    with pytest.warns(
+        UserWarning,
+        match=message(
+            f"plot_runs: left out 1 of 3 runs, with no 'eval_return_mean' to plot against 'wall_s' (not evaluated yet?): {str(tmp_path / 'early')!r}"
+        ),
+    ):
+        plot_runs([*runs, tmp_path / "early"], "eval_return_mean", x="wall_s", path=tmp_path / "o.png")
+    with pytest.raises(ValueError, match=message("progress.csv' has no column 'eval_return_mean'")):
+        plot_runs([tmp_path / "early"], "eval_return_mean", x="wall_s", path=tmp_path / "o.png")
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "progress.csv").write_text("step,loss,eval_return_mean\n1,,2.0\n")
     with pytest.raises(ValueError, match=message("progress.csv' has no value to plot against 'loss'")):
