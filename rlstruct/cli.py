@@ -43,8 +43,9 @@ and ``plot``, a run directory that does not exist or lacks its
 ``progress.csv`` has with a value to plot (the runs of ``plot`` that lack one
 are left out, named in one line on standard error, when others have it), an
 environment that cannot render a GIF; a
-``--run-dir`` that names a file or nothing; a ``--json``, ``--out`` or ``OUT``
-that names a folder or nothing.
+``--run-dir`` that names a file or nothing; a ``--json``, ``--out``, ``--gif``
+or ``OUT`` that names a folder, nothing, or a file in a folder that does not
+exist.
 
 A run whose losses or training return stop being finite ends with one line naming
 them and the run directory, exit status 1 (``TrainingDiverged``). One that
@@ -348,6 +349,25 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _not_a_file_to_write(flag: str, path: str) -> str:
+    """Why ``path``, given as ``flag``, cannot be the file a command writes: nothing, a folder, no such folder.
+
+    Empty when it can be.
+
+    Examples:
+        >>> _not_a_file_to_write("--gif", "")
+        "--gif must name the file to write, got ''"
+        >>> _not_a_file_to_write("OUT", "/no/such/folder/policy.pt2")
+        "OUT's folder '/no/such/folder' does not exist"
+    """
+    if path == "" or Path(path).is_dir():
+        got = "''" if path == "" else f"the folder {path!r}"
+        return f"{flag} must name the file to write, got {got}"
+    if not Path(path).resolve().parent.is_dir():
+        return f"{flag}'s folder {str(Path(path).parent)!r} does not exist"
+    return ""
+
+
 def _eval_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="rlstruct eval",
@@ -389,6 +409,8 @@ def _eval(options: argparse.Namespace) -> int:
     from rlstruct.algos.recording import CannotRender, save_gif
     from rlstruct.algos.saved import load_run
 
+    if options.gif is not None and (unwritable := _not_a_file_to_write("--gif", options.gif)):
+        return _mistake(f"rlstruct eval: {unwritable}")  # before the episode is played, not after
     try:
         run = load_run(options.run_dir)
     except (FileNotFoundError, ValueError) as error:
@@ -468,11 +490,8 @@ def _export(options: argparse.Namespace) -> int:
 
     if not Path(options.run_dir).is_dir():
         return _mistake(f"rlstruct export: run directory {options.run_dir!r} does not exist")
-    if options.out == "" or Path(options.out).is_dir():
-        got = "''" if options.out == "" else f"the folder {options.out!r}"
-        return _mistake(f"rlstruct export: OUT must name the file to write, got {got}")
-    if not Path(options.out).resolve().parent.is_dir():
-        return _mistake(f"rlstruct export: OUT's folder {str(Path(options.out).parent)!r} does not exist")
+    if unwritable := _not_a_file_to_write("OUT", options.out):
+        return _mistake(f"rlstruct export: {unwritable}")
     source = Path(options.run_dir) / BEST_NAME if options.best else options.run_dir
     if options.best and not Path(source).is_file():
         return _mistake(

@@ -150,6 +150,24 @@ def test_eval_gif_records_the_first_episode_of_the_evaluation(
         assert image.n_frames > 1  # identical consecutive frames are merged: fewer than recorded
 
 
+def test_eval_gif_that_names_no_file_to_write_is_one_line_before_any_episode(
+    ppo_run: tuple[Path, dict[str, Any]], tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def played(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("an episode was played before --gif was checked")
+
+    monkeypatch.setattr(SavedRun, "record_episode", played)
+    monkeypatch.setattr(SavedRun, "evaluate", played)
+    folder = tmp_path / "no" / "such"
+    for gif, line in (
+        (str(folder / "x.gif"), f"--gif's folder {str(folder)!r} does not exist"),
+        ("", "--gif must name the file to write, got ''"),
+        (str(tmp_path), f"--gif must name the file to write, got the folder {str(tmp_path)!r}"),
+    ):
+        assert cli_main(["eval", str(ppo_run[0]), "--gif", gif]) == 2
+        assert one_line_error(capsys) == f"rlstruct eval: {line}\n"
+
+
 def test_eval_gif_of_an_environment_that_cannot_render_is_one_line_and_status_2(
     ppo_run: tuple[Path, dict[str, Any]], tmp_path: Path, capsys: Capture
 ) -> None:
