@@ -24,7 +24,10 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import os
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import TypeGuard
 
 import torch
@@ -32,6 +35,7 @@ import torch
 from rlstruct.errors import describe
 
 __all__ = [
+    "cannot_write",
     "check_choice",
     "check_device",
     "check_int",
@@ -224,3 +228,29 @@ def unusable_device(owner: str, device: torch.device | None) -> Iterator[None]:
         yield
     except AssertionError as error:  # torch.cuda's "Torch not compiled with CUDA enabled"
         raise ValueError(f"{owner}: device {str(device)!r} cannot be used on this machine: {error}") from None
+
+
+def cannot_write(path: str | os.PathLike[str]) -> str:
+    """Why the file ``path`` cannot be written here, in a few words; empty when it can.
+
+    Tried rather than read from the permissions, which say nothing for root
+    (a read-only file system, ``/proc``, ``/sys``): an existing file is
+    opened for writing without being changed, and otherwise a temporary
+    file is made and removed in its folder, which must exist.
+
+    Examples:
+        >>> cannot_write("/no/such/folder/results.json")
+        'No such file or directory'
+    """
+    path = Path(path)
+    try:
+        if path.is_file():
+            with path.open("r+b"):
+                pass
+        else:
+            fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as error:
+        return error.strerror or str(error)
+    return ""

@@ -43,9 +43,10 @@ and ``plot``, a run directory that does not exist or lacks its
 ``progress.csv`` has with a value to plot (the runs of ``plot`` that lack one
 are left out, named in one line on standard error, when others have it), an
 environment that cannot render a GIF; a
-``--run-dir`` that names a file or nothing; a ``--json``, ``--out``, ``--gif``
-or ``OUT`` that names a folder, nothing, or a file in a folder that does not
-exist.
+``--run-dir`` that names a file or nothing, or a folder in which the run's
+directory cannot be made; a ``--json``, ``--out``, ``--gif`` or ``OUT`` that
+names a folder, nothing, a file in a folder that does not exist, or a file
+that cannot be written there (tried, as permissions do not stop root).
 
 A run whose losses or training return stop being finite ends with one line naming
 them and the run directory, exit status 1 (``TrainingDiverged``). One that
@@ -85,6 +86,7 @@ from rlstruct.algos import ALGORITHMS
 from rlstruct.algos.config import OneLineParser
 from rlstruct.algos.evaluation import UnknownEnvironment
 from rlstruct.algos.run import CannotResume, RunInterrupted, TrainingDiverged
+from rlstruct.checks import cannot_write
 from rlstruct.errors import AgentError, ConfigError
 from rlstruct.version import __version__
 
@@ -350,7 +352,7 @@ def _positive_int(text: str) -> int:
 
 
 def _not_a_file_to_write(flag: str, path: str) -> str:
-    """Why ``path``, given as ``flag``, cannot be the file a command writes: nothing, a folder, no such folder.
+    """Why ``path``, given as ``flag``, cannot be the file a command writes: nothing, a folder, no such folder, no right.
 
     Empty when it can be.
 
@@ -365,6 +367,8 @@ def _not_a_file_to_write(flag: str, path: str) -> str:
         return f"{flag} must name the file to write, got {got}"
     if not Path(path).resolve().parent.is_dir():
         return f"{flag}'s folder {str(Path(path).parent)!r} does not exist"
+    if why := cannot_write(path):
+        return f"{flag} {path!r} cannot be written: {why}"
     return ""
 
 

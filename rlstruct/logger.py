@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
 import numpy as np
 
+from rlstruct.checks import cannot_write
 from rlstruct.progress import Progress, scalar_value, step_value
 
 if TYPE_CHECKING:
@@ -578,7 +579,8 @@ def _image_path(path: str | os.PathLike[str], name: str) -> Path:
         name: how the caller's argument is called, for the messages.
 
     Raises:
-        ValueError: if ``path`` is empty or an existing folder.
+        ValueError: if ``path`` is empty, an existing folder, or a file that
+            cannot be written (``cannot_write``).
         FileNotFoundError: if its folder does not exist.
 
     Examples:
@@ -592,7 +594,10 @@ def _image_path(path: str | os.PathLike[str], name: str) -> Path:
         raise ValueError(f"{name} must name an image file, got the folder {str(image)!r}")
     if not image.resolve().parent.is_dir():
         raise FileNotFoundError(f"{name}: the folder {str(image.parent)!r} does not exist")
-    return image if image.suffix else image.with_name(image.name + ".png")
+    image = image if image.suffix else image.with_name(image.name + ".png")
+    if why := cannot_write(image):  # found before the runs are read, not by matplotlib
+        raise ValueError(f"{name} {str(image)!r} cannot be written: {why}")
+    return image
 
 
 def _draw(curves: Sequence[_Curve], *, x: str, y: str, title: str, legend: bool, path: Path) -> Path:

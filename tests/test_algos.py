@@ -301,6 +301,14 @@ def test_printed_commands_quote_a_run_directory_with_spaces(
     assert f"tensorboard --logdir {shlex.quote(str(run.dir))}," in out and " " in str(run.dir)
 
 
+def test_the_summary_is_printed_before_the_json_file_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(FileNotFoundError), small_run(tmp_path, json=str(tmp_path / "gone" / "r.json")) as run:
+        run.finish(ActorCritic(**ACTOR_CRITIC[1]), 16)
+    assert "ppo on CartPole-v1: final greedy return" in capsys.readouterr().out  # not lost with the file
+
+
 def test_a_failing_loop_still_closes_the_batcher(tmp_path: Path) -> None:
     with pytest.raises(ZeroDivisionError), small_run(tmp_path) as run:
         batcher = run.collector(torch.device("cpu"), 2, 4)

@@ -370,6 +370,43 @@ def test_a_run_dir_that_is_a_file_or_nothing_is_one_line(
         ppo.check(ppo.Config(env="CartPole-v1", run_dir=""))
 
 
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[Path]:
+    """A folder where writing fails: one made read-only, or /sys for root, whom permissions do not stop."""
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        if not Path("/sys").is_dir():
+            pytest.skip("root, and no /sys: no folder it cannot write in")
+        yield Path("/sys")
+        return
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    yield folder
+    folder.chmod(0o755)
+
+
+def test_paths_that_cannot_be_written_are_one_line_before_anything_runs(
+    read_only: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = tmp_path / "runs"
+    cases = [
+        (["train", "ppo", *CARTPOLE, "--run-dir", str(read_only / "runs")], "rlstruct: --run-dir "),
+        (
+            ["train", "ppo", *CARTPOLE, "--json", str(read_only / "r.json"), "--run-dir", str(runs)],
+            "rlstruct: --json ",
+        ),
+        (["plot", str(tmp_path), "--out", str(read_only / "c.png")], "rlstruct plot: --out "),
+        (["export", str(tmp_path), str(read_only / "p.pt2")], "rlstruct export: OUT "),
+        (["eval", str(tmp_path), "--gif", str(read_only / "e.gif")], "rlstruct eval: --gif "),
+    ]
+    for argv, flag in cases:
+        assert main([*argv, *(["--no-progress"] if argv[0] == "train" else [])]) == 2, argv
+        out = capsys.readouterr()
+        what = "cannot hold the run's directory" if "--run-dir" in flag else "cannot be written"
+        assert out.out == "" and re.fullmatch(rf"{re.escape(flag)}'[^']+' {what}: [^\n]+\n", out.err), out.err
+    assert not runs.exists()
+
+
 def rlstruct(tmp_path: Path, debug: str | None) -> subprocess.CompletedProcess[str]:
     """``rlstruct train ppo --total-steps -5`` in a fresh process, with ``RLSTRUCT_DEBUG`` as given."""
     env = {k: v for k, v in os.environ.items() if k != "RLSTRUCT_DEBUG"}

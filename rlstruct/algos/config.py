@@ -40,7 +40,7 @@ import torch
 
 from rlstruct.algos.agents import named_agent, with_agent_name
 from rlstruct.algos.evaluation import MAKE_ERRORS, EnvSpaces, UnknownEnvironment, env_spaces
-from rlstruct.checks import check_choice, check_int, check_number
+from rlstruct.checks import cannot_write, check_choice, check_int, check_number
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import AgentError, ConfigError, describe
 from rlstruct.gym_env import GymEnv, resolve_env
@@ -239,6 +239,8 @@ def check_config(config: TrainConfig, **positive: int | float) -> None:
             f"the folder {config.json!r}" if config.json and Path(config.json).is_dir() else repr(config.json)
         )
         raise ValueError(f"config.json must be a file in an existing folder, got {got}")
+    if config.json is not None and (why := cannot_write(config.json)):  # found now, not after training
+        raise ValueError(f"config.json {config.json!r} cannot be written: {why}")
 
 
 def check_run(algo: str, config: TrainConfig) -> None:

@@ -62,6 +62,7 @@ from rlstruct.batchers import LocalBatcher, MultiprocessBatcher, cpu_weights
 from rlstruct.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
+from rlstruct.errors import ConfigError
 from rlstruct.gym_env import GymEnv
 from rlstruct.gym_vector_env import GymVectorEnv
 from rlstruct.learning.metrics import EpisodeReturns
@@ -165,7 +166,13 @@ class Run:
         """The checkpoint a ``--resume`` run continues from (None for a new run)."""
         if config.resume is None:
             env_name = config.env.split(":")[-1].replace("/", "_")
-            self.dir = make_run_dir(config.run_dir, f"{algo}-{env_name}-s{config.seed}")
+            try:
+                self.dir = make_run_dir(config.run_dir, f"{algo}-{env_name}-s{config.seed}")
+            except OSError as error:  # a folder it cannot write in: nothing is started yet
+                raise ConfigError(
+                    f"config.run_dir {config.run_dir!r} cannot hold the run's directory: "
+                    f"{error.strerror or error}"
+                ) from error
         else:
             self.dir = Path(config.resume)
             self.resumed = _resumable(algo, self.dir / CHECKPOINT_NAME, config.checkpoint_every)
@@ -549,8 +556,6 @@ class Run:
             "stop_reason": stop_reason,
             "run_dir": str(self.dir),
         }
-        if self.config.json is not None:
-            Path(self.config.json).write_text(json.dumps(results, indent=2) + "\n")
         stopped = (
             ""
             if stop_reason is None
@@ -566,6 +571,8 @@ class Run:
             f"run directory: {self.dir} (progress.csv, TensorBoard: tensorboard --logdir {logdir}, "
             f"checkpoint {self.logger.checkpoint_path.name}, plot {plot.name})"
         )
+        if self.config.json is not None:  # after the summary, which a failure here would lose
+            Path(self.config.json).write_text(json.dumps(results, indent=2) + "\n")
         return results
 
     def close(self) -> None:
