@@ -328,3 +328,30 @@ def test_an_evaluation_running_at_a_checkpoint_is_in_the_resumed_run_and_the_las
     ppo.train(dataclasses.replace(config, run_dir=str(tmp_path / "cut"), resume=str(run_dir)))
     assert [steps for steps, _ in whole] == [128, 256, 384]  # the one at 384 is the final, logged once
     assert eval_rows(run_dir) == whole
+
+
+def test_a_resumed_run_counts_its_training_time_from_its_checkpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """wall_s went back to about 0 at the resume while env_steps went on, and sps was their ratio (81,264 steps/s)."""
+    run_dir = interrupted_run(tmp_path, monkeypatch)
+    saved = load_checkpoint(run_dir / "checkpoint.pt")
+    with (run_dir / "progress.csv").open() as file:
+        before = [row for row in csv.DictReader(file) if row["wall_s"]]
+    assert float(saved["wall_s"]) > 0.0 and float(before[-1]["wall_s"]) <= float(saved["wall_s"])
+    assert (
+        cli(["train", "ppo", "--resume", str(run_dir), "--no-progress", "--json", str(tmp_path / "r.json")])
+        == 0
+    )
+    with (run_dir / "progress.csv").open() as file:
+        rows = [row for row in csv.DictReader(file) if row["wall_s"]]
+    resumed = [row for row in rows if int(row["env_steps"]) > int(saved["env_steps"])]
+    walls = [float(row["wall_s"]) for row in resumed]
+    assert walls[0] > float(saved["wall_s"]) and walls == sorted(walls)
+    # this process trained the steps past the checkpoint in walls[0] - saved wall_s seconds at most
+    first = resumed[0]
+    since = float(first["wall_s"]) - float(saved["wall_s"])
+    steps = int(first["env_steps"]) - int(saved["env_steps"])
+    assert float(first["sps"]) == pytest.approx(steps / since, rel=1e-6)
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results["wall_s"] >= walls[-1] - 1e-3  # the run's training time, both processes'

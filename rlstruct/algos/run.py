@@ -179,6 +179,10 @@ class Run:
             self._check_fits(self.agent_factory(**self.agent_args), "model")  # before anything is written
         self.segment = 0 if self.resumed is None else int(self.resumed["segment"])
         """How many times the collection restarted at a checkpoint (``checkpoint_every``)."""
+        # a resumed run's wall_s goes on from its checkpoint's (0 for one saved before it was kept),
+        # and its sps counts the steps it trains itself
+        self._wall_before = 0.0 if self.resumed is None else float(self.resumed.get("wall_s", 0.0))
+        self._steps_before = 0 if self.resumed is None else int(self.resumed["env_steps"])
         self.logger = Logger(
             self.dir,
             config=config,
@@ -418,6 +422,10 @@ class Run:
         if execute:
             self.batcher.execute()
 
+    def _training_s(self) -> float:
+        """The training time of the whole run so far: this process's since ``begin()``, and a resumed run's before."""
+        return self._wall_before + time.monotonic() - self._started
+
     def _save(self, env_steps: int, model: torch.nn.Module, *, finished: bool = False, **state: Any) -> None:
         self._last_checkpoint = env_steps
         save_checkpoint(
@@ -426,6 +434,7 @@ class Run:
             env_steps=env_steps,
             segment=self.segment,
             next_eval=self._next_eval,
+            wall_s=self._training_s(),
             **({"finished": True} if finished else {}),
             **state,
         )
@@ -474,8 +483,9 @@ class Run:
             if self.evaluator.start(weights, env_steps):
                 self._next_eval = env_steps + self.config.eval_every
                 self._evaluating = weights
-        wall = time.monotonic() - self._started
-        row = {"env_steps": env_steps, "wall_s": wall, "sps": env_steps / max(wall, 1e-9), **scalars}
+        since = time.monotonic() - self._started
+        sps = (env_steps - self._steps_before) / max(since, 1e-9)  # the steps this process trained
+        row = {"env_steps": env_steps, "wall_s": self._wall_before + since, "sps": sps, **scalars}
         if self.hooks:
             row |= self.hooks.iteration(env_steps, row, model)
         self.logger.log(env_steps, **row)
@@ -517,16 +527,18 @@ class Run:
             ``{"algo", "env", "eval_return_mean", "eval_return_std", "env_steps",
             "wall_s", "setup_s", "total_s", "stopped_early", "stop_reason",
             "run_dir"}``. ``wall_s`` is the training time, from ``begin()`` to
-            the end of the training loop (the final evaluation not counted);
+            the end of the training loop (the final evaluation not counted;
+            a resumed run adds the training time before its checkpoint);
             ``setup_s`` the time before ``begin()``, from the run's
             construction (starting the worker processes); ``total_s`` the
             whole run, from its construction to the end of ``finish`` (the
-            final evaluation, checkpoint and plot included).
+            final evaluation, checkpoint and plot included; a resumed run
+            adds the training time before its checkpoint, as to ``wall_s``).
             ``stopped_early`` says whether a hook asked the run to stop while
             it trained (``env_steps`` is then where it stopped),
             ``stop_reason`` why (None when none asked).
         """
-        wall = time.monotonic() - self._started  # training time: the final evaluation is not counted
+        wall = self._training_s()  # the final evaluation is not counted
         self.hooks.finishing()  # a stop asked from now on changes nothing
         result = self.evaluator.wait()
         if result is not None and result.env_steps == env_steps:
@@ -541,7 +553,7 @@ class Run:
         self.logger.close()
         curves = ["eval_return_mean"] + (["train_return_mean"] if self.episode_return is not None else [])
         plot = self.logger.plot(curves, x="env_steps")
-        total = time.monotonic() - self._created
+        total = self._wall_before + time.monotonic() - self._created
         stop_reason = self.hooks.stop_reason
         results: dict[str, Any] = {
             "algo": self.algo,
