@@ -5,7 +5,10 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,7 @@ import torch
 from rlstruct import load_checkpoint
 from rlstruct.algos import a2c, dqn, impala, ppo, sac
 from rlstruct.algos.config import parse_config
-from rlstruct.algos.run import CannotResume, Run
+from rlstruct.algos.run import LOCK_NAME, CannotResume, Run
 from rlstruct.cli import main as cli
 from rlstruct.errors import ConfigError
 
@@ -355,3 +358,34 @@ def test_a_resumed_run_counts_its_training_time_from_its_checkpoints(
     assert float(first["sps"]) == pytest.approx(steps / since, rel=1e-6)
     results = json.loads((tmp_path / "r.json").read_text())
     assert results["wall_s"] >= walls[-1] - 1e-3  # the run's training time, both processes'
+
+
+def test_a_run_directory_another_process_trains_is_refused_and_a_stale_lock_is_taken_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two resumes of one run at once both trained, and progress.csv got every row twice."""
+    run_dir = interrupted_run(tmp_path, monkeypatch)
+    assert not (run_dir / LOCK_NAME).exists()  # the interrupted run freed its directory
+    progress = (run_dir / "progress.csv").read_bytes()
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        (run_dir / LOCK_NAME).write_text(f"{other.pid}\n")  # as a run still training in another process
+        assert cli(["train", "ppo", "--resume", str(run_dir), "--no-progress"]) == 2
+        assert capsys.readouterr().err == (
+            f"rlstruct: ppo: {str(run_dir)!r} is being trained by process {other.pid} (its {LOCK_NAME}); wait "
+            f"for that run to end or stop it (delete {LOCK_NAME} if no such run is going on)\n"
+        )
+        assert (run_dir / "progress.csv").read_bytes() == progress  # refused before anything was written
+    finally:
+        other.communicate(input=b"", timeout=30)  # it ends: its lock is stale now
+    seen: list[bool] = []
+    begin = Run.begin
+
+    def begin_seeing_the_lock(self: Run) -> None:
+        seen.append((self.dir / LOCK_NAME).read_text() == f"{os.getpid()}\n")
+        begin(self)
+
+    monkeypatch.setattr(Run, "begin", begin_seeing_the_lock)
+    assert cli(["train", "ppo", "--resume", str(run_dir), "--no-progress"]) == 0
+    assert seen == [True]  # taken over while it trained
+    assert not (run_dir / LOCK_NAME).exists()  # and freed at the end

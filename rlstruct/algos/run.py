@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pickle
 import shlex
 import time
@@ -183,13 +184,18 @@ class Run:
         # and its sps counts the steps it trains itself
         self._wall_before = 0.0 if self.resumed is None else float(self.resumed.get("wall_s", 0.0))
         self._steps_before = 0 if self.resumed is None else int(self.resumed["env_steps"])
-        self.logger = Logger(
-            self.dir,
-            config=config,
-            progress=config.progress,
-            total_steps=config.total_steps,
-            purge_step=None if self.resumed is None else int(self.resumed["env_steps"]) + 1,
-        )
+        self._lock: Path | None = lock_run(algo, self.dir)  # before anything is written in it
+        try:
+            self.logger = Logger(
+                self.dir,
+                config=config,
+                progress=config.progress,
+                total_steps=config.total_steps,
+                purge_step=None if self.resumed is None else int(self.resumed["env_steps"]) + 1,
+            )
+        except BaseException:
+            self._unlock()
+            raise
         self.hooks = HookRunner(
             hooks,
             algo=algo,
@@ -209,6 +215,7 @@ class Run:
             )
         except BaseException as error:
             self.logger.close()  # no file left open by a run that could not start
+            self._unlock()
             if isinstance(error, KeyboardInterrupt):
                 checkpoint = None if self.resumed is None else int(self.resumed["env_steps"])
                 raise RunInterrupted(algo, self.dir, checkpoint, every=config.checkpoint_every) from error
@@ -588,7 +595,10 @@ class Run:
         return results
 
     def close(self) -> None:
-        """Close the collection batcher, stop the evaluator and close the logger. Safe to call twice."""
+        """Close the collection batcher, stop the evaluator, close the logger and free the run directory.
+
+        Safe to call twice.
+        """
         try:
             if self._batcher is not None:
                 self._batcher.close()
@@ -596,7 +606,16 @@ class Run:
             try:
                 self.evaluator.close()
             finally:
-                self.logger.close()
+                try:
+                    self.logger.close()
+                finally:
+                    self._unlock()
+
+    def _unlock(self) -> None:
+        """Remove the run directory's lock (``lock_run``), once."""
+        if self._lock is not None:
+            self._lock.unlink(missing_ok=True)
+            self._lock = None
 
     def __enter__(self) -> Run:
         return self
@@ -728,6 +747,78 @@ class CannotResume(ValueError):
 
     ``rlstruct train`` reports it in one line on standard error (exit status 2).
     """
+
+
+LOCK_NAME = "run.lock"
+"""The file a run keeps in its directory while it trains, holding its process id."""
+
+
+def lock_run(algo: str, directory: Path) -> Path:
+    """Mark ``directory`` as trained by this process: a ``LOCK_NAME`` file holding its pid, made exclusively.
+
+    A lock whose process is gone (killed with SIGKILL, a machine that
+    stopped) or is this process (a run it made and did not close) is taken
+    over. The caller removes the file when the run ends.
+
+    Raises:
+        CannotResume: if another live process holds the lock: two runs would
+            write the same progress.csv and checkpoint.
+    """
+    path = directory / LOCK_NAME
+    for _ in range(3):  # a lock taken over may be taken again by another process in between
+        try:
+            _make_whole(path)
+        except FileExistsError:
+            holder = _lock_holder(path)
+            if holder is not None and holder != os.getpid():
+                raise CannotResume(
+                    f"{algo}: {str(directory)!r} is being trained by process {holder} (its {LOCK_NAME}); "
+                    f"wait for that run to end or stop it (delete {LOCK_NAME} if no such run is going on)"
+                ) from None
+            path.unlink(missing_ok=True)  # its process is gone: the lock is stale
+            continue
+        return path
+    raise CannotResume(
+        f"{algo}: {str(directory)!r}: could not take {LOCK_NAME}, which other processes keep taking"
+    )
+
+
+def _make_whole(path: Path) -> None:
+    """Make ``path`` holding this process's id, or raise ``FileExistsError``: never seen empty by another process.
+
+    The id is written to a file of this process's, then linked to ``path``
+    (which fails if ``path`` exists); where hard links are not supported,
+    ``path`` is made exclusively and written.
+    """
+    own = path.with_name(f".{path.name}.{os.getpid()}")
+    own.write_text(f"{os.getpid()}\n")
+    try:
+        os.link(own, path)
+    except FileExistsError:
+        raise
+    except OSError:  # a file system without hard links
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        with os.fdopen(fd, "w") as file:
+            file.write(f"{os.getpid()}\n")
+    finally:
+        own.unlink(missing_ok=True)
+
+
+def _lock_holder(path: Path) -> int | None:
+    """The live process ``path`` names, or None when it names none (stale, empty, being written)."""
+    try:
+        pid = int(path.read_text().strip() or "0")
+    except (OSError, ValueError):
+        return None
+    if pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)  # no signal: only whether the process exists
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # another user's process
+        return pid
+    return pid
 
 
 def _resumable(algo: str, path: Path, every: int) -> dict[str, Any]:
