@@ -182,32 +182,35 @@ class NoValueAgent(MlpAgent):
         return out.get(["action", "log_prob", "logits"]), new_state
 
 
-class ColumnValueAgent(MlpAgent):
+class EditedOutputAgent(MlpAgent):
+    """``MlpAgent`` whose output goes through ``edit``: the base of the slips below."""
+
+    def edit(self, out: DictTensor) -> dict[str, torch.Tensor]:
+        return dict(out.items())
+
+    def forward(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        out, new_state = super().forward(state, observation, agent_info, history)
+        return DictTensor(self.edit(out)), new_state
+
+
+class ColumnValueAgent(EditedOutputAgent):
     """Outputs its value as a column ``[B, 1]`` (the critic's output unsqueezed): refused at the first batch."""
 
-    def forward(
-        self,
-        state: DictTensor,
-        observation: DictTensor,
-        agent_info: DictTensor,
-        history: TemporalDictTensor | None = None,
-    ) -> tuple[DictTensor, DictTensor]:
-        out, new_state = super().forward(state, observation, agent_info, history)
-        return DictTensor({**dict(out.items()), "value": out["value"].unsqueeze(-1)}), new_state
+    def edit(self, out: DictTensor) -> dict[str, torch.Tensor]:
+        return {**dict(out.items()), "value": out["value"].unsqueeze(-1)}
 
 
-class DoubleLogProbAgent(MlpAgent):
+class DoubleLogProbAgent(EditedOutputAgent):
     """Outputs its log-probabilities in float64: refused at the first batch."""
 
-    def forward(
-        self,
-        state: DictTensor,
-        observation: DictTensor,
-        agent_info: DictTensor,
-        history: TemporalDictTensor | None = None,
-    ) -> tuple[DictTensor, DictTensor]:
-        out, new_state = super().forward(state, observation, agent_info, history)
-        return DictTensor({**dict(out.items()), "log_prob": out["log_prob"].double()}), new_state
+    def edit(self, out: DictTensor) -> dict[str, torch.Tensor]:
+        return {**dict(out.items()), "log_prob": out["log_prob"].double()}
 
 
 class FlatBootstrapAgent(MlpAgent):
