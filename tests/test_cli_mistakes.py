@@ -137,6 +137,16 @@ TRAIN_MISTAKES = [
         "rlstruct train ppo: unrecognized arguments: --frob 3 (rlstruct train ppo --help lists the flags)",
     ),
     (
+        ["ppo", *CARTPOLE, "--progress", "false"],
+        "rlstruct train ppo: argument --progress: takes no value (--progress or --no-progress), got 'false' "
+        "(rlstruct train ppo --help lists the flags)",
+    ),
+    (
+        ["a2c", *CARTPOLE, "--recurrent", "true"],
+        "rlstruct train a2c: argument --recurrent: takes no value (--recurrent or --no-recurrent), got 'true' "
+        "(rlstruct train a2c --help lists the flags)",
+    ),
+    (
         ["ppo", "--total-steps", "256"],
         "rlstruct train ppo: the following arguments are required: --env "
         "(rlstruct train ppo --help lists the flags)",

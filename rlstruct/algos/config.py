@@ -29,6 +29,7 @@ import math
 import numbers
 import os
 import re
+import sys
 import textwrap
 import typing
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -678,6 +679,21 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """Write ``message`` in one line, with where the flags are listed, and exit with status 2."""
         self.exit(2, f"{self.prog}: {' '.join(message.split())} ({self.prog} --help lists the flags)\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """As argparse's; a value given to a flag that takes none (``--progress false``) is named with the flag."""
+        argv = list(sys.argv[1:] if args is None else args)
+        parsed, extras = super().parse_known_args(argv, namespace)
+        switches = {
+            name: action for action in self._actions if action.nargs == 0 for name in action.option_strings
+        }
+        for before, token in itertools.pairwise(argv):
+            if extras and token == extras[0] and before in switches:
+                names = " or ".join(switches[before].option_strings)
+                self.error(f"argument {before}: takes no value ({names}), got {token!r}")
+        return parsed, extras
 
 
 def parse_config(
