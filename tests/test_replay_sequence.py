@@ -314,6 +314,18 @@ def test_bad_arguments_are_named() -> None:
         buffer.update_priorities(torch.tensor([0]), torch.tensor([1.0]))
 
 
+def test_priority_errors_name_the_sequence_buffer() -> None:
+    buffer = SequenceReplayBuffer(4, prioritized=True, generator=seeded())
+    buffer.add(chunks([0, 1], [5, 5]))
+    update = "SequenceReplayBuffer.update_priorities"
+    with pytest.raises(TypeError, match=re.escape(f"{update}: indices must be an int64 tensor")):
+        buffer.update_priorities(torch.tensor([0.0]), torch.tensor([1.0]))
+    with pytest.raises(ValueError, match=re.escape(f"{update}: indices must lie in [0, 2)")):
+        buffer.update_priorities(torch.tensor([2]), torch.tensor([1.0]))
+    with pytest.raises(ValueError, match=re.escape(f"{update}: priorities must be finite and >= 0")):
+        buffer.update_priorities(torch.tensor([0]), torch.tensor([-1.0]))
+
+
 # ---------------------------------------------------------------------- priorities
 
 

@@ -411,14 +411,16 @@ class SequenceReplayBuffer:
 
         Raises:
             RuntimeError: if the buffer is not ``prioritized``.
-            TypeError, ValueError: as ``PrioritizedReplayBuffer.update_priorities``.
+            TypeError, ValueError: as ``PrioritizedReplayBuffer.update_priorities``
+                (the message names this method; the indices must lie in
+                ``[0, len(self))``, the chunks held).
         """
+        op = "SequenceReplayBuffer.update_priorities"
         if not isinstance(self._buffer, PrioritizedReplayBuffer):
             raise RuntimeError(
-                "SequenceReplayBuffer.update_priorities: the buffer samples uniformly; build it with "
-                "prioritized=True to sample by priority"
+                f"{op}: the buffer samples uniformly; build it with prioritized=True to sample by priority"
             )
-        self._buffer.update_priorities(indices, priorities)
+        self._buffer._update_priorities(indices, priorities, op)
 
     # ------------------------------------------------------------------ saving
 
