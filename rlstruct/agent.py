@@ -298,6 +298,25 @@ def _replay_windows(
     return history_windows(before, observed, starts, length)
 
 
+def _check_replayed(agent: Agent, replayed: object, steps: TemporalDictTensor) -> None:
+    """Raise ``AgentError`` unless ``forward_sequence`` returned ``[B, T, ...]`` outputs of ``forward``'s shapes.
+
+    A key the steps hold from collection must have the shape ``forward`` gave
+    it there (a few attribute reads).
+    """
+    name, b, t = type(agent).__name__, steps.n_elems(), steps.n_timesteps()
+    if not isinstance(replayed, TemporalDictTensor) or replayed.n_elems() != b or replayed.n_timesteps() != t:
+        raise AgentError(
+            f"{name}.forward_sequence must return None or a TemporalDictTensor [{b}, {t}, ...], got {replayed!r}"
+        )
+    for key, value in replayed.items():
+        if key in steps and value.shape[2:] != steps[key].shape[2:]:
+            raise AgentError(
+                f"{name}.forward_sequence: its output {key!r} has shape {list(value.shape)}, but the steps "
+                f"hold it from forward with shape {list(steps[key].shape)}; both must give the same outputs"
+            )
+
+
 def _check_window_keys(agent: Agent, output: DictTensor, windows: TemporalDictTensor) -> None:
     """Raise unless the replayed windows hold the agent's outputs, as the windows of collection did."""
     missing = sorted(k for k in output if k not in windows)
@@ -349,8 +368,10 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
             lacks the window before step 0 (or has other keys or steps) for
             an agent wanting the last n steps, or if the steps lack an
             output of a history agent (which its windows held at collection).
-        TypeError: if ``forward_sequence`` returns something else than None
-            or a TemporalDictTensor of the batch's rows and steps.
+        AgentError: (a TypeError) if ``forward_sequence`` returns something
+            else than None or a TemporalDictTensor of the batch's rows and
+            steps, or an output that the steps hold from collection with
+            another shape (a ``logits`` of another width).
     """
     info, steps = batch.info, batch.trajectories
     agent_info = info.truncate_key("agent_info/")
@@ -369,15 +390,7 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
     if not stateless:
         replayed = agent.forward_sequence(state, observation, agent_info, before)
         if replayed is not None:
-            if (
-                not isinstance(replayed, TemporalDictTensor)
-                or replayed.n_elems() != b
-                or (replayed.n_timesteps() != n_timesteps)
-            ):
-                raise TypeError(
-                    f"{type(agent).__name__}.forward_sequence must return None or a TemporalDictTensor "
-                    f"[{b}, {n_timesteps}, ...], got {replayed!r}"
-                )
+            _check_replayed(agent, replayed, steps)
             return replayed
     if stateless or (stateless is None and state.empty() and length is None):
         flat = DictTensor({k: v.flatten(0, 1) for k, v in observation.items()})

@@ -25,6 +25,7 @@ from rlstruct import (
     replay_agent,
 )
 from rlstruct.agent import history_length, reset_finished_states
+from rlstruct.errors import AgentError
 from rlstruct.testing import CounterEnv, CountingAgent, RandomAgent
 
 
@@ -423,3 +424,30 @@ def test_replay_refuses_a_forward_sequence_of_another_shape() -> None:
         ),
     ):
         replay_agent(BadSequenceAgent(), batch)
+
+
+class WideSequenceAgent(SequenceAgent):
+    """Replays a 'value' of one more column than forward gives it at collection."""
+
+    def forward_sequence(
+        self,
+        state: DictTensor,
+        observation: TemporalDictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> TemporalDictTensor | None:
+        replayed = super().forward_sequence(state, observation, agent_info, history)
+        assert replayed is not None
+        return TemporalDictTensor({"value": replayed["value"].unsqueeze(-1)}, observation.lengths)
+
+
+def test_replay_refuses_a_forward_sequence_output_of_another_shape_than_forward_s() -> None:
+    (batch,) = collect(WideSequenceAgent, n_batches=1)
+    with pytest.raises(
+        AgentError,
+        match=re.escape(
+            "WideSequenceAgent.forward_sequence: its output 'value' has shape [2, 4, 1], but the steps "
+            "hold it from forward with shape [2, 4]"
+        ),
+    ):
+        replay_agent(WideSequenceAgent(), batch)
