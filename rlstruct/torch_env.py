@@ -231,7 +231,7 @@ class TorchEnv(Environment):
         return self._with_flags(observation, self._zeros(), no, no.clone(), every)
 
     def _zeros(self) -> torch.Tensor:
-        return torch.zeros(self.n_envs, dtype=torch.float32, device=self.device)
+        return torch.zeros(self.n_envs, dtype=self.reward_dtype, device=self.device)
 
     def _action(self, action: DictTensor) -> torch.Tensor:
         owner = type(self).__name__

@@ -641,3 +641,12 @@ def test_a_task_that_declares_float64_rewards_keeps_them() -> None:
     reached, _ = env.step(DictTensor({"action": torch.zeros(2, dtype=torch.int64)}))
     assert reached["reward"].dtype == torch.float64
     assert reached["reward"].tolist() == [1e8 + 1.5, 1e8 + 1.5]  # float32 would round it to 1e8
+
+
+@pytest.mark.parametrize("auto_reset", [False, True])
+def test_the_first_rewards_of_a_float64_task_are_float64_too(auto_reset: bool) -> None:
+    """Before, reset gave float32 zeros, which check_env and every batcher refused at step 1."""
+    env = Advancing(2, "float64", reward_dtype=torch.float64)
+    assert env.reset(DictTensor(batch_size=2), auto_reset=auto_reset)["reward"].dtype == torch.float64
+    zeros = DictTensor({"action": torch.zeros(2, dtype=torch.int64)})
+    check_env(Advancing(2, "float64", reward_dtype=torch.float64), action=lambda _: zeros)
