@@ -115,9 +115,13 @@ class TorchEnv(Environment):
         if not SEEDS[0] <= seed <= SEEDS[1]:
             raise ValueError(f"{owner}: seed must be in [-2**63, 2**64), got {seed}")
         seed = int(seed)
-        if max_episode_steps is not None and (not is_int(max_episode_steps) or max_episode_steps <= 0):
+        if max_episode_steps is not None and not is_int(max_episode_steps):
+            raise TypeError(
+                f"{owner}: max_episode_steps must be an int > 0 or None, got {describe(max_episode_steps)}"
+            )
+        if max_episode_steps is not None and max_episode_steps <= 0:
             raise ValueError(
-                f"{owner}: max_episode_steps must be an int > 0 or None, got {max_episode_steps!r}"
+                f"{owner}: max_episode_steps must be an int > 0 or None, got {max_episode_steps}"
             )
         max_episode_steps = None if max_episode_steps is None else int(max_episode_steps)
         self.n_envs = n_envs

@@ -534,6 +534,16 @@ def test_multiprocess_batcher_gives_local_batcher_trajectories(mode: str, n_time
             r"make_torch_env: env must be a gymnasium id \(str\)",
         ),
         (lambda: TorchCueMemory(2, delay=-1), ValueError, r"delay must be an int >= 0, got -1"),
+        (  # before, a ValueError, where the docstring promises a TypeError for a wrong type
+            lambda: TorchCartPole(2, max_episode_steps=20.0),
+            TypeError,
+            r"TorchCartPole: max_episode_steps must be an int > 0 or None, got a float",
+        ),
+        (
+            lambda: TorchCartPole(2, max_episode_steps=0),
+            ValueError,
+            r"TorchCartPole: max_episode_steps must be an int > 0 or None, got 0",
+        ),
     ],
 )
 def test_bad_constructor_arguments_are_named(make: Any, error: type[Exception], message: str) -> None:
