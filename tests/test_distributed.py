@@ -509,6 +509,19 @@ def test_a_seed_gives_the_same_run_whatever_the_caller_drew_before() -> None:
     assert all(torch.equal(first[k], expected[k]) for k in expected)
 
 
+def test_numpy_ints_are_ints_for_the_seed_and_the_target() -> None:
+    """Before, a NumPy seed passed the check and failed in torch ('an integer is required'),
+    and a NumPy target_steps was refused as not an int."""
+    with make_scheme(seed=3) as scheme:
+        scheme.step()
+        expected = scheme.weights()
+    with Learner(make_scheme(seed=np.int64(3)), target_steps=np.int64(256), progress=False) as learner:
+        learner.step()
+        assert learner.target_steps == 256 and type(learner.target_steps) is int
+        weights = learner.scheme.weights()
+    assert all(torch.equal(weights[k], expected[k]) for k in expected)
+
+
 def test_weights_are_copies_of_the_live_model() -> None:
     with make_scheme() as scheme:
         weights = scheme.weights()

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rlstruct.checkpoint import save_checkpoint
+from rlstruct.checks import is_int
 from rlstruct.distributed.scheme import Scheme, StepInfo
 from rlstruct.progress import Progress
 
@@ -55,8 +56,9 @@ class Learner:
     ) -> None:
         if not isinstance(scheme, Scheme):
             raise TypeError(f"Learner: scheme must be a Scheme, got {type(scheme).__name__}")
-        if isinstance(target_steps, bool) or not isinstance(target_steps, int) or target_steps <= 0:
+        if not is_int(target_steps) or target_steps <= 0:  # a NumPy int is an int
             raise ValueError(f"Learner: target_steps must be a positive int, got {target_steps!r}")
+        target_steps = int(target_steps)
         if scheme.closed:
             raise ValueError("Learner: scheme is closed; make a new one")
         self.scheme, self.target_steps = scheme, target_steps

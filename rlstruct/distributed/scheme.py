@@ -242,7 +242,7 @@ class Scheme:
         self.updates = Updates() if updates is None else updates
         check_codec(compression)
         self.device = _device(device)
-        check_int("Scheme", "seed", seed, 0)
+        seed = check_int("Scheme", "seed", seed, 0)
         self.timeout = check_number("Scheme", "timeout", timeout, 0.0, 1e6, low_open=True)
         self.start_timeout = check_number("Scheme", "start_timeout", start_timeout, 0.0, 1e6, low_open=True)
         self.on_worker_failure = check_choice("Scheme", "on_worker_failure", on_worker_failure, FAILURES)
