@@ -352,7 +352,8 @@ class GymEnv(Environment):
         **make_kwargs: keyword arguments for every instance, under those of env_info.
 
     Raises:
-        ValueError: if ``n_envs`` is not a positive int; when an instance is
+        ValueError: if ``n_envs`` is not a positive int, or ``seed`` is
+            negative; when an instance is
             made, if an entry of its Dict observation space is named as a key
             every observation holds (``FLAG_KEYS``).
         TypeError: if ``env`` is neither a str nor a callable; when an
@@ -376,6 +377,10 @@ class GymEnv(Environment):
             raise TypeError(f"GymEnv: env must be an environment id or a callable, got {describe(env)}")
         if not is_int(seed):
             raise TypeError(f"GymEnv: seed must be an int, got {describe(seed)}")
+        if seed < 0:
+            raise ValueError(
+                f"GymEnv: seed must be at least 0 (gymnasium takes no negative seed), got {seed}"
+            )
         n_envs, seed = int(n_envs), int(seed)  # a NumPy int counts too
         if reward_dtype not in (torch.float16, torch.float32, torch.float64):
             raise TypeError(
@@ -508,7 +513,8 @@ class GymEnv(Environment):
         Raises:
             TypeError: if ``env_info`` is not a DictTensor, or its ``seed``
                 key does not hold one integer per row.
-            ValueError: if ``env_info`` does not have ``n_envs`` rows, or an
+            ValueError: if ``env_info`` does not have ``n_envs`` rows, its
+                ``seed`` key holds a negative seed, or an
                 instance's first observation does not match its space.
             RuntimeError: after ``close``.
         """
@@ -566,6 +572,12 @@ class GymEnv(Environment):
             raise TypeError(
                 f"GymEnv({self.name!r}).reset: env_info[{SEED_KEY!r}] must hold one integer per row, "
                 f"got dtype {seeds.dtype} and shape {list(seeds.shape)}"
+            )
+        if bool((seeds < 0).any()):
+            row = int((seeds < 0).nonzero()[0, 0])
+            raise ValueError(
+                f"GymEnv({self.name!r}).reset: env_info[{SEED_KEY!r}] must hold seeds of at least 0 "
+                f"(gymnasium takes no negative seed), got {int(seeds[row])} in row {row}"
             )
         return [int(v) for v in seeds.tolist()]
 

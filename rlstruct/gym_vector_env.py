@@ -77,7 +77,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from rlstruct.checks import check_int
+from rlstruct.checks import check_int, is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
 from rlstruct.errors import describe
@@ -154,7 +154,7 @@ class GymVectorEnv(Environment):
             ``seed`` is not an int, ``vector_kwargs`` or ``make_kwargs`` is
             not a mapping, ``reward_dtype`` is not a floating dtype, or a
             space is not supported.
-        ValueError: if ``n_envs`` is below 1, the callable's environment
+        ValueError: if ``n_envs`` is below 1 or ``seed`` below 0, the callable's environment
             has another ``num_envs``, ``vectorization_mode`` is unknown (or
             given with a callable, as ``vector_kwargs``), ``make_kwargs``
             holds an argument given here by name, or the vector environment
@@ -175,8 +175,13 @@ class GymVectorEnv(Environment):
         self.n_envs = check_int("GymVectorEnv", "n_envs", n_envs)
         if not (isinstance(env, str) or callable(env)):
             raise TypeError(f"GymVectorEnv: env must be an environment id or a callable, got {describe(env)}")
-        if not isinstance(seed, int) or isinstance(seed, bool):
+        if not is_int(seed):
             raise TypeError(f"GymVectorEnv: seed must be an int, got {describe(seed)}")
+        if seed < 0:
+            raise ValueError(
+                f"GymVectorEnv: seed must be at least 0 (gymnasium takes no negative seed), got {seed}"
+            )
+        seed = int(seed)  # a NumPy int counts too
         if reward_dtype not in (torch.float16, torch.float32, torch.float64):
             raise TypeError(
                 f"GymVectorEnv: reward_dtype must be torch.float16, float32 or float64, got {reward_dtype!r}"

@@ -297,6 +297,25 @@ def test_cartpole_instances_get_seed_plus_index() -> None:
         e.close()
 
 
+def test_a_negative_seed_is_named_before_gymnasium_sees_it() -> None:
+    """Before, gymnasium's own error ('Seed must be greater or equal to zero') at the first reset."""
+    with pytest.raises(
+        ValueError,
+        match=re.escape("GymEnv: seed must be at least 0 (gymnasium takes no negative seed), got -1"),
+    ):
+        GymEnv("CartPole-v1", n_envs=2, seed=-1)
+    env = GymEnv("CartPole-v1", n_envs=2, seed=0)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "GymEnv('CartPole-v1').reset: env_info['seed'] must hold seeds of at least 0 "
+            "(gymnasium takes no negative seed), got -5 in row 1"
+        ),
+    ):
+        env.reset(DictTensor({"seed": torch.tensor([3, -5])}))
+    env.close()
+
+
 def test_the_seed_key_of_env_info_reseeds_at_every_reset_but_not_at_automatic_ones() -> None:
     env, reference = GymEnv("CartPole-v1", n_envs=2, seed=0), GymEnv("CartPole-v1", n_envs=2, seed=40)
     seeds = DictTensor({"seed": torch.tensor([40, 41])})

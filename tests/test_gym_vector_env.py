@@ -392,6 +392,11 @@ def make_countdown(num_envs: int, **kwargs: Any) -> CountdownVectorEnv:
         ({"n_envs": 0}, ValueError, "GymVectorEnv: n_envs must be at least 1, got 0"),
         ({"n_envs": 2.0}, TypeError, "GymVectorEnv: n_envs must be an int, got a float"),
         ({"seed": "1"}, TypeError, "GymVectorEnv: seed must be an int, got a str"),
+        (  # before, gymnasium's own error at the first reset
+            {"seed": -1},
+            ValueError,
+            "GymVectorEnv: seed must be at least 0 (gymnasium takes no negative seed), got -1",
+        ),
         ({"reward_dtype": torch.int32}, TypeError, "reward_dtype must be torch.float16, float32 or float64"),
         (
             {"vector_kwargs": [1]},
@@ -433,6 +438,16 @@ def test_bad_constructor_arguments_are_named(
     arguments: dict[str, Any] = {"env": "Pendulum-v1", "n_envs": 2, **kwargs}
     with pytest.raises(error, match=message(text)):
         GymVectorEnv(**arguments)
+
+
+def test_a_numpy_seed_is_an_int_as_for_gym_env() -> None:
+    """Before, seed=np.int64(3) was refused as not an int."""
+    rows = []
+    for seed in (3, np.int64(3)):
+        env = GymVectorEnv("CartPole-v1", n_envs=2, seed=seed, vectorization_mode="sync")
+        rows.append(env.reset(DictTensor(batch_size=2))["observation"])
+        env.close()
+    assert rows[0].equal(rows[1])
 
 
 def test_unsupported_spaces_are_named() -> None:
