@@ -210,7 +210,10 @@ class TorchEnv(Environment):
             TypeError, ValueError: for an env_info that is not a DictTensor of
                 ``n_envs`` rows of one real number each, or has keys that
                 are not in ``parameters``.
-            ValueError: if ``observe()`` gives a key named as one the
+            TypeError: if ``observe()`` gives something else than a dict
+                of str keys to tensors.
+            ValueError: if ``observe()`` gives a tensor that is not
+                ``[n_envs, ...]`` on ``device``, or a key named as one the
                 environment adds (``reward``, ``terminated``, ``truncated``,
                 ``done``, ``initial_state``).
             RuntimeError: after ``close``.
@@ -226,6 +229,7 @@ class TorchEnv(Environment):
         self._final: DictTensor | None = None
         no = ~every
         observation = self.observe()
+        self._check_observed(observation)
         clash = [key for key in observation if key in REQUIRED_KEYS]
         if clash:
             raise ValueError(
@@ -233,6 +237,25 @@ class TorchEnv(Environment):
                 f"observation holds besides them ({', '.join(REQUIRED_KEYS)}); rename them"
             )
         return self._with_flags(observation, self._zeros(), no, no.clone(), every)
+
+    def _check_observed(self, observation: object) -> None:
+        """Raise unless ``observe()`` gave a dict of str keys to tensors ``[n_envs, ...]`` on ``device``."""
+        owner = f"{type(self).__name__}.observe"
+        if not isinstance(observation, dict):
+            raise TypeError(
+                f"{owner} must return a dict of tensors [n_envs, ...], got {describe(observation)}"
+            )
+        for key, value in observation.items():
+            if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+                raise TypeError(
+                    f"{owner}: the observation must map str keys to tensors, got key {key!r} "
+                    f"holding {describe(value)}"
+                )
+            if value.dim() == 0 or value.shape[0] != self.n_envs or value.device != self.device:
+                raise ValueError(
+                    f"{owner}: observation[{key!r}] must be [n_envs, ...] = [{self.n_envs}, ...] on "
+                    f"{self.device}, got {list(value.shape)} on {value.device}"
+                )
 
     def _zeros(self) -> torch.Tensor:
         return torch.zeros(self.n_envs, dtype=self.reward_dtype, device=self.device)

@@ -578,6 +578,33 @@ def test_an_observation_key_named_as_a_flag_is_refused_at_reset() -> None:
         env.reset(DictTensor(batch_size=2))
 
 
+@pytest.mark.parametrize(
+    ("observed", "error", "text"),
+    [
+        (lambda n: torch.zeros(n, 3), TypeError, "must return a dict of tensors [n_envs, ...], got a tensor"),
+        (
+            lambda n: {"observation": torch.zeros(n + 1, 3)},
+            ValueError,
+            "= [2, ...] on cpu, got [3, 3] on cpu",
+        ),
+        (lambda n: {"observation": torch.tensor(1.0)}, ValueError, "= [2, ...] on cpu, got [] on cpu"),
+        (lambda n: {"observation": np.zeros((n, 3))}, TypeError, "got key 'observation' holding a ndarray"),
+        (lambda n: {0: torch.zeros(n, 3)}, TypeError, "must map str keys to tensors, got key 0"),
+    ],
+)
+def test_what_observe_returns_is_checked_at_reset(
+    observed: Callable[[int], Any], error: type[Exception], text: str
+) -> None:
+    """Before, reset wrapped it unchecked: 3 rows in a DictTensor of 2, or a NumPy array, passed silently."""
+
+    class Observes(TorchCueMemory):
+        def observe(self) -> dict[str, torch.Tensor]:
+            return observed(self.n_envs)  # type: ignore[no-any-return]
+
+    with pytest.raises(error, match=re.escape(text)):
+        Observes(2).reset(DictTensor(batch_size=2))
+
+
 def test_numpy_ints_are_ints_and_a_seed_torch_cannot_take_is_named() -> None:
     env = make_torch_env("CartPole-v1", n_envs=np.int64(2), seed=np.int64(3))
     assert env.n_envs == 2 and type(env.n_envs) is int
