@@ -89,7 +89,8 @@ class TorchEnv(Environment):
         ValueError: for a non-positive ``n_envs`` or ``max_episode_steps``,
             a ``seed`` torch cannot take, or a device that cannot hold
             tensors here.
-        TypeError: for arguments of the wrong type (a NumPy int is an int).
+        TypeError: for arguments of the wrong type (a NumPy int is an int),
+            or a class whose ``reward_dtype`` is not a floating dtype.
     """
 
     parameters: ClassVar[Mapping[str, float]] = {}
@@ -115,6 +116,11 @@ class TorchEnv(Environment):
         if not SEEDS[0] <= seed <= SEEDS[1]:
             raise ValueError(f"{owner}: seed must be in [-2**63, 2**64), got {seed}")
         seed = int(seed)
+        if not isinstance(self.reward_dtype, torch.dtype) or not self.reward_dtype.is_floating_point:
+            raise TypeError(
+                f"{owner}: reward_dtype must be a floating torch.dtype (float32, float64, ...), "
+                f"got {self.reward_dtype!r}"
+            )
         if max_episode_steps is not None and not is_int(max_episode_steps):
             raise TypeError(
                 f"{owner}: max_episode_steps must be an int > 0 or None, got {describe(max_episode_steps)}"

@@ -680,6 +680,22 @@ def test_a_task_that_declares_float64_rewards_keeps_them() -> None:
     assert reached["reward"].tolist() == [1e8 + 1.5, 1e8 + 1.5]  # float32 would round it to 1e8
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, "float64"])
+def test_a_reward_dtype_that_is_not_floating_is_refused_when_the_task_is_made(dtype: Any) -> None:
+    """Before, int64 rewards were kept and a str failed in torch.zeros at reset."""
+
+    class Integral(TorchCueMemory):
+        reward_dtype = dtype
+
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            f"Integral: reward_dtype must be a floating torch.dtype (float32, float64, ...), got {dtype!r}"
+        ),
+    ):
+        Integral(2)
+
+
 @pytest.mark.parametrize("auto_reset", [False, True])
 def test_the_first_rewards_of_a_float64_task_are_float64_too(auto_reset: bool) -> None:
     """Before, reset gave float32 zeros, which check_env and every batcher refused at step 1."""
