@@ -126,6 +126,7 @@ def discounted_returns(
         "discounted_returns",
         [("reward", reward), ("next_value", next_value)],
         [("terminated", terminated), ("done", done), ("mask", mask)],
+        optional=("next_value", "mask"),
     )
     check_number("discounted_returns", "gamma", gamma, 0.0, 1.0)
     cont = _continues(terminated, done, mask)
@@ -403,10 +404,11 @@ def _check_tensors(
     fn: str,
     floats: Sequence[tuple[str, Tensor | None]],
     flags: Sequence[tuple[str, Tensor | None]],
+    optional: Sequence[str] = ("mask",),
 ) -> None:
     """Check that the tensors share the first float's [B, T] shape and device, and their dtypes.
 
-    None entries (optional arguments) are skipped.
+    None entries of the ``optional`` arguments are skipped; None anywhere else is refused.
     """
     first, ref = floats[0]
     if not isinstance(ref, torch.Tensor):
@@ -416,7 +418,7 @@ def _check_tensors(
     if ref.dim() != 2:
         raise ValueError(f"{fn}: {first} must have shape [B, T], got shape {tuple(ref.shape)}")
     for name, x in [*floats[1:], *flags]:
-        if x is None:
+        if x is None and name in optional:
             continue
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{fn}: {name} must be a tensor, got {describe(x)}")

@@ -576,6 +576,23 @@ def calling(name: str, reward: Any = R, **changes: Any) -> Callable[[], object]:
         (calling("vtrace", rho_bar=0.0), ValueError, "vtrace: rho_bar must be in (0, inf], got 0.0"),
         (calling("vtrace", c_bar=-1), ValueError, "vtrace: c_bar must be in (0, inf], got -1"),
         (calling("vtrace", lam=2.0), ValueError, "vtrace: lam must be in [0, 1], got 2.0"),
+        # None is the default of discounted_returns' next_value and of mask only
+        (
+            calling("td_lambda", next_value=None),
+            TypeError,
+            "td_lambda: next_value must be a tensor, got a NoneType",
+        ),
+        (calling("gae", value=None), TypeError, "gae: value must be a tensor, got a NoneType"),
+        (
+            calling("vtrace", next_value=None),
+            TypeError,
+            "vtrace: next_value must be a tensor, got a NoneType",
+        ),
+        (
+            calling("discounted_returns", terminated=None),
+            TypeError,
+            "discounted_returns: terminated must be a tensor, got a NoneType",
+        ),
     ],
 )
 def test_bad_input_is_named(call: Callable[[], object], error: type[Exception], text: str) -> None:
