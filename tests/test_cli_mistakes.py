@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import gymnasium
 import pytest
@@ -506,6 +507,26 @@ def test_check_refuses_a_value_of_another_type_than_its_field(
 ) -> None:
     with pytest.raises(ConfigError, match=re.escape(expected)):
         ppo.check(ppo.Config(env="CartPole-v1", **{field: value}))
+
+
+@pytest.mark.parametrize(
+    ("module", "config", "expected"),
+    [
+        (ppo, a2c.Config(env="CartPole-v1"), "config must be a ppo.Config, got an a2c.Config"),
+        (a2c, impala.Config(env="CartPole-v1"), "config must be an a2c.Config, got an impala.Config"),
+        (sac, "Pendulum-v1", "config must be a sac.Config, got a str"),
+        (dqn, {"env": "CartPole-v1"}, "config must be a dqn.Config, got a dict"),
+        (impala, None, "config must be an impala.Config, got a NoneType"),
+    ],
+)
+def test_check_and_train_refuse_another_algorithms_config(
+    module: ModuleType, config: object, expected: str
+) -> None:
+    """Not an AttributeError on the first field the other Config lacks."""
+    for raised in (module.check, module.train):
+        with pytest.raises(ConfigError, match=re.escape(expected)) as caught:
+            raised(config)
+        assert isinstance(caught.value, TypeError)
 
 
 def test_a_factory_that_raises_is_named_with_its_error(

@@ -318,6 +318,33 @@ MAX_THREADS = 2**31 - 1
 """The most threads ``torch.set_num_threads`` takes."""
 
 
+def check_config_class(algo: str, config: object, cls: type) -> None:
+    """Raise a TypeError unless ``config`` is a ``cls``, the ``Config`` of ``algo``.
+
+    Each algorithm's ``check`` reads its own fields, so another algorithm's
+    ``Config`` (``ppo.train(a2c.Config(...))``) would otherwise fail on the
+    first field it lacks, with an AttributeError.
+
+    Examples:
+        >>> from rlstruct.algos import a2c, ppo
+        >>> check_config_class("ppo", a2c.Config(env="CartPole-v1"), ppo.Config)
+        Traceback (most recent call last):
+            ...
+        TypeError: config must be a ppo.Config, got an a2c.Config
+    """
+    if isinstance(config, cls):
+        return
+    got = describe(config)
+    if isinstance(config, TrainConfig):  # another algorithm's: name its module
+        got = _a_config(type(config).__module__.rsplit(".", 1)[-1])
+    raise TypeError(f"config must be {_a_config(algo)}, got {got}")
+
+
+def _a_config(algo: str) -> str:
+    """``"a ppo.Config"``, ``"an a2c.Config"``."""
+    return f"{'an' if algo[0] in 'aeiou' else 'a'} {algo}.Config"
+
+
 def check_field_types(config: Any) -> None:
     """Raise a TypeError naming the first field whose value is not of its declared type.
 

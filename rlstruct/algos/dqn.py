@@ -47,6 +47,7 @@ from rlstruct.algos.config import (
     TrainConfig,
     annealed,
     check_config,
+    check_config_class,
     check_env,
     check_hidden,
     check_layout,
@@ -234,6 +235,7 @@ def check(config: Config) -> EnvSpaces:
             ``config.agent_args`` without one (``check_run``).
     """
     with config_errors():
+        check_config_class("dqn", config, Config)
         check_config(
             config,
             n_envs=config.n_envs,

@@ -38,6 +38,7 @@ from rlstruct.algos.config import (
     annealed,
     check_actor_critic,
     check_config,
+    check_config_class,
     check_env,
     check_layout,
     check_run,
@@ -142,6 +143,7 @@ def check(config: Config) -> EnvSpaces:
             ``config.agent_args`` without one (``check_run``).
     """
     with config_errors():
+        check_config_class("ppo", config, Config)
         check_config(
             config,
             n_envs=config.n_envs,

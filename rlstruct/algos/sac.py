@@ -35,6 +35,7 @@ from rlstruct.algos.agents import agent_observation_keys, observation_args, own_
 from rlstruct.algos.config import (
     TrainConfig,
     check_config,
+    check_config_class,
     check_env,
     check_hidden,
     check_layout,
@@ -222,6 +223,7 @@ def check(config: Config) -> EnvSpaces:
             ``config.agent_args`` without one (``check_run``).
     """
     with config_errors():
+        check_config_class("sac", config, Config)
         check_config(
             config,
             n_envs=config.n_envs,
