@@ -64,6 +64,8 @@ CSV_NAME = "progress.csv"
 CONFIG_NAME = "config.json"
 CHECKPOINT_NAME = "checkpoint.pt"
 PLOT_NAME = "learning_curve.png"
+LOCK_NAME = "run.lock"
+"""The file a run keeps in its directory while it trains, holding its process id."""
 
 AXIS_LABELS = {"env_steps": "env steps", "wall_s": "training wall time (s)"}
 """How a figure's x axis names these columns of ``progress.csv``; any other column by its name."""

@@ -377,6 +377,18 @@ def test_hooks_that_are_not_callables_are_refused_before_anything_starts(
         (lambda: EarlyStop(3, min_delta=-1), ValueError, "EarlyStop: min_delta must be in [0, inf), got -1"),
         (lambda: SaveBest("runs/best.pt"), ValueError, "SaveBest: filename must be a plain file name"),
         (lambda: SaveBest("checkpoint.pt"), ValueError, "SaveBest: filename must not be 'checkpoint.pt'"),
+        (
+            lambda: SaveBest("progress.csv"),
+            ValueError,
+            "SaveBest: filename must not be 'progress.csv', a file the run writes itself "
+            "(config.json, progress.csv, learning_curve.png, run.lock)",
+        ),
+        (lambda: SaveBest("config.json"), ValueError, "SaveBest: filename must not be 'config.json'"),
+        (
+            lambda: SaveBest(5),  # type: ignore[arg-type]
+            TypeError,
+            "SaveBest: filename must be a str such as 'best.pt', got an int",
+        ),
     ],
 )
 def test_the_ready_hooks_check_their_arguments(make: Any, error: type[Exception], text: str) -> None:

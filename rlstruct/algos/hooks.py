@@ -60,7 +60,7 @@ from rlstruct.algos.evaluation import EvalResult
 from rlstruct.checkpoint import load_checkpoint, save_checkpoint
 from rlstruct.checks import check_int, check_number
 from rlstruct.errors import describe
-from rlstruct.logger import CHECKPOINT_NAME, CSV_NAME
+from rlstruct.logger import CHECKPOINT_NAME, CONFIG_NAME, CSV_NAME, LOCK_NAME, PLOT_NAME
 from rlstruct.progress import scalar_value
 
 __all__ = [
@@ -76,6 +76,8 @@ __all__ = [
 
 BEST_NAME = "best.pt"
 """The file ``SaveBest`` writes in the run directory by default."""
+RUN_FILES = (CONFIG_NAME, CSV_NAME, PLOT_NAME, LOCK_NAME)
+"""The files of a run directory, besides its checkpoint, that the run writes itself."""
 
 
 class _Asked:
@@ -438,8 +440,10 @@ class SaveBest:
         filename: the file's name in the run directory.
 
     Raises:
-        ValueError: for a name that is not a plain file name or is
-            ``checkpoint.pt`` (the run's own).
+        TypeError: for a ``filename`` that is not a str.
+        ValueError: for a name that is not a plain file name or is one of
+            the run's own files (``checkpoint.pt``, ``config.json``,
+            ``progress.csv``, ``learning_curve.png``, ``run.lock``).
 
     Examples:
         >>> SaveBest()
@@ -447,7 +451,9 @@ class SaveBest:
     """
 
     def __init__(self, filename: str = BEST_NAME) -> None:
-        if not isinstance(filename, str) or Path(filename).name != filename or filename in ("", ".", ".."):
+        if not isinstance(filename, str):
+            raise TypeError(f"SaveBest: filename must be a str such as 'best.pt', got {describe(filename)}")
+        if Path(filename).name != filename or filename in ("", ".", ".."):
             raise ValueError(
                 f"SaveBest: filename must be a plain file name such as 'best.pt', got {filename!r}"
             )
@@ -455,6 +461,11 @@ class SaveBest:
             raise ValueError(
                 f"SaveBest: filename must not be {CHECKPOINT_NAME!r}, the run's own checkpoint; "
                 f"got {filename!r}"
+            )
+        if filename in RUN_FILES:
+            raise ValueError(
+                f"SaveBest: filename must not be {filename!r}, a file the run writes itself "
+                f"({', '.join(RUN_FILES)})"
             )
         self.filename = filename
         self.best: float | None = None

@@ -67,7 +67,7 @@ from rlstruct.errors import ConfigError
 from rlstruct.gym_env import GymEnv
 from rlstruct.gym_vector_env import GymVectorEnv
 from rlstruct.learning.metrics import EpisodeReturns
-from rlstruct.logger import CHECKPOINT_NAME, Logger, make_run_dir
+from rlstruct.logger import CHECKPOINT_NAME, LOCK_NAME, Logger, make_run_dir
 from rlstruct.seeding import derive_seed
 from rlstruct.torch_envs import make_torch_env
 
@@ -747,10 +747,6 @@ class CannotResume(ValueError):
 
     ``rlstruct train`` reports it in one line on standard error (exit status 2).
     """
-
-
-LOCK_NAME = "run.lock"
-"""The file a run keeps in its directory while it trains, holding its process id."""
 
 
 def lock_run(algo: str, directory: Path) -> Path:
