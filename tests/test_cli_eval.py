@@ -304,6 +304,19 @@ def test_load_run_says_which_config_it_cannot_read(tmp_path: Path) -> None:
             load_run(run_dir)
 
 
+@pytest.mark.parametrize(
+    ("run_dir", "error", "text"),
+    [
+        (5, TypeError, "load_run: run_dir must be a path (a str or os.PathLike), got an int"),
+        (None, TypeError, "load_run: run_dir must be a path (a str or os.PathLike), got a NoneType"),
+        ("", ValueError, "load_run: run_dir must name a run directory, got ''"),  # not the folder '.'
+    ],
+)
+def test_load_run_names_a_run_dir_that_is_no_path(run_dir: Any, error: type[Exception], text: str) -> None:
+    with pytest.raises(error, match=re.escape(text)):
+        load_run(run_dir)
+
+
 # ---------------------------------------------------------------------------- plot
 
 

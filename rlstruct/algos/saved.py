@@ -36,6 +36,7 @@ from rlstruct.algos.recording import Recording, record_episode
 from rlstruct.batchers import cpu_weights
 from rlstruct.checkpoint import load_checkpoint
 from rlstruct.checks import check_int
+from rlstruct.errors import describe
 from rlstruct.logger import CHECKPOINT_NAME, CONFIG_NAME
 from rlstruct.seeding import SEEDS
 
@@ -172,10 +173,11 @@ def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> Sav
         steps; ``evaluate()`` and ``record_episode()`` play it.
 
     Raises:
+        TypeError: if ``run_dir`` is not a str or ``os.PathLike``.
         FileNotFoundError: if ``run_dir`` does not exist or lacks
             ``config.json`` or ``checkpoint.pt``; the message names the path
             and what is missing.
-        ValueError: if ``algo`` is unknown, ``config.json`` fits no
+        ValueError: if ``run_dir`` is ``""`` or ``algo`` is unknown, ``config.json`` fits no
             algorithm's Config (or several, with no name to tell them apart)
             or does not hold a JSON object, or the checkpoint's weights do not
             fit the agent the configuration describes, or a field of
@@ -184,6 +186,10 @@ def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> Sav
             torch does not take). ``UnknownEnvironment`` (a ValueError) if the
             run's environment cannot be made.
     """
+    if not isinstance(run_dir, str | os.PathLike):
+        raise TypeError(f"load_run: run_dir must be a path (a str or os.PathLike), got {describe(run_dir)}")
+    if not os.fspath(run_dir):
+        raise ValueError("load_run: run_dir must name a run directory, got ''")
     path = Path(run_dir)
     if not path.exists():
         what = "checkpoint" if path.suffix == ".pt" else "run directory"  # RUN_DIR/best.pt, not saved
