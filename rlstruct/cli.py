@@ -420,7 +420,8 @@ def _eval(options: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as error:
         if _debug():
             raise
-        return _mistake(f"rlstruct eval: {' '.join(str(error).split())}")
+        said = " ".join(str(error).split()).replace("load_run: run_dir", "RUN_DIR")  # the argument typed
+        return _mistake(f"rlstruct eval: {said}")
     gif: dict[str, Any] | None = None
     if options.gif is not None:
         try:
@@ -507,7 +508,8 @@ def _export(options: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError, OSError) as error:
         if _debug():
             raise
-        return _mistake(f"rlstruct export: {' '.join(str(error).split())}")
+        said = " ".join(str(error).split()).replace("load_run: run_dir", "RUN_DIR")  # the argument typed
+        return _mistake(f"rlstruct export: {said}")
     print(f"{path} (batch size {options.batch_size}): torch.export.load({str(path)!r}).module()")
     return 0
 
@@ -555,6 +557,7 @@ def _plot(options: argparse.Namespace) -> int:
         if _debug():
             raise
         said = " ".join(str(error).split()).replace("plot_runs: path", "--out")  # its path is the flag
+        said = said.replace("plot_runs: run_dirs", "RUN_DIR")
         return _mistake(f"rlstruct plot: {said}")
     for warning in left_out:
         said = str(warning.message)

@@ -452,10 +452,12 @@ def plot_runs(
         The path of the image.
 
     Raises:
+        TypeError: if ``run_dirs`` is one path rather than a list of them.
         FileNotFoundError: if a run directory does not exist or has no
             ``progress.csv`` (the message names it), or ``path``'s folder
             does not exist.
-        ValueError: if ``run_dirs`` or ``y`` is empty, no run has every
+        ValueError: if ``run_dirs`` or ``y`` is empty or a run directory is
+            ``""``, no run has every
             column of ``y`` and ``x`` with a value to plot (the message names
             the first run's file and lists its columns), or ``path`` is empty
             or a folder.
@@ -467,9 +469,17 @@ def plot_runs(
     names = [y] if isinstance(y, str) else list(y)
     if not names:
         raise ValueError("plot_runs: y must name at least one column, got none")
-    dirs = [Path(d) for d in run_dirs]
-    if not dirs:
+    if isinstance(run_dirs, str | os.PathLike):  # not its characters, one run each
+        raise TypeError(
+            f"plot_runs: run_dirs must be a list of run directories, got the path {os.fspath(run_dirs)!r}; "
+            "[run_dir] for one"
+        )
+    given = list(run_dirs)
+    if not given:
         raise ValueError("plot_runs: run_dirs must name at least one run directory, got none")
+    if "" in given:  # not the current folder
+        raise ValueError("plot_runs: run_dirs must name run directories, got ''")
+    dirs = [Path(d) for d in given]
     for run_dir in dirs:
         if not run_dir.is_dir():
             what = "is not a directory" if run_dir.exists() else "does not exist"

@@ -373,6 +373,16 @@ def test_plot_errors_name_the_path_and_what_is_missing(
     assert not (tmp_path / "learning_curves.png").exists()
 
 
+def test_an_empty_run_dir_is_named_as_typed(ppo_run: tuple[Path, dict[str, Any]], capsys: Capture) -> None:
+    """Not the current folder, which '' would be as a path."""
+    assert cli_main(["plot", str(ppo_run[0]), ""]) == 2
+    assert one_line_error(capsys) == "rlstruct plot: RUN_DIR must name run directories, got ''\n"
+    assert cli_main(["eval", ""]) == 2
+    assert one_line_error(capsys) == "rlstruct eval: RUN_DIR must name a run directory, got ''\n"
+    assert cli_main(["export", "", "out.pt2"]) == 2
+    assert one_line_error(capsys) == "rlstruct export: RUN_DIR must name a run directory, got ''\n"
+
+
 def test_plot_leaves_out_a_run_not_evaluated_yet_and_names_it(tmp_path: Path, capsys: Capture) -> None:
     """A run interrupted before its first evaluation: the others are drawn; alone, it is a mistake."""
     evaluated, early = tmp_path / "evaluated", tmp_path / "early"

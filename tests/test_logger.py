@@ -208,6 +208,17 @@ def test_plot_runs_overlays_runs_and_plots_optional_columns_where_present(tmp_pa
         plot_runs(runs, "eval_return_mean", path=tmp_path)
     with pytest.raises(ValueError, match=message("plot_runs: path must name an image file, got ''")):
         plot_runs(runs, "eval_return_mean", path="")
+    for one in (str(runs[0]), runs[0]):  # not a run per character
+        with pytest.raises(
+            TypeError,
+            match=message(
+                f"plot_runs: run_dirs must be a list of run directories, got the path {str(runs[0])!r}; "
+                "[run_dir] for one"
+            ),
+        ):
+            plot_runs(one, "eval_return_mean")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message("plot_runs: run_dirs must name run directories, got ''")):
+        plot_runs([*runs, ""], "eval_return_mean")  # not the current folder
     with pytest.raises(
         FileNotFoundError,
         match=message(f"plot_runs: path: the folder {str(tmp_path / 'e')!r} does not exist"),
