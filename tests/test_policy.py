@@ -503,7 +503,7 @@ def test_a_bad_dict_observation_names_the_entry() -> None:
         tuples.act((np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.float32)))
 
 
-def test_bad_arguments_are_named() -> None:
+def test_bad_arguments_are_named(tmp_path: Path) -> None:
     space = gym.make("CartPole-v1").observation_space
     with pytest.raises(TypeError, match=message("Policy: agent must be an rlstruct.Agent, got a str")):
         Policy("agent", space)  # type: ignore[arg-type]
@@ -530,6 +530,23 @@ def test_bad_arguments_are_named() -> None:
         cartpole_policy().export("x.pt2", batch_size="2")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=message("Policy.export: batch_size must be at least 1, got 0")):
         cartpole_policy().export("x.pt2", batch_size=0)
+    # not a crash of the interpreter in torch.export.save (an int), nor its RuntimeError after the trace
+    with pytest.raises(
+        TypeError, match=message("Policy.export: path must be a path (a str or os.PathLike), got an int")
+    ):
+        cartpole_policy().export(5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message("Policy.export: path must name the file to write, got ''")):
+        cartpole_policy().export("")
+    with pytest.raises(
+        ValueError,
+        match=message(f"Policy.export: path must name the file to write, got the folder {str(tmp_path)!r}"),
+    ):
+        cartpole_policy().export(tmp_path)
+    with pytest.raises(
+        FileNotFoundError,
+        match=message(f"Policy.export: path's folder {str(tmp_path / 'no')!r} does not exist"),
+    ):
+        cartpole_policy().export(tmp_path / "no" / "x.pt2")
 
 
 class NoAction(Agent):

@@ -384,8 +384,10 @@ class Policy:
             ``path``, as a ``Path``.
 
         Raises:
-            TypeError: if ``batch_size`` is not an int.
-            ValueError: if ``batch_size`` is below 1, the agent wants a
+            TypeError: if ``path`` is not a str or ``os.PathLike``, or
+                ``batch_size`` is not an int.
+            FileNotFoundError: if ``path``'s folder does not exist.
+            ValueError: if ``path`` is ``""`` or a folder, ``batch_size`` is below 1, the agent wants a
                 history window (which the program does not carry: act with
                 ``Policy`` instead), or ``torch.export`` cannot trace the
                 agent's ``forward`` (the message holds torch's first line).
@@ -407,6 +409,7 @@ class Policy:
             tensor(True)
         """
         size = check_int("Policy.export", "batch_size", batch_size)
+        _check_file_to_write(path)  # before the trace, and not a crash of torch.export.save
         name = type(self.agent).__name__
         if self._history is not None:
             raise ValueError(
@@ -434,6 +437,18 @@ class Policy:
             ) from error
         torch.export.save(exported, path)
         return Path(path)
+
+
+def _check_file_to_write(path: object) -> None:
+    """Raise naming ``path`` unless it is a file ``Policy.export`` can write: a path, not a folder, in one."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"Policy.export: path must be a path (a str or os.PathLike), got {describe(path)}")
+    target = Path(path)
+    if os.fspath(path) == "" or target.is_dir():
+        got = "''" if os.fspath(path) == "" else f"the folder {str(target)!r}"
+        raise ValueError(f"Policy.export: path must name the file to write, got {got}")
+    if not target.resolve().parent.is_dir():
+        raise FileNotFoundError(f"Policy.export: path's folder {str(target.parent)!r} does not exist")
 
 
 def _example(space: ObservationSpace, n: int, device: torch.device) -> torch.Tensor:
