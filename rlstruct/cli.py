@@ -143,7 +143,23 @@ TRAIN_ERRORS = (ConfigError, UnknownEnvironment, CannotResume, AgentError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line ``argv`` (None: ``sys.argv[1:]``); returns the exit status."""
+    """Run the command line ``argv`` (None: ``sys.argv[1:]``); returns the exit status.
+
+    Output read by a command that stops early (``rlstruct --help | head``)
+    ends the command quietly, exit status 141 as for the shell's SIGPIPE,
+    rather than with a ``BrokenPipeError`` traceback.
+    """
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # what is left to flush at exit would fail again: it goes nowhere (Python's documented recipe)
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    """``main``'s work."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] in (["-h"], ["--help"]) or args[:2] in (["train", "-h"], ["train", "--help"]):
         print(help_text())

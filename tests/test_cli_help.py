@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 import rlstruct
@@ -29,6 +32,19 @@ def test_the_top_level_help_says_what_each_command_and_algorithm_is(
 def test_version(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([flag]) == 0
     assert capsys.readouterr().out == f"rlstruct {rlstruct.__version__}\n"
+
+
+def test_a_reader_that_stops_early_gets_no_traceback() -> None:
+    """``rlstruct --help | head -1``: the pipe is closed before the help is written."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "rlstruct.cli", "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # the reader is gone while the child still imports
+    with child.stderr:
+        stderr = child.stderr.read().decode()
+    assert child.wait(timeout=120) == 141  # as the shell's SIGPIPE
+    assert stderr == ""  # not BrokenPipeError's traceback
 
 
 @pytest.mark.parametrize("algo", ALGORITHMS)
