@@ -178,6 +178,28 @@ def test_resume_takes_the_settings_of_the_run(tmp_path: Path, capsys: pytest.Cap
     assert "the following arguments are required: --env" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("hidden", "x", "config.hidden must be an int, got a str"),
+        ("hidden", -3, "config: hidden must be in (0, inf), got -3"),
+    ],
+)
+def test_a_setting_of_config_json_that_check_refuses_is_named_in_it(
+    field: str, value: object, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not as a flag (``--hidden``) that the command line did not give."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps({"env": "CartPole-v1", field: value}))  # edited by hand
+    assert cli(["train", "ppo", "--resume", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"rlstruct train ppo: --resume: {str(run_dir / 'config.json')!r}: {said} "
+        "(rlstruct train ppo --help lists the flags)\n"
+    )
+
+
 def test_resuming_a_directory_without_a_checkpoint_names_it(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -802,7 +802,7 @@ def parse_config(
             )
     given = vars(parser.parse_args(argv))
     if given.get("resume") is not None:
-        return _resumed(cls, parser, given)
+        return _resumed(cls, parser, given, check)
     if "env" not in given and not getattr(cls, "env", ""):
         parser.error("the following arguments are required: --env")
     env = given.get("env", getattr(cls, "env", ""))
@@ -837,8 +837,15 @@ def stored_config(cls: type[C], stored: dict[str, Any]) -> dict[str, Any]:
     return {**cls.ADDED_FIELDS, **stored}
 
 
-def _resumed(cls: type[C], parser: argparse.ArgumentParser, given: dict[str, Any]) -> C:
-    """The config of the run directory ``given["resume"]``, from its config.json, with ``RESUME_OVERRIDES`` applied."""
+def _resumed(
+    cls: type[C], parser: argparse.ArgumentParser, given: dict[str, Any], check: Callable[[C], Any] | None
+) -> C:
+    """The config of the run directory ``given["resume"]``, from its config.json, with ``RESUME_OVERRIDES`` applied.
+
+    ``check`` refuses a setting of config.json (edited by hand, or a device
+    this machine lacks) in a line that names the file, not a flag that was
+    not given.
+    """
     others = sorted("--" + k.replace("_", "-") for k in given if k not in RESUME_OVERRIDES)
     if others:
         parser.error(
@@ -861,7 +868,13 @@ def _resumed(cls: type[C], parser: argparse.ArgumentParser, given: dict[str, Any
     if not isinstance(stored, dict) or set(stored) - names:
         unknown = sorted(set(stored) - names) if isinstance(stored, dict) else stored
         parser.error(f"--resume: {str(path)!r} is not a config of {parser.prog}: unknown fields {unknown}")
-    return cls(**(stored_config(cls, stored) | given))
+    config = cls(**(stored_config(cls, stored) | given))
+    if check is not None:
+        try:
+            check(config)
+        except ConfigError as error:
+            parser.error(f"--resume: {str(path)!r}: {error}")
+    return config
 
 
 def _flag(name: str, value: Any) -> str:
