@@ -94,6 +94,27 @@ TRAIN_MISTAKES = [
         "rlstruct train ppo: --recurrent is a setting of the built-in agent, which --agent replaces; give "
         "your agent's settings in --agent-args (rlstruct train ppo --help lists the flags)",
     ),
+    # the other settings only the built-in agent reads, which --agent would leave unused
+    (
+        ["ppo", *CARTPOLE, "--agent", "rlstruct.testing:RandomAgent", "--no-orthogonal-init"],
+        "rlstruct train ppo: --no-orthogonal-init is a setting of the built-in agent, which --agent replaces; "
+        "give your agent's settings in --agent-args (rlstruct train ppo --help lists the flags)",
+    ),
+    (
+        ["a2c", *CARTPOLE, "--agent", "rlstruct.testing:RandomAgent", "--no-value-norm"],
+        "rlstruct train a2c: --no-value-norm is a setting of the built-in agent, which --agent replaces; "
+        "give your agent's settings in --agent-args (rlstruct train a2c --help lists the flags)",
+    ),
+    (
+        ["dqn", *CARTPOLE, "--agent", "rlstruct.testing:RandomAgent", "--hidden", "32"],
+        "rlstruct train dqn: --hidden 32 is a setting of the built-in agent, which --agent replaces; "
+        "give your agent's settings in --agent-args (rlstruct train dqn --help lists the flags)",
+    ),
+    (
+        ["dqn", *CARTPOLE, "--agent", "rlstruct.testing:RandomAgent", "--no-dueling"],
+        "rlstruct train dqn: --no-dueling is a setting of the built-in agent, which --agent replaces; "
+        "give your agent's settings in --agent-args (rlstruct train dqn --help lists the flags)",
+    ),
     (
         ["a2c", *CARTPOLE, "--agent", "torch.nn:Linear"],
         "rlstruct: --agent must name an rlstruct.Agent subclass, got the class torch.nn.modules.linear.Linear",

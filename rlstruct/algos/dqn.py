@@ -608,7 +608,15 @@ TUNED: dict[str, dict[str, Any]] = {
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The command line: ``python -m rlstruct.algos.dqn --env CartPole-v1 [--field value ...]``."""
-    return train(parse_config(Config, argv, prog="rlstruct train dqn", tuned=TUNED, check=check))
+    config = parse_config(
+        Config,
+        argv,
+        prog="rlstruct train dqn",
+        tuned=TUNED,
+        check=check,
+        agent_fields=("hidden", "dueling"),  # the QNetwork's: --agent replaces it
+    )
+    return train(config)
 
 
 if __name__ == "__main__":  # through the command line's entry, whose mistakes are one line (exit status 2)

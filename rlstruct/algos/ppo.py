@@ -325,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         prog="rlstruct train ppo",
         tuned=TUNED,
         check=check,  # a mistake is reported alone, before the tuned settings are listed
-        agent_fields=ACTOR_CRITIC_FIELDS,
+        agent_fields=(*ACTOR_CRITIC_FIELDS, "orthogonal_init"),  # ActorCritic(orthogonal=) alone reads it
     )
     return train(config)
 
