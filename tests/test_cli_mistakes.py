@@ -86,6 +86,16 @@ TRAIN_MISTAKES = [
     ),
     (["dqn", *CARTPOLE, "--eps-fraction", "0"], "rlstruct: --eps-fraction must be in (0, 1], got 0.0"),
     (
+        ["dqn", *CARTPOLE, "--alpha", "0.3"],
+        "rlstruct: --alpha (0.3) is a setting of prioritized replay and needs --prioritized; without it, "
+        "leave --alpha at 0.6",
+    ),
+    (
+        ["dqn", *CARTPOLE, "--beta-start", "0.1"],
+        "rlstruct: --beta-start (0.1) is a setting of prioritized replay and needs --prioritized; without it, "
+        "leave --beta-start at 0.4",
+    ),
+    (
         ["dqn", *CARTPOLE, "--her-k", "2"],
         "rlstruct: --her-k (2) is a setting of hindsight relabelling and needs --her; without it, leave --her-k at 4",
     ),

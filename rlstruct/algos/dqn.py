@@ -218,7 +218,9 @@ def check(config: Config) -> EnvSpaces:
     With ``her``: neither ``recurrent`` nor ``prioritized``, an observation
     with ``GOAL_KEYS`` of one shape and dtype, and a ``torch_reward``
     (``hindsight_reward``: the environment made once more). Without
-    ``recurrent``, ``burn_in`` and ``td_steps`` at their defaults; a buffer of
+    ``recurrent``, ``burn_in`` and ``td_steps`` at their defaults (without
+    ``prioritized``, ``alpha`` and ``beta_start``; without ``her``, ``her_k``
+    and ``her_strategy``); a buffer of
     at least one batch, and a buffer and a hidden layer (for the built-in
     network) that fit ``device``'s memory (``check_replay``,
     ``check_hidden``). Nothing is started or written.
@@ -278,6 +280,7 @@ def check(config: Config) -> EnvSpaces:
             )
         check_recurrent_only(config, "burn_in")
         check_only_with(config, "her", "hindsight relabelling", "her_k", "her_strategy")
+        check_only_with(config, "prioritized", "prioritized replay", "alpha", "beta_start")
         check_layout(config, config.n_envs, config.n_steps)
         if config.agent is None:
             check_hidden(config)
