@@ -394,6 +394,31 @@ def test_every_evaluation_plays_the_same_episodes() -> None:
     assert len(set(first.returns)) > 1  # three different episodes, each replayed
 
 
+@pytest.mark.parametrize(
+    ("changes", "error", "text"),
+    [
+        ({"n_episodes": 0}, ValueError, "Evaluator: n_episodes must be at least 1, got 0"),
+        ({"n_episodes": 2.0}, TypeError, "Evaluator: n_episodes must be an int, got a float"),
+        ({"max_steps": 0}, ValueError, "Evaluator: max_steps must be at least 1, got 0"),
+        ({"seed": -1}, ValueError, "Evaluator: seed must be at least 0, got -1"),
+        (
+            {"seed": 2**63 - 1},
+            ValueError,
+            f"Evaluator: seed + n_episodes must be at most 2**63, got {2**63 - 1} + 3",
+        ),
+    ],
+)
+def test_the_evaluator_names_its_own_arguments(
+    changes: dict[str, Any], error: type[Exception], text: str
+) -> None:
+    """Not the batcher's (n_envs, n_timesteps), nor gymnasium's error on a seed past int64."""
+    from rlstruct.algos.evaluation import Evaluator
+
+    args = {"n_episodes": 3, "max_steps": 500, "seed": 5, **changes}
+    with pytest.raises(error, match=message(text)):
+        Evaluator(ActorCritic, {"obs_dim": 4, "n_actions": 2}, "CartPole-v1", **args)
+
+
 # ---------------------------------------------------------------------------- tuned settings
 
 

@@ -26,6 +26,7 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.batchers import MultiprocessBatcher
+from rlstruct.checks import check_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 from rlstruct.gym_env import GymEnv, observation_spaces, resolve_env
@@ -251,6 +252,11 @@ class Evaluator:
         max_steps: the longest episode (the batcher's T).
         seed: environment i of every evaluation is reset with ``seed + i``.
         timeout: seconds an evaluation may take before ``WorkerTimeout``.
+
+    Raises:
+        TypeError: if ``n_episodes``, ``max_steps`` or ``seed`` is not an int.
+        ValueError: if ``n_episodes`` or ``max_steps`` is below 1, or ``seed``
+            below 0 or so large that ``seed + i`` leaves int64.
     """
 
     def __init__(
@@ -264,6 +270,13 @@ class Evaluator:
         seed: int,
         timeout: float = 600.0,
     ) -> None:
+        # named as given here, not as the batcher's n_envs and n_timesteps
+        check_int("Evaluator", "n_episodes", n_episodes)
+        check_int("Evaluator", "max_steps", max_steps)
+        if (
+            check_int("Evaluator", "seed", seed, 0) + n_episodes > 2**63
+        ):  # the int64 seeds of the environments
+            raise ValueError(f"Evaluator: seed + n_episodes must be at most 2**63, got {seed} + {n_episodes}")
         self._batcher = MultiprocessBatcher(
             agent_factory,
             agent_args,
