@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 import numpy as np
 
 from rlstruct.checks import cannot_write
+from rlstruct.errors import describe
 from rlstruct.progress import Progress, scalar_value, step_value
 
 if TYPE_CHECKING:
@@ -413,7 +414,7 @@ def plot_runs(
     run_dirs: Sequence[str | os.PathLike[str]],
     y: str | Sequence[str],
     *,
-    optional: Sequence[str] = (),
+    optional: str | Sequence[str] = (),
     x: str = "env_steps",
     path: str | os.PathLike[str] = "learning_curves.png",
 ) -> Path:
@@ -442,7 +443,7 @@ def plot_runs(
         run_dirs: the run directories, each holding a ``progress.csv``.
         y: the column or columns to plot for every run, such as
             ``"eval_return_mean"``.
-        optional: columns to plot where present, such as
+        optional: the column or columns to plot where present, such as
             ``"train_return_mean"``.
         x: the column on the x axis, such as ``"env_steps"`` or ``"wall_s"``.
         path: the image file to write (its suffix picks the format; none:
@@ -452,7 +453,9 @@ def plot_runs(
         The path of the image.
 
     Raises:
-        TypeError: if ``run_dirs`` is one path rather than a list of them.
+        TypeError: if ``run_dirs`` is one path rather than a list of them,
+            or ``y``, ``optional`` or ``x`` is not a column name (or, but
+            ``x``, a list of them).
         FileNotFoundError: if a run directory does not exist or has no
             ``progress.csv`` (the message names it), or ``path``'s folder
             does not exist.
@@ -466,7 +469,9 @@ def plot_runs(
         UserWarning: naming the runs left out, when others are drawn.
     """
     image = _image_path(path, "plot_runs: path")
-    names = [y] if isinstance(y, str) else list(y)
+    names, extra = _column_names("y", y), _column_names("optional", optional)  # a str: one column
+    if not isinstance(x, str):
+        raise TypeError(f"plot_runs: x must be a column name, got {describe(x)}")
     if not names:
         raise ValueError("plot_runs: y must name at least one column, got none")
     if isinstance(run_dirs, str | os.PathLike):  # not its characters, one run each
@@ -493,7 +498,7 @@ def plot_runs(
     left_out: list[tuple[Path, ValueError]] = []
     for run, (run_dir, label) in enumerate(zip(dirs, labels, strict=True)):
         try:
-            columns = _read_curves(run_dir / CSV_NAME, names, optional, x, interpolate_x=True, prefix="")
+            columns = _read_curves(run_dir / CSV_NAME, names, extra, x, interpolate_x=True, prefix="")
         except ValueError as error:  # a column it lacks, or has no value of
             left_out.append((run_dir, error))
             continue
@@ -581,6 +586,17 @@ def _read_curves(
             )
         curves[name] = points
     return curves
+
+
+def _column_names(name: str, value: object) -> list[str]:
+    """``plot_runs``'s ``value`` of the argument ``name`` as a list of columns: one str, or several."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Iterable) and not isinstance(value, Mapping):
+        columns = list(value)
+        if all(isinstance(column, str) for column in columns):
+            return columns
+    raise TypeError(f"plot_runs: {name} must be a column name or a list of them, got {describe(value)}")
 
 
 def _image_path(path: str | os.PathLike[str], name: str) -> Path:

@@ -172,6 +172,19 @@ def test_plot_runs_overlays_runs_and_plots_optional_columns_where_present(tmp_pa
         runs, "eval_return_mean", optional=["train_return_mean"], x="wall_s", path=tmp_path / "o.png"
     )
     assert path == tmp_path / "o.png" and path.read_bytes().startswith(PNG_SIGNATURE)
+    # one column given as a str, as y may be: not one column per character, none of them found
+    one = plot_runs(
+        runs, "eval_return_mean", optional="train_return_mean", x="wall_s", path=tmp_path / "s.png"
+    )
+    without = plot_runs(runs, "eval_return_mean", x="wall_s", path=tmp_path / "n.png")
+    assert one.read_bytes() == path.read_bytes() != without.read_bytes()
+    for name, value in (("optional", 5), ("y", None)):
+        with pytest.raises(
+            TypeError, match=message(f"plot_runs: {name} must be a column name or a list of them, got a")
+        ):
+            plot_runs(runs, **{"y": "eval_return_mean", name: value})
+    with pytest.raises(TypeError, match=message("plot_runs: x must be a column name, got an int")):
+        plot_runs(runs, "eval_return_mean", x=5)  # type: ignore[arg-type]
     # a run stopped before its first evaluation is left out, named
     (tmp_path / "early").mkdir()
     (tmp_path / "early" / "progress.csv").write_text("step,wall_s\n100,1.0\n")
