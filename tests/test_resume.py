@@ -198,6 +198,11 @@ def test_a_setting_of_config_json_that_check_refuses_is_named_in_it(
         f"rlstruct train ppo: --resume: {str(run_dir / 'config.json')!r}: {said} "
         "(rlstruct train ppo --help lists the flags)\n"
     )
+    (run_dir / "config.json").write_text(json.dumps({"env": "CartPole-v1"}))
+    assert cli(["train", "ppo", "--resume", str(run_dir), "--json", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (  # the flag given beside --resume, as itself
+        f"rlstruct: --json must be a file in an existing folder, got the folder {str(tmp_path)!r}\n"
+    )
 
 
 def test_resuming_a_directory_without_a_checkpoint_names_it(tmp_path: Path) -> None:

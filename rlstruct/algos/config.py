@@ -870,8 +870,8 @@ def _resumed(
         parser.error(f"--resume: {str(path)!r} is not a config of {parser.prog}: unknown fields {unknown}")
     config = cls(**(stored_config(cls, stored) | given))
     if check is not None:
-        try:
-            check(config)
+        try:  # without --json, which is checked as the flag it is (with train's own check)
+            check(dataclasses.replace(config, json=None))
         except ConfigError as error:
             parser.error(f"--resume: {str(path)!r}: {error}")
     return config
