@@ -49,6 +49,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -162,7 +163,10 @@ def check_env(
         - step 1 (auto_reset=False), reached: key 'reward' must have a floating dtype (float32 unless the environment chooses another), got torch.int64 (and 5 more times)
     """
     if not isinstance(env, Environment):
-        raise TypeError(f"check_env: env must be an rlstruct Environment, got {describe(env)}")
+        hint = ""
+        if isinstance(env, (gym.Env, gym.vector.VectorEnv)):
+            hint = "; wrap a gymnasium environment's id or maker in rlstruct.GymEnv (or GymVectorEnv)"
+        raise TypeError(f"check_env: env must be an rlstruct Environment, got {describe(env)}{hint}")
     n_steps = check_int("check_env", "n_steps", n_steps, 1)
     seed = check_int("check_env", "seed", seed, 0)
     n = getattr(env, "n_envs", None)

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -450,6 +451,15 @@ def test_bad_arguments_raise_naming_the_argument() -> None:
         TypeError, match=re.escape("check_env: env must be an rlstruct Environment, got a str")
     ):
         check_env("CartPole-v1")  # type: ignore[arg-type]
+    gym_env = gym.make("CartPole-v1")
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "got a TimeLimit; wrap a gymnasium environment's id or maker in rlstruct.GymEnv (or GymVectorEnv)"
+        ),
+    ):
+        check_env(gym_env)  # type: ignore[arg-type]
+    gym_env.close()
     with pytest.raises(ValueError, match=re.escape("check_env: n_steps must be at least 1, got 0")):
         check_env(env, action=ZEROS, n_steps=0)
     with pytest.raises(TypeError, match=re.escape("check_env: n_steps must be an int, got a float")):
