@@ -88,6 +88,7 @@ from rlstruct.algos.evaluation import UnknownEnvironment
 from rlstruct.algos.run import CannotResume, RunInterrupted, TrainingDiverged
 from rlstruct.checks import cannot_write
 from rlstruct.errors import AgentError, ConfigError
+from rlstruct.seeding import SEEDS
 from rlstruct.version import __version__
 
 __all__ = ["main"]
@@ -367,6 +368,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _run_seed(text: str) -> int:
+    """A seed flag's value: an int that train's ``--seed`` takes too (``rlstruct.seeding.SEEDS``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an int, got {text!r}") from None
+    if not SEEDS[0] <= value <= SEEDS[1]:
+        raise argparse.ArgumentTypeError(f"must be in [{SEEDS[0]}, {SEEDS[1]}] (a run seed), got {value}")
+    return value
+
+
 def _not_a_file_to_write(flag: str, path: str) -> str:
     """Why ``path``, given as ``flag``, cannot be the file a command writes: nothing, a folder, no such folder, no right.
 
@@ -406,7 +418,7 @@ def _eval_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--seed",
         metavar="S",
-        type=int,
+        type=_run_seed,
         help=(
             "play the evaluation episodes of a run seeded S, as train's --seed: environment i is reset "
             "with derive_seed(S, 'eval') + i (default: the run's seed, which replays its final evaluation)"

@@ -383,6 +383,21 @@ def test_an_empty_run_dir_is_named_as_typed(ppo_run: tuple[Path, dict[str, Any]]
     assert one_line_error(capsys) == "rlstruct export: RUN_DIR must name a run directory, got ''\n"
 
 
+def test_an_eval_seed_that_train_refuses_is_refused_by_name(
+    ppo_run: tuple[Path, dict[str, Any]], capsys: Capture
+) -> None:
+    run_dir = str(ppo_run[0])
+    assert cli_main(["eval", run_dir, "--seed", str(2**64)]) == 2
+    assert "argument --seed: must be in [-9223372036854775808, 18446744073709551615]" in one_line_error(
+        capsys
+    )
+    run = load_run(run_dir)
+    with pytest.raises(TypeError, match=re.escape("SavedRun: seed must be an int, got a float")):
+        run.evaluate(1, seed=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=re.escape("SavedRun: seed must be in [")):
+        run.record_episode(seed=2**64)
+
+
 def test_plot_leaves_out_a_run_not_evaluated_yet_and_names_it(tmp_path: Path, capsys: Capture) -> None:
     """A run interrupted before its first evaluation: the others are drawn; alone, it is a mistake."""
     evaluated, early = tmp_path / "evaluated", tmp_path / "early"

@@ -65,8 +65,17 @@ class SavedRun:
 
         A run seeded s resets its evaluation environment i with
         ``derive_seed(s, "eval") + i`` at every evaluation (see ``rlstruct.seeding``).
+
+        Raises:
+            TypeError: if ``seed`` is neither None nor an int.
+            ValueError: if ``seed`` is outside the run seeds ``rlstruct.seeding.SEEDS``.
         """
-        return eval_seed(self.config.seed if seed is None else seed)
+        if seed is None:
+            return eval_seed(self.config.seed)
+        seed = check_int("SavedRun", "seed", seed, SEEDS[0])
+        if seed > SEEDS[1]:
+            raise ValueError(f"SavedRun: seed must be in [{SEEDS[0]}, {SEEDS[1]}] (a run seed), got {seed}")
+        return eval_seed(seed)
 
     def evaluate(self, n_episodes: int | None = None, seed: int | None = None) -> EvalResult:
         """Play ``n_episodes`` greedy episodes with the trained weights, in a worker process, and wait.
