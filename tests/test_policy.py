@@ -472,6 +472,26 @@ def test_a_bad_observation_names_what_was_expected_and_received(
         cartpole_policy().act(observation)
 
 
+@pytest.mark.parametrize("greedy", [True, False])
+def test_a_nan_in_the_observation_is_named_before_the_agent_samples_from_it(greedy: bool) -> None:
+    torch.manual_seed(0)
+    policy = Policy(
+        ActorCritic(obs_dim=4, n_actions=2), gym.make("CartPole-v1").observation_space, greedy=greedy
+    )
+    observation = np.zeros(4, dtype=np.float32)
+    observation[2] = np.nan
+    with pytest.raises(
+        ValueError,
+        match=message(
+            "Policy.act: observation must hold no NaN (a box space holds none); got NaN at index (2,)"
+        )
+        + "$",
+    ):
+        policy.act(observation)
+    observation[2] = np.inf  # a value a box space with infinite bounds holds: the agent's to judge
+    assert policy.act(observation) in (0, 1)
+
+
 def test_a_bad_dict_observation_names_the_entry() -> None:
     policy = Policy(CountingAgent(), OBSERVATIONS["Dict"])
     with pytest.raises(

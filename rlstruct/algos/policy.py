@@ -222,10 +222,10 @@ class Policy:
             TypeError: if ``observation`` (or an entry of it) is not of a
                 type or dtype its space allows; the message names the entry,
                 what was expected and what was received.
-            ValueError: if ``observation`` lacks an entry or an entry has
+            ValueError: if ``observation`` lacks an entry, an entry has
                 another shape than its space (a batch of observations
-                included); if the agent's initial state, output or window
-                do not fit one row.
+                included) or holds NaN; if the agent's initial state, output
+                or window do not fit one row.
         """
         agent = self.agent
         device = _device(agent)
@@ -298,6 +298,12 @@ class Policy:
             )
             raise ValueError(
                 f"Policy.act: {name} must have {expected}; got shape {tuple(tensor.shape)}{batched}"
+            )
+        nan = tensor.isnan() if tensor.is_floating_point() else None
+        if nan is not None and bool(nan.any()):  # in no space: said here, not by the agent's sampling
+            where = tuple(torch.nonzero(nan)[0].tolist())
+            raise ValueError(
+                f"Policy.act: {name} must hold no NaN (a {space.kind} space holds none); got NaN at index {where}"
             )
         return tensor
 
