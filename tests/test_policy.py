@@ -483,13 +483,41 @@ def test_a_nan_in_the_observation_is_named_before_the_agent_samples_from_it(gree
     with pytest.raises(
         ValueError,
         match=message(
-            "Policy.act: observation must hold no NaN (a box space holds none); got NaN at index (2,)"
+            "Policy.act: observation must hold no NaN (a box space holds none); got nan at index (2,)"
         )
         + "$",
     ):
         policy.act(observation)
     observation[2] = np.inf  # a value a box space with infinite bounds holds: the agent's to judge
     assert policy.act(observation) in (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("space", "observation", "text"),
+    [
+        (gym.spaces.Discrete(3), 3, "discrete space (n=(3,), start=(0,)); got 3 at index ()"),
+        (
+            gym.spaces.Discrete(3, start=-1),
+            np.int32(-2),
+            "discrete space (n=(3,), start=(-1,)); got -2 at index ()",
+        ),
+        (
+            gym.spaces.MultiDiscrete([[2, 3], [4, 5]]),
+            np.array([[1, 2], [4, 0]]),
+            "multidiscrete space (n=(2, 3, 4, 5), start=(0, 0, 0, 0)); got 4 at index (1, 0)",
+        ),
+    ],
+    ids=["discrete", "start", "multidiscrete"],
+)
+def test_a_discrete_value_outside_the_space_is_named(
+    space: gym.Space[Any], observation: Any, text: str
+) -> None:
+    policy = Policy(CountingAgent(), space)
+    with pytest.raises(
+        ValueError, match=message(f"Policy.act: observation must hold values of its {text}") + "$"
+    ):
+        policy.act(observation)
+    policy.act(space.sample())
 
 
 def test_a_bad_dict_observation_names_the_entry() -> None:

@@ -224,8 +224,9 @@ class Policy:
                 what was expected and what was received.
             ValueError: if ``observation`` lacks an entry, an entry has
                 another shape than its space (a batch of observations
-                included) or holds NaN; if the agent's initial state, output
-                or window do not fit one row.
+                included), holds NaN or, for a Discrete or MultiDiscrete
+                space, a value outside it; if the agent's initial state,
+                output or window do not fit one row.
         """
         agent = self.agent
         device = _device(agent)
@@ -299,11 +300,21 @@ class Policy:
             raise ValueError(
                 f"Policy.act: {name} must have {expected}; got shape {tuple(tensor.shape)}{batched}"
             )
-        nan = tensor.isnan() if tensor.is_floating_point() else None
-        if nan is not None and bool(nan.any()):  # in no space: said here, not by the agent's sampling
-            where = tuple(torch.nonzero(nan)[0].tolist())
+        if tensor.is_floating_point():  # outside every space: said here, not by the agent's sampling
+            outside, holds = tensor.isnan(), f"no NaN (a {space.kind} space holds none)"
+        elif space.kind in _DISCRETE:  # not an index an agent's embedding or one-hot takes
+            low = torch.tensor(space.start, dtype=tensor.dtype, device=tensor.device).view(space.shape)
+            high = low + torch.tensor(space.n, dtype=tensor.dtype, device=tensor.device).view(space.shape)
+            outside, holds = (
+                (tensor < low) | (tensor >= high),
+                f"values of its {space.kind} space (n={space.n}, start={space.start})",
+            )
+        else:
+            outside, holds = None, ""
+        if outside is not None and bool(outside.any()):
+            where = tuple(torch.nonzero(outside)[0].tolist())
             raise ValueError(
-                f"Policy.act: {name} must hold no NaN (a {space.kind} space holds none); got NaN at index {where}"
+                f"Policy.act: {name} must hold {holds}; got {tensor[where].item()} at index {where}"
             )
         return tensor
 
