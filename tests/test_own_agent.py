@@ -166,6 +166,15 @@ def test_env_arguments_fill_only_what_the_constructor_takes() -> None:
         user_agent(MlpAgent, {"depth": 3}, spaces)
 
 
+def test_a_class_of_the_training_script_is_named_as_such_where_it_cannot_be_rebuilt() -> None:
+    with pytest.raises(AgentError) as caught:
+        agent_class("__main__:AttentionAgent")  # what config.json keeps of a class in the script that trained
+    assert str(caught.value) == (
+        "config.agent (--agent): module '__main__' has no 'AttentionAgent' (a class of the script that trained "
+        "the run: define it in a module to rebuild it)"
+    )
+
+
 @pytest.mark.parametrize(
     ("agent", "message"),
     [

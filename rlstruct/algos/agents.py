@@ -138,7 +138,12 @@ def agent_class(name: str | type[Agent]) -> type[Agent]:
         cls = module
         for part in attribute.split("."):
             if not hasattr(cls, part):
-                raise AgentError(f"config.agent (--agent): module {module_name!r} has no {attribute!r}")
+                hint = (  # a run trained from a script, loaded elsewhere
+                    " (a class of the script that trained the run: define it in a module to rebuild it)"
+                    if module_name == "__main__"
+                    else ""
+                )
+                raise AgentError(f"config.agent (--agent): module {module_name!r} has no {attribute!r}{hint}")
             cls = getattr(cls, part)
     if not (isinstance(cls, type) and issubclass(cls, Agent)):
         got = f"the class {cls.__module__}.{cls.__qualname__}" if isinstance(cls, type) else describe(cls)
