@@ -46,10 +46,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import random
+import sys
 from collections.abc import Callable
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -164,7 +164,8 @@ def check_env(
     """
     if not isinstance(env, Environment):
         hint = ""
-        if isinstance(env, (gym.Env, gym.vector.VectorEnv)):
+        gym = sys.modules.get("gymnasium")  # not imported here: a gymnasium environment means it was
+        if gym is not None and isinstance(env, (gym.Env, gym.vector.VectorEnv)):
             hint = "; wrap a gymnasium environment's id or maker in rlstruct.GymEnv (or GymVectorEnv)"
         raise TypeError(f"check_env: env must be an rlstruct Environment, got {describe(env)}{hint}")
     n_steps = check_int("check_env", "n_steps", n_steps, 1)
