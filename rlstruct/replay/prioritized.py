@@ -164,10 +164,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             ValueError: for mismatched shapes, another device, indices out of
                 range, or negative or non-finite priorities.
         """
-        self._update_priorities(indices, priorities, "PrioritizedReplayBuffer.update_priorities")
-
-    def _update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor, op: str) -> None:
-        """``update_priorities``, its errors naming ``op`` (the public method a wrapping buffer was called by)."""
+        op = "PrioritizedReplayBuffer.update_priorities"
         if not isinstance(indices, torch.Tensor) or indices.dtype != torch.int64:
             raise TypeError(f"{op}: indices must be an int64 tensor, got {describe(indices)}")
         if not isinstance(priorities, torch.Tensor) or not priorities.is_floating_point():

@@ -420,7 +420,11 @@ class SequenceReplayBuffer:
             raise RuntimeError(
                 f"{op}: the buffer samples uniformly; build it with prioritized=True to sample by priority"
             )
-        self._buffer._update_priorities(indices, priorities, op)
+        try:
+            self._buffer.update_priorities(indices, priorities)
+        except (TypeError, ValueError) as error:  # named as the method called, not the one inside
+            said = str(error).replace("PrioritizedReplayBuffer.update_priorities", op)
+            raise type(error)(said.replace("(the rows held)", "(the chunks held)")) from None
 
     # ------------------------------------------------------------------ saving
 
