@@ -573,13 +573,16 @@ class GymEnv(Environment):
                 f"GymEnv({self.name!r}).reset: env_info[{SEED_KEY!r}] must hold one integer per row, "
                 f"got dtype {seeds.dtype} and shape {list(seeds.shape)}"
             )
-        if bool((seeds < 0).any()):
-            row = int((seeds < 0).nonzero()[0, 0])
+        values = [
+            int(v) for v in seeds.tolist()
+        ]  # compared in Python: torch compares no unsigned dtype but uint8
+        negative = [row for row, v in enumerate(values) if v < 0]
+        if negative:
             raise ValueError(
                 f"GymEnv({self.name!r}).reset: env_info[{SEED_KEY!r}] must hold seeds of at least 0 "
-                f"(gymnasium takes no negative seed), got {int(seeds[row])} in row {row}"
+                f"(gymnasium takes no negative seed), got {values[negative[0]]} in row {negative[0]}"
             )
-        return [int(v) for v in seeds.tolist()]
+        return [*values]
 
     def step(self, action: DictTensor) -> tuple[DictTensor, DictTensor]:
         """Step every running instance; see ``Environment.step`` for what comes back.

@@ -313,6 +313,11 @@ def test_a_negative_seed_is_named_before_gymnasium_sees_it() -> None:
         ),
     ):
         env.reset(DictTensor({"seed": torch.tensor([3, -5])}))
+    # unsigned seeds (NumPy's SeedSequence.generate_state gives uint32) are taken as they are
+    state = np.random.SeedSequence(7).generate_state(2)
+    first = env.reset(DictTensor({"seed": torch.from_numpy(state)}))["observation"]
+    again = env.reset(DictTensor({"seed": torch.tensor(state.tolist(), dtype=torch.int64)}))["observation"]
+    assert first.equal(again)
     env.close()
 
 
