@@ -264,7 +264,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The command line: ``python -m rlstruct.algos.a2c --env CartPole-v1 [--field value ...]``."""
     # ActorCritic(value_norm=) alone reads value_norm: an agent of yours has update_value_norm or not
     agent_fields = (*ACTOR_CRITIC_FIELDS, "value_norm")
-    return train(parse_config(Config, argv, prog="rlstruct train a2c", agent_fields=agent_fields))
+    # check: a resumed run's config.json is checked as that file, not as flags
+    config = parse_config(Config, argv, prog="rlstruct train a2c", check=check, agent_fields=agent_fields)
+    return train(config)
 
 
 if __name__ == "__main__":  # through the command line's entry, whose mistakes are one line (exit status 2)
