@@ -72,6 +72,7 @@ import importlib
 import json
 import os
 import re
+import select
 import signal
 import sys
 import threading
@@ -153,10 +154,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     except BrokenPipeError:
+        if not _stdout_gone():  # another pipe (a simulator's, an environment's): the user's error
+            raise
         # what is left to flush at exit would fail again: it goes nowhere (Python's documented recipe)
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has gone (poll reports an error on its end), where it can tell."""
+    poll = getattr(select, "poll", None)
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by an object without a file
+        return False
+    if poll is None:
+        return True  # no way to ask: the reader most likely went, as it does for "| head"
+    watch = poll()
+    watch.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in watch.poll(0))
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -47,6 +47,23 @@ def test_a_reader_that_stops_early_gets_no_traceback() -> None:
     assert stderr == ""  # not BrokenPipeError's traceback
 
 
+def test_a_broken_pipe_that_is_not_stdout_s_is_the_user_s_error() -> None:
+    """A simulator's or an environment's pipe, while stdout's reader is still there: not a quiet 141."""
+    raising = (
+        "import sys\n"
+        "from rlstruct import cli\n"
+        "def broken(argv):\n"
+        "    raise BrokenPipeError('the simulator went away')\n"
+        "cli._main = broken\n"
+        "sys.exit(cli.main([]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", raising], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 1
+    assert "BrokenPipeError: the simulator went away" in done.stderr
+
+
 @pytest.mark.parametrize("algo", ALGORITHMS)
 def test_an_algorithms_help_shows_env_required_and_no_markup(
     algo: str, capsys: pytest.CaptureFixture[str]
