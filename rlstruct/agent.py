@@ -301,16 +301,20 @@ def _replay_windows(
 def _check_replayed(agent: Agent, replayed: object, steps: TemporalDictTensor) -> None:
     """Raise ``AgentError`` unless ``forward_sequence`` returned ``[B, T, ...]`` outputs of ``forward``'s shapes.
 
-    A key the steps hold from collection must have the shape ``forward`` gave
-    it there (a few attribute reads).
+    An output the steps hold from collection (not one of the environment's
+    keys) must have the shape ``forward`` gave it there (a few attribute
+    reads).
     """
     name, b, t = type(agent).__name__, steps.n_elems(), steps.n_timesteps()
     if not isinstance(replayed, TemporalDictTensor) or replayed.n_elems() != b or replayed.n_timesteps() != t:
         raise AgentError(
             f"{name}.forward_sequence must return None or a TemporalDictTensor [{b}, {t}, ...], got {replayed!r}"
         )
+    observed = set(observation_keys(steps))  # the environment's keys: a prediction of one may have any shape
     for key, value in replayed.items():
-        if key in steps and value.shape[2:] != steps[key].shape[2:]:
+        if key in observed or key.startswith("next/") or key not in steps:
+            continue
+        if value.shape[2:] != steps[key].shape[2:]:
             raise AgentError(
                 f"{name}.forward_sequence: its output {key!r} has shape {list(value.shape)}, but the steps "
                 f"hold it from forward with shape {list(steps[key].shape)}; both must give the same outputs"

@@ -451,3 +451,25 @@ def test_replay_refuses_a_forward_sequence_output_of_another_shape_than_forward_
         ),
     ):
         replay_agent(WideSequenceAgent(), batch)
+
+
+class PredictingSequenceAgent(SequenceAgent):
+    """Replays, beside its value, a prediction named as an environment key, of its own shape."""
+
+    def forward_sequence(
+        self,
+        state: DictTensor,
+        observation: TemporalDictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> TemporalDictTensor | None:
+        replayed = super().forward_sequence(state, observation, agent_info, history)
+        assert replayed is not None
+        predicted = observation["reward"].unsqueeze(-1).float()  # [B, T, 1]: not the steps' [B, T]
+        return TemporalDictTensor({"value": replayed["value"], "reward": predicted}, observation.lengths)
+
+
+def test_replay_takes_a_prediction_named_as_an_environment_key_in_its_own_shape() -> None:
+    (batch,) = collect(PredictingSequenceAgent, n_batches=1)
+    replayed = replay_agent(PredictingSequenceAgent(), batch)
+    assert replayed["reward"].shape == (*batch.trajectories["reward"].shape, 1)
