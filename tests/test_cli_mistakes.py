@@ -5,6 +5,7 @@ traceback instead.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -540,6 +541,11 @@ def test_check_refuses_a_value_of_another_type_than_its_field(
         ppo.check(ppo.Config(env="CartPole-v1", **{field: value}))
 
 
+@dataclasses.dataclass
+class MyPPOConfig(ppo.Config):
+    """A user's own config class, which extends PPO's."""
+
+
 @pytest.mark.parametrize(
     ("module", "config", "expected"),
     [
@@ -548,6 +554,11 @@ def test_check_refuses_a_value_of_another_type_than_its_field(
         (sac, "Pendulum-v1", "config must be a sac.Config, got a str"),
         (dqn, {"env": "CartPole-v1"}, "config must be a dqn.Config, got a dict"),
         (impala, None, "config must be an impala.Config, got a NoneType"),
+        (
+            a2c,
+            MyPPOConfig(env="CartPole-v1"),
+            "config must be an a2c.Config, got a test_cli_mistakes.MyPPOConfig",
+        ),
     ],
 )
 def test_check_and_train_refuse_another_algorithms_config(

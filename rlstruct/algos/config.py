@@ -334,9 +334,12 @@ def check_config_class(algo: str, config: object, cls: type) -> None:
     """
     if isinstance(config, cls):
         return
-    got = describe(config)
-    if isinstance(config, TrainConfig):  # another algorithm's: name its module
-        got = _a_config(type(config).__module__.rsplit(".", 1)[-1])
+    got, kind = describe(config), type(config)
+    module, _, name = kind.__module__.rpartition(".")
+    if module == "rlstruct.algos" and kind.__qualname__ == "Config":  # another algorithm's: name it as such
+        got = _a_config(name)
+    elif isinstance(config, TrainConfig):  # a class of the user's
+        got = f"a {kind.__module__}.{kind.__qualname__}"
     raise TypeError(f"config must be {_a_config(algo)}, got {got}")
 
 
