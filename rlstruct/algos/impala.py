@@ -269,11 +269,7 @@ def learner_step(
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The command line: ``python -m rlstruct.algos.impala --env CartPole-v1 [--field value ...]``."""
-    # check: a resumed run's config.json is checked as that file, not as flags
-    config = parse_config(
-        Config, argv, prog="rlstruct train impala", check=check, agent_fields=ACTOR_CRITIC_FIELDS
-    )
-    return train(config)
+    return train(parse_config(Config, argv, prog="rlstruct train impala", agent_fields=ACTOR_CRITIC_FIELDS))
 
 
 if __name__ == "__main__":  # through the command line's entry, whose mistakes are one line (exit status 2)
