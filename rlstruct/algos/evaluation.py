@@ -273,9 +273,8 @@ class Evaluator:
         # named as given here, not as the batcher's n_envs and n_timesteps
         check_int("Evaluator", "n_episodes", n_episodes)
         check_int("Evaluator", "max_steps", max_steps)
-        if (
-            check_int("Evaluator", "seed", seed, 0) + n_episodes > 2**63
-        ):  # the int64 seeds of the environments
+        seed = check_int("Evaluator", "seed", seed, 0)
+        if seed + n_episodes > 2**63:  # the environments' seeds, seed + i, are int64
             raise ValueError(f"Evaluator: seed + n_episodes must be at most 2**63, got {seed} + {n_episodes}")
         self._batcher = MultiprocessBatcher(
             agent_factory,
