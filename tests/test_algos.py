@@ -419,6 +419,24 @@ def test_the_evaluator_names_its_own_arguments(
         Evaluator(ActorCritic, {"obs_dim": 4, "n_actions": 2}, "CartPole-v1", **args)
 
 
+def test_the_evaluator_checks_env_steps_and_says_when_it_is_closed() -> None:
+    from rlstruct.algos.evaluation import Evaluator
+
+    args = {"obs_dim": 4, "n_actions": 2}
+    weights = ActorCritic(**args).state_dict()  # type: ignore[arg-type]
+    evaluator = Evaluator(ActorCritic, args, "CartPole-v1", n_episodes=1, max_steps=5, seed=0)
+    with evaluator:
+        with pytest.raises(TypeError, match=message("Evaluator: env_steps must be an int, got a str")):
+            evaluator.evaluate(weights, env_steps="10")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=message("Evaluator: env_steps must be at least 0, got -1")):
+            evaluator.start(weights, env_steps=-1)
+        assert not evaluator.busy
+        assert evaluator.start(weights, env_steps=3)
+    assert evaluator.wait() is None and not evaluator.busy  # closing ended the running evaluation
+    with pytest.raises(RuntimeError, match="Evaluator: closed"):
+        evaluator.evaluate(weights, env_steps=4)
+
+
 # ---------------------------------------------------------------------------- tuned settings
 
 

@@ -293,6 +293,7 @@ class Evaluator:
             env_info=DictTensor({"seed": seed + torch.arange(n_episodes)}),  # the same episodes every time
         )
         self._pending: int | None = None
+        self._closed = False
 
     @property
     def busy(self) -> bool:
@@ -300,7 +301,16 @@ class Evaluator:
         return self._pending is not None
 
     def start(self, weights: Mapping[str, torch.Tensor], env_steps: int) -> bool:
-        """Start evaluating ``weights`` and return at once; False (and nothing started) if busy."""
+        """Start evaluating ``weights`` and return at once; False (and nothing started) if busy.
+
+        Raises:
+            TypeError: if ``env_steps`` is not an int.
+            ValueError: if ``env_steps`` is negative.
+            RuntimeError: if the evaluator is closed.
+        """
+        env_steps = check_int("Evaluator", "env_steps", env_steps, 0)
+        if self._closed:
+            raise RuntimeError("Evaluator: closed; make a new one to evaluate again")
         if self._pending is not None:
             return False
         self._batcher.update(weights)
@@ -327,7 +337,12 @@ class Evaluator:
         return self._result(blocking=True)
 
     def evaluate(self, weights: Mapping[str, torch.Tensor], env_steps: int) -> EvalResult:
-        """Evaluate ``weights`` and wait for the result (after any running evaluation)."""
+        """Evaluate ``weights`` and wait for the result (after any running evaluation).
+
+        Raises:
+            TypeError, ValueError, RuntimeError: as ``start``.
+        """
+        check_int("Evaluator", "env_steps", env_steps, 0)  # before waiting for a running evaluation
         self.wait()
         self.start(weights, env_steps)
         result = self.wait()
@@ -335,7 +350,8 @@ class Evaluator:
         return result
 
     def close(self) -> None:
-        """Stop the worker. Safe to call twice."""
+        """Stop the worker, and any evaluation running with it. Safe to call twice."""
+        self._closed, self._pending = True, None
         self._batcher.close()
 
     def __enter__(self) -> Evaluator:
