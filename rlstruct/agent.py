@@ -367,6 +367,8 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
         there; mask them (``mask()``) in losses.
 
     Raises:
+        TypeError: if ``agent`` is not an ``Agent``, ``batch`` not
+            ``Trajectories`` or ``stateless`` not a bool or None.
         ValueError: if ``stateless`` is True for an agent with state or
             history, if the batch has no time steps, if ``batch.info``
             lacks the window before step 0 (or has other keys or steps) for
@@ -377,6 +379,14 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
             steps, or an output that the steps hold from collection with
             another shape (a ``logits`` of another width).
     """
+    if not isinstance(agent, Agent):
+        raise TypeError(f"replay_agent: agent must be an Agent, got {describe(agent)}")
+    if not isinstance(batch, Trajectories):
+        raise TypeError(
+            f"replay_agent: batch must be Trajectories (what a batcher's get() returns), got {describe(batch)}"
+        )
+    if stateless is not None and not isinstance(stateless, bool):
+        raise TypeError(f"replay_agent: stateless must be True, False or None, got {describe(stateless)}")
     info, steps = batch.info, batch.trajectories
     agent_info = info.truncate_key("agent_info/")
     state = info.truncate_key("agent_state/").clone()  # a copy: agents may update their state in place

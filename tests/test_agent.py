@@ -473,3 +473,26 @@ def test_replay_takes_a_prediction_named_as_an_environment_key_in_its_own_shape(
     (batch,) = collect(PredictingSequenceAgent, n_batches=1)
     replayed = replay_agent(PredictingSequenceAgent(), batch)
     assert replayed["reward"].shape == (*batch.trajectories["reward"].shape, 1)
+
+
+@pytest.mark.parametrize(
+    ("agent", "batch", "stateless", "expected"),
+    [
+        (object(), "batch", None, "replay_agent: agent must be an Agent, got an object"),
+        (
+            "agent",
+            "steps",
+            None,
+            "replay_agent: batch must be Trajectories (what a batcher's get() returns), "
+            "got a TemporalDictTensor",
+        ),
+        ("agent", "batch", "yes", "replay_agent: stateless must be True, False or None, got a str"),
+    ],
+)
+def test_replay_refuses_arguments_of_the_wrong_type(
+    agent: Any, batch: str, stateless: Any, expected: str
+) -> None:
+    (collected,) = collect(LinearAgent, n_batches=1)
+    arguments = {"agent": LinearAgent(), "batch": collected, "steps": collected.trajectories}
+    with pytest.raises(TypeError, match=message(expected)):
+        replay_agent(arguments.get(agent, agent), arguments[batch], stateless=stateless)
