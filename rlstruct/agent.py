@@ -31,6 +31,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
+from rlstruct.checks import is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import AgentError, describe
 from rlstruct.history import history_windows
@@ -164,8 +165,17 @@ class Agent(torch.nn.Module, ABC):
         return False
 
     def seed(self, seed: int) -> None:
-        """Seed ``self.generator``. Batchers call it once per agent copy."""
-        self.generator.manual_seed(seed)
+        """Seed ``self.generator``. Batchers call it once per agent copy.
+
+        Args:
+            seed: an int (a Python or NumPy int), as ``torch.Generator.manual_seed`` takes.
+
+        Raises:
+            TypeError: if ``seed`` is not an int.
+        """
+        if not is_int(seed):
+            raise TypeError(f"{type(self).__name__}.seed: seed must be an int, got {describe(seed)}")
+        self.generator.manual_seed(int(seed))
 
     def close(self) -> None:
         """Release resources held outside the module (files, simulators). Safe to call twice."""

@@ -192,6 +192,18 @@ def test_seed_makes_the_agent_generator_reproducible_and_independent_of_the_glob
     assert not actions(1).equal(actions(2))
 
 
+def test_seed_takes_a_numpy_int_and_refuses_what_is_not_an_int() -> None:
+    numpy = pytest.importorskip("numpy")
+    agent = RandomAgent(5)
+    agent.seed(numpy.int64(7))
+    assert agent.generator.initial_seed() == 7
+    for bad, received in ((1.5, "a float"), ("7", "a str"), (True, "a bool")):
+        with pytest.raises(
+            TypeError, match=message(f"RandomAgent.seed: seed must be an int, got {received}")
+        ):
+            agent.seed(bad)
+
+
 def test_agent_without_forward_cannot_be_made() -> None:
     class NoForward(Agent):
         pass
