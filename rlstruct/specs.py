@@ -109,16 +109,16 @@ OBSERVATION_KINDS = ("box", "discrete", "multidiscrete", "multibinary")
 
 
 def _int_tuple(owner: str, name: str, value: object, low: int | None) -> tuple[int, ...]:
-    """``value`` as a tuple of ints (not bools), each at least ``low`` unless it is None."""
+    """``value`` as a tuple of ints (Python or NumPy ints, not bools), each at least ``low`` unless it is None."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise TypeError(f"{owner}: {name} must be a tuple of ints, got {value!r}")
     items = tuple(value)
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+    if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in items):
         raise TypeError(f"{owner}: {name} must be a tuple of ints, got {value!r}")
     if low is not None and any(v < low for v in items):
         kind = {0: "non-negative", 1: "positive"}.get(low, f"at-least-{low}")
         raise ValueError(f"{owner}: {name} must be a tuple of {kind} ints, got {value!r}")
-    return items
+    return tuple(int(v) for v in items)  # a gymnasium space's n and shape hold NumPy ints
 
 
 @dataclass(frozen=True)
@@ -204,6 +204,6 @@ class ObservationSpace:
                     f"{owner}: start must be empty or hold one entry per value of a row "
                     f"(shape {shape}: {entries}), got {start}"
                 )
-        object.__setattr__(self, "shape", tuple(int(s) for s in shape))  # NumPy ints (a space's shape) too
+        object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "n", n)
         object.__setattr__(self, "start", start)

@@ -242,6 +242,15 @@ def test_observation_space_normalises_its_tuples_and_fills_the_starts_of_discret
     assert ObservationSpace("multibinary", (5,), torch.int8).dtype == torch.int8
 
 
+def test_observation_space_takes_numpy_ints_as_a_gymnasium_space_holds_them() -> None:
+    np = pytest.importorskip("numpy")
+    room = ObservationSpace("discrete", (), torch.int64, n=(np.int64(4),), start=(np.int64(1),))
+    assert room.n == (4,) and room.start == (1,) and type(room.n[0]) is int and type(room.start[0]) is int
+    cells = ObservationSpace("multidiscrete", (np.int64(2),), torch.int64, n=tuple(np.array([2, 3])))
+    assert cells.shape == (2,) and cells.n == (2, 3) and type(cells.shape[0]) is int
+    assert hash(cells) == hash(ObservationSpace("multidiscrete", (2,), torch.int64, n=(2, 3)))
+
+
 def test_observation_space_is_frozen_and_hashable() -> None:
     space = ObservationSpace("discrete", (), torch.int64, n=(4,))
     with pytest.raises(dataclasses.FrozenInstanceError):
