@@ -75,12 +75,17 @@ class Specs(Mapping[str, TensorSpec]):
         specs: the key -> spec pairs.
 
     Raises:
-        TypeError: if a key is not a ``str`` or a value not a ``TensorSpec``.
+        TypeError: if ``specs`` is not a mapping, a key not a ``str`` or a
+            value not a ``TensorSpec``.
     """
 
     __slots__ = ("_specs",)
 
     def __init__(self, specs: Mapping[str, TensorSpec] | None = None) -> None:
+        if specs is not None and not isinstance(specs, Mapping):
+            raise TypeError(
+                f"Specs: specs must be a mapping of str keys to TensorSpecs, got {type(specs).__name__}"
+            )
         specs = dict(specs or {})
         for key, spec in specs.items():
             if not isinstance(key, str):

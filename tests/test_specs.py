@@ -113,6 +113,12 @@ def test_specs_repr() -> None:
     [
         ({1: TensorSpec((), torch.bool)}, "Specs: keys must be str, got 1"),
         ({"x": ((2,), torch.float32)}, "Specs: value of key 'x' must be a TensorSpec, got tuple"),
+        (
+            [("x", TensorSpec((), torch.bool))],
+            "Specs: specs must be a mapping of str keys to TensorSpecs, got list",
+        ),
+        ("x", "Specs: specs must be a mapping of str keys to TensorSpecs, got str"),
+        (0, "Specs: specs must be a mapping of str keys to TensorSpecs, got int"),
     ],
 )
 def test_specs_rejects_bad_input(specs: object, text: str) -> None:
