@@ -31,6 +31,7 @@ Examples:
 from __future__ import annotations
 
 import numbers
+import operator
 from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
 from typing import overload
 
@@ -458,6 +459,15 @@ class DictTensor:
             index = index % n
             return slice(index, index + 1)
         if isinstance(index, slice):
+            for name, bound in (("start", index.start), ("stop", index.stop), ("step", index.step)):
+                if bound is None:
+                    continue
+                try:  # as Python reads a slice's bounds: ints, NumPy ints, 0-d int tensors
+                    operator.index(bound)
+                except TypeError:
+                    raise TypeError(
+                        f"DictTensor: a row slice's {name} must be an int or None, got {describe(bound)}"
+                    ) from None
             if index.step is not None and index.step <= 0:
                 raise ValueError(f"DictTensor: slice step must be positive, got {index.step}")
             return index

@@ -435,6 +435,14 @@ def test_indexing_a_keyless_dicttensor_counts_rows() -> None:
         ),
         ([0, 1.5], TypeError, "a list row index must hold ints, got an element 1.5 (float)"),
         (slice(None, None, -1), ValueError, "slice step must be positive, got -1"),
+        (slice(1.5, 3), TypeError, "a row slice's start must be an int or None, got a float"),
+        (slice(0, "2"), TypeError, "a row slice's stop must be an int or None, got a str"),
+        (slice(0, 2, 1.0), TypeError, "a row slice's step must be an int or None, got a float"),
+        (
+            slice(torch.tensor(0.0), 2),
+            TypeError,
+            "a row slice's start must be an int or None, got a tensor of shape ()",
+        ),
         (
             torch.tensor([0.0, 1.0]),
             TypeError,
