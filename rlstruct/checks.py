@@ -172,7 +172,7 @@ def check_kwargs(owner: str, name: str, value: object) -> None:
 def check_device(owner: str, value: object, *, usable: bool = False) -> torch.device:
     """Return ``value`` (a str, a ``torch.device`` or a CUDA index) as a ``torch.device``.
 
-    An int is the index of a CUDA device (``0`` is ``cuda:0``), and the CPU
+    An int (a Python or NumPy int) is the index of a CUDA device (``0`` is ``cuda:0``), and the CPU
     is returned as tensors report it (``"cpu:0"`` becomes ``cpu``). With
     ``usable``, the device must also hold tensors on this machine, and is
     returned as tensors report it (``"cuda"`` becomes ``cuda:0``): what is
@@ -192,10 +192,12 @@ def check_device(owner: str, value: object, *, usable: bool = False) -> torch.de
             ...
         ValueError: LocalBatcher: device must name a torch device such as 'cpu' or 'cuda:0', got 'gpu'
     """
-    if isinstance(value, bool) or not isinstance(value, (str, torch.device, int)):
+    if not (isinstance(value, (str, torch.device)) or is_int(value)):
         raise TypeError(f"{owner}: device must be a str, a torch.device or an int, got {describe(value)}")
-    if isinstance(value, int) and value < 0:
-        raise ValueError(f"{owner}: device as an int is a CUDA index, at least 0, got {value}")
+    if is_int(value):
+        value = int(value)  # a NumPy int too
+        if value < 0:
+            raise ValueError(f"{owner}: device as an int is a CUDA index, at least 0, got {value}")
     try:
         device = torch.device("cuda", value) if isinstance(value, int) else torch.device(value)
     except RuntimeError:

@@ -859,6 +859,10 @@ def test_zeros_and_to_check_the_device_and_name_themselves() -> None:
         ValueError, match=message("DictTensor.to: device as an int is a CUDA index, at least 0")
     ):
         make_dt().to(-1)
+    with pytest.raises(
+        ValueError, match=message("DictTensor.to: device as an int is a CUDA index, at least 0, got -1")
+    ):
+        make_dt().to(pytest.importorskip("numpy").int64(-1))  # a NumPy int is an int, as an index is
     assert (
         DictTensor.zeros(specs, 2, device="cpu:0").device
         == make_dt().to("cpu:0").device
