@@ -564,10 +564,15 @@ class TemporalDictTensor:
         return TemporalDictTensor.unchecked(data, lengths, self._n_timesteps)
 
     def to(self, device: Device, non_blocking: bool = False) -> TemporalDictTensor:
-        """Move values and lengths to ``device`` (dtypes kept); see ``DictTensor.to``."""
-        return self._with(
-            self._dt.to(device, non_blocking), self._lengths.to(device, non_blocking=non_blocking)
-        )
+        """Move values and lengths to ``device`` (dtypes kept); see ``DictTensor.to``.
+
+        Raises:
+            TypeError, ValueError: as ``DictTensor.to``, with or without keys.
+        """
+        data = self._dt.to(device, non_blocking)  # checks device
+        with unusable_device("TemporalDictTensor.to", check_device("TemporalDictTensor.to", device)):
+            lengths = self._lengths.to(device, non_blocking=non_blocking)
+        return self._with(data, lengths)
 
     def clone(self) -> TemporalDictTensor:
         """A deep copy, lengths included."""

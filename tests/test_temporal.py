@@ -678,6 +678,13 @@ def test_to_moves_the_lengths_of_a_keyless_temporal_dicttensor() -> None:
     assert moved.n_elems() == 2
 
 
+@pytest.mark.skipif(torch.backends.cuda.is_built(), reason="needs a torch built without CUDA")
+def test_to_cuda_on_a_torch_without_it_is_a_value_error_with_or_without_keys() -> None:
+    for tdt in (make_tdt(), TemporalDictTensor({}, torch.tensor([1, 0]), n_timesteps=2)):
+        with pytest.raises(ValueError, match="device 'cuda' cannot be used on this machine"):
+            tdt.to("cuda")
+
+
 def test_clone_is_deep_and_detach_shares_storage() -> None:
     tdt = make_tdt()
     copy = tdt.clone()
