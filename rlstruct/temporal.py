@@ -79,6 +79,10 @@ class TemporalDictTensor:
                 )
             rows = lengths.shape[0] if isinstance(lengths, torch.Tensor) and lengths.dim() == 1 else None
             data = DictTensor(data, batch_size=None if data else rows)
+        if n_timesteps is not None and (not is_int(n_timesteps) or n_timesteps < 0):
+            raise ValueError(
+                f"TemporalDictTensor: n_timesteps must be a non-negative int, got {n_timesteps!r}"
+            )
         first_key = None
         for key, value in data.items():
             if value.dim() < 2:
@@ -94,13 +98,7 @@ class TemporalDictTensor:
                     f"TemporalDictTensor: value of key {key!r} has {value.shape[1]} time steps, "
                     f"expected {n_timesteps} (from {origin}); got shape {tuple(value.shape)}"
                 )
-        if n_timesteps is None:
-            n_timesteps = 0
-        if not is_int(n_timesteps) or n_timesteps < 0:
-            raise ValueError(
-                f"TemporalDictTensor: n_timesteps must be a non-negative int, got {n_timesteps!r}"
-            )
-        n_timesteps = int(n_timesteps)  # a NumPy int counts too
+        n_timesteps = 0 if n_timesteps is None else int(n_timesteps)  # a NumPy int counts too
         batch_size = data.n_elems()
         if lengths is None:
             lengths = torch.full((batch_size,), n_timesteps, dtype=torch.int64, device=data.device)

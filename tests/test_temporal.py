@@ -148,6 +148,16 @@ def test_repr() -> None:
             "n_timesteps must be a non-negative int, got -1",
         ),
         (
+            lambda: TemporalDictTensor({"a": torch.zeros(3, 4)}, n_timesteps="4"),  # type: ignore[arg-type]
+            ValueError,
+            "n_timesteps must be a non-negative int, got '4'",
+        ),
+        (
+            lambda: TemporalDictTensor({"a": torch.zeros(3, 4)}, n_timesteps=4.0),  # type: ignore[arg-type]
+            ValueError,
+            "n_timesteps must be a non-negative int, got 4.0",
+        ),
+        (
             lambda: TemporalDictTensor({"a": torch.zeros(3, 4)}, [4, 4, 4]),  # type: ignore[arg-type]
             TypeError,
             "lengths must be an int64 tensor of shape [3], got a list",
