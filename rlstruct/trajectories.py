@@ -79,7 +79,18 @@ class Trajectories:
         return self.info.n_elems()
 
     def index(self, index: RowIndex) -> Trajectories:
-        """Select rows of both parts (see ``DictTensor.index``)."""
+        """Select rows of both parts (see ``DictTensor.index``).
+
+        Raises:
+            TypeError: for a key (a str): keys are read from ``trajectories``
+                or ``info``; and as ``DictTensor.index``.
+            IndexError, ValueError: as ``DictTensor.index``.
+        """
+        if isinstance(index, str):
+            raise TypeError(
+                "Trajectories: rows are indexed by an int, a slice, a list of ints or a tensor, got the "
+                f"str {index!r}; read a key from batch.trajectories[{index!r}] or batch.info[{index!r}]"
+            )
         return Trajectories(self.info.index(index), self.trajectories.index(index))
 
     def __getitem__(self, index: RowIndex) -> Trajectories:

@@ -116,7 +116,12 @@ def test_index_selects_the_same_rows_of_both_parts(index: Any, rows: list[int]) 
         (4, IndexError, "row index 4 is out of range for 4 rows"),
         (torch.tensor([1, 7]), IndexError, "row indices must lie in [-4, 4), got values from 1 to 7"),
         (torch.tensor([True, False]), IndexError, "a bool row mask must have 4 elements, got 2"),
-        ("id", TypeError, "rows are indexed by an int, a slice, a list of ints"),
+        (
+            "id",
+            TypeError,
+            "Trajectories: rows are indexed by an int, a slice, a list of ints or a tensor, got the str "
+            "'id'; read a key from batch.trajectories['id'] or batch.info['id']",
+        ),
     ],
 )
 def test_bad_row_indices_are_rejected(index: Any, error: type[Exception], text: str) -> None:
