@@ -249,8 +249,8 @@ def history_length(agent: Agent) -> int | None:
         return None
     if wanted is True:
         return -1
-    if isinstance(wanted, int) and wanted > 0:
-        return wanted
+    if is_int(wanted) and wanted > 0:
+        return int(wanted)  # a NumPy int too
     raise ValueError(
         f"{type(agent).__name__}.require_history() must return a bool or a positive int, got {wanted!r}"
     )

@@ -233,6 +233,11 @@ def test_history_length_maps_require_history(wanted: bool | int, expected: int |
     assert history_length(CountingAgent(history=wanted)) == expected
 
 
+def test_history_length_takes_a_numpy_int_as_an_int() -> None:
+    wanted = history_length(CountingAgent(history=pytest.importorskip("numpy").int64(3)))
+    assert wanted == 3 and type(wanted) is int
+
+
 @pytest.mark.parametrize("bad", [0, -3, 2.0, "2", None])
 def test_history_length_rejects_other_values(bad: Any) -> None:
     with pytest.raises(
