@@ -380,7 +380,8 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
         TypeError: if ``agent`` is not an ``Agent``, ``batch`` not
             ``Trajectories`` or ``stateless`` not a bool or None.
         ValueError: if ``stateless`` is True for an agent with state or
-            history, if the batch has no time steps, if ``batch.info``
+            history, if the batch has no time steps, if the steps of an
+            agent with state or history lack ``initial_state``, if ``batch.info``
             lacks the window before step 0 (or has other keys or steps) for
             an agent wanting the last n steps, or if the steps lack an
             output of a history agent (which its windows held at collection).
@@ -409,6 +410,12 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
         raise ValueError(
             "replay_agent: stateless=True needs an agent without state and history, got state keys "
             f"{list(state.keys())} and require_history() = {agent.require_history()!r}"
+        )
+    if (not state.empty() or length is not None) and "initial_state" not in observation:
+        raise ValueError(
+            f"replay_agent: {type(agent).__name__} has a state or a history, which restart where an "
+            "episode begins, but the steps hold no observed 'initial_state' (a bool [B, T] with its "
+            f"'next/initial_state', as a batcher stores them); they hold {sorted(steps.keys())}"
         )
     before = None if length is None else _window_before(batch, length)
     if not stateless:

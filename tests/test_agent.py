@@ -397,6 +397,23 @@ def test_replay_of_trajectories_without_steps_raises() -> None:
         replay_agent(CountingAgent(), Trajectories(info, steps))
 
 
+def test_replay_of_a_stateful_agent_over_steps_without_initial_state_raises() -> None:
+    info = DictTensor({"agent_state/count": ints(0, 0)})
+    t = torch.zeros(2, 3, dtype=torch.int64)
+    for steps in (
+        TemporalDictTensor({"t": t, "next/t": t}),
+        TemporalDictTensor({"t": t, "next/t": t, "initial_state": torch.zeros(2, 3, dtype=torch.bool)}),
+    ):
+        with pytest.raises(
+            ValueError,
+            match=message(
+                "replay_agent: CountingAgent has a state or a history, which restart where an episode "
+                "begins, but the steps hold no observed 'initial_state'"
+            ),
+        ):
+            replay_agent(CountingAgent(), Trajectories(info, steps))
+
+
 def test_replay_with_a_bad_require_history_raises() -> None:
     (batch,) = collect(CountingAgent, n_batches=1)
     with pytest.raises(
