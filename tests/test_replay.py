@@ -14,6 +14,7 @@ import multiprocessing
 import pickle
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from mp_helpers import add_replay_rows, assert_nothing_left_in_shm, replay_rows, shm_entries
@@ -691,6 +692,16 @@ def test_save_load_round_trip_hindsight(tmp_path: Path) -> None:
     assert restored.sample(64).rows.equal(buffer.sample(64).rows)
     with pytest.raises(ValueError, match="the state has k=3, this buffer k=2"):
         HindsightReplayBuffer(30, reached, k=2).load(tmp_path / "her.pt")
+
+
+def test_hindsight_k_given_as_a_numpy_int_saves_and_loads(tmp_path: Path) -> None:
+    buffer = HindsightReplayBuffer(30, reached, k=np.int64(3), generator=seeded(12))
+    assert type(buffer.k) is int
+    buffer.add_trajectories(goal_episodes([6, 9, 4], 9))
+    buffer.save(tmp_path / "her.pt")  # weights_only=True loads Python numbers, not NumPy scalars
+    restored = HindsightReplayBuffer(30, reached, k=3)
+    restored.load(tmp_path / "her.pt")
+    assert restored.sample(64).rows.equal(buffer.sample(64).rows)
 
 
 # ---------------------------------------------------------------------- shared storage

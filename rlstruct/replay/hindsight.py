@@ -123,7 +123,7 @@ class HindsightReplayBuffer:
             raise TypeError(f"{name}: reward_fn must be callable, got {describe(reward_fn)}")
         if strategy not in ("future", "final"):
             raise ValueError(f"{name}: strategy must be 'future' or 'final', got {strategy!r}")
-        check_int(name, "k", k, 0)
+        k = check_int(name, "k", k, 0)  # a Python int: a NumPy one would not load with weights_only
         if isinstance(desired_goal_keys, str) or not all(isinstance(key, str) for key in desired_goal_keys):
             raise TypeError(f"{name}: desired_goal_keys must be a list of str, got {desired_goal_keys!r}")
         if not desired_goal_keys:
