@@ -694,6 +694,22 @@ def test_save_load_round_trip_hindsight(tmp_path: Path) -> None:
         HindsightReplayBuffer(30, reached, k=2).load(tmp_path / "her.pt")
 
 
+def test_hindsight_errors_of_the_storage_name_the_hindsight_buffer(tmp_path: Path) -> None:
+    buffer = HindsightReplayBuffer(30, reached, k=3)
+    buffer.add_trajectories(goal_episodes([6], 9))
+    buffer.save(tmp_path / "her.pt")
+    with pytest.raises(
+        ValueError, match=r"HindsightReplayBuffer\.load_state_dict: the state has capacity 30, this buffer 31"
+    ):
+        HindsightReplayBuffer(31, reached, k=3).load(tmp_path / "her.pt")
+    extra = goal_episodes([6], 9)
+    extra.set("more", torch.zeros(1, 9))
+    with pytest.raises(ValueError, match=r"HindsightReplayBuffer.add_trajectories: expected the keys"):
+        buffer.add_trajectories(extra)
+    with pytest.raises(RuntimeError, match="HindsightReplayBuffer: a shared buffer needs its storage"):
+        pickle.dumps(HindsightReplayBuffer(10, reached, shared=True))
+
+
 def test_hindsight_k_given_as_a_numpy_int_saves_and_loads(tmp_path: Path) -> None:
     buffer = HindsightReplayBuffer(30, reached, k=np.int64(3), generator=seeded(12))
     assert type(buffer.k) is int

@@ -447,6 +447,27 @@ def test_load_checks_burn_in_t_and_prioritized(tmp_path: Path) -> None:
         SequenceReplayBuffer(5, burn_in=2).load(tmp_path / "sequences.pt")
 
 
+def test_load_errors_of_the_chunk_store_name_the_sequence_buffer(tmp_path: Path) -> None:
+    buffer = SequenceReplayBuffer(6, burn_in=2, prioritized=True)
+    buffer.add(chunks([0], [5]))
+    buffer.save(tmp_path / "sequences.pt")
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "SequenceReplayBuffer.load_state_dict: the state has alpha=0.6, this buffer alpha=0.5"
+        ),
+    ):
+        SequenceReplayBuffer(6, burn_in=2, prioritized=True, alpha=0.5).load(tmp_path / "sequences.pt")
+    state = buffer.state_dict()
+    state["storage"] = {k: v for k, v in state["storage"].items() if k != "length"}
+    other = SequenceReplayBuffer(6, burn_in=2, prioritized=True)
+    other.add(chunks([1], [5]))
+    with pytest.raises(
+        ValueError, match=re.escape("SequenceReplayBuffer.load_state_dict: expected the keys")
+    ):
+        other.load_state_dict(state)
+
+
 # ---------------------------------------------------------------------- shared memory
 
 

@@ -11,7 +11,7 @@ import torch
 from rlstruct.checks import check_int, check_keys
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
-from rlstruct.replay.uniform import ReplayBuffer, ReplaySample
+from rlstruct.replay.uniform import ReplayBuffer, ReplaySample, told_as
 from rlstruct.specs import Specs, TensorSpec
 from rlstruct.temporal import TemporalDictTensor
 
@@ -147,6 +147,14 @@ class HindsightReplayBuffer:
         except (TypeError, ValueError) as error:  # the storage's checks, told as this buffer's
             raise type(error)(str(error).replace("ReplayBuffer:", f"{name}:", 1)) from error
 
+    def __getstate__(self) -> dict[str, Any]:
+        if self._buffer.shared and self._buffer.specs() is None:
+            raise RuntimeError(
+                "HindsightReplayBuffer: a shared buffer needs its storage before it is handed to another "
+                "process; pass specs= or add a first batch"
+            )
+        return self.__dict__.copy()
+
     @property
     def capacity(self) -> int:
         """The number of transitions the buffer keeps."""
@@ -205,7 +213,8 @@ class HindsightReplayBuffer:
         transitions.set(_STEPS_LEFT, end_steps - time)
         if len(self._buffer) == 0 and self._buffer.specs() is None:
             self._check_specs(transitions.specs(), op)
-        self._buffer.add(transitions.masked_flatten())
+        with told_as("ReplayBuffer.add", op):
+            self._buffer.add(transitions.masked_flatten())
 
     def sample(self, batch_size: int) -> ReplaySample:
         """Draw ``batch_size`` transitions uniformly and relabel about ``k / (k + 1)`` of them.
@@ -275,7 +284,8 @@ class HindsightReplayBuffer:
                 raise ValueError(
                     f"{op}: the state has {name}={state.get(name)!r}, this buffer {name}={mine!r}"
                 )
-        self._buffer.load_state_dict(state)
+        with told_as("ReplayBuffer.load_state_dict", op):
+            self._buffer.load_state_dict(state)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write ``state_dict()`` to ``path`` with ``torch.save``."""

@@ -58,7 +58,7 @@ from rlstruct.checks import check_int, check_keys, check_number
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 from rlstruct.replay.prioritized import PrioritizedReplayBuffer
-from rlstruct.replay.uniform import ReplayBuffer
+from rlstruct.replay.uniform import ReplayBuffer, told_as
 from rlstruct.specs import Specs
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
@@ -472,7 +472,8 @@ class SequenceReplayBuffer:
         held, saved = self.n_timesteps, state["n_timesteps"]
         if held is not None and saved is not None and saved != held:
             raise ValueError(f"{op}: the state holds chunks of T={saved} steps, this buffer T={held}")
-        self._buffer.load_state_dict(state)
+        with told_as(f"{type(self._buffer).__name__}.load_state_dict", op):
+            self._buffer.load_state_dict(state)
         self._n_timesteps = None  # read again from the storage, allocated by the load if it was not
 
     def save(self, path: str | os.PathLike[str]) -> None:

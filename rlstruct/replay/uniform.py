@@ -434,6 +434,20 @@ class ReplayBuffer:
         self._counts = self._counters.numpy()
 
 
+@contextlib.contextmanager
+def told_as(inner: str, op: str) -> Iterator[None]:
+    """Re-raise the ``TypeError`` or ``ValueError`` of a wrapped buffer's call ``inner`` as ``op``'s.
+
+    A buffer built on another (``HindsightReplayBuffer``,
+    ``SequenceReplayBuffer``) names the method its user called, not the one
+    of its storage.
+    """
+    try:
+        yield
+    except (TypeError, ValueError) as error:
+        raise type(error)(str(error).replace(f"{inner}:", f"{op}:", 1)) from error
+
+
 def interleaved_zeros(specs: Specs, rows: int, *, device: torch.device, shared: bool) -> DictTensor:
     """Zeros laid out by ``specs`` as ``DictTensor.zeros`` lays them, but each row's keys side by side.
 
