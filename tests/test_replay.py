@@ -355,6 +355,17 @@ def test_sum_tree_matches_a_slow_reference_after_updates(capacity: int) -> None:
     )
 
 
+def test_sum_tree_takes_numpy_sizes_and_names_bad_arguments() -> None:
+    tree = SumTree(np.int64(40))
+    assert tree.capacity == 40 and type(tree.capacity) is int
+    with pytest.raises(TypeError, match="SumTree: capacity must be an int, got a float"):
+        SumTree(10.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="SumTree: capacity must be at least 1, got 0"):
+        SumTree(0)
+    with pytest.raises(ValueError, match="SumTree: device must name a torch device such as 'cpu'"):
+        SumTree(10, device="gpu")
+
+
 def test_sum_tree_find_never_returns_an_empty_slot() -> None:
     tree = SumTree(100)
     tree.update(torch.tensor([3, 40, 41]), torch.tensor([1e-300, 2.0, 0.1], dtype=torch.float64))

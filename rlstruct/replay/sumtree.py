@@ -39,6 +39,8 @@ from typing import Any
 
 import torch
 
+from rlstruct.checks import check_device, check_int
+
 __all__ = ["BRANCHING", "SumTree"]
 
 BRANCHING = 32
@@ -63,11 +65,17 @@ class SumTree:
 
     Every slot starts with priority 0 and does not count in ``min()`` until it
     is given a priority.
+
+    Raises:
+        TypeError: for a capacity that is not an int (a NumPy int is one), or
+            a device of the wrong type.
+        ValueError: for a capacity below 1, or a device torch does not know
+            or that cannot hold data here.
     """
 
     def __init__(self, capacity: int, *, device: torch.device | str = "cpu") -> None:
-        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
-            raise ValueError(f"SumTree: capacity must be a positive int, got {capacity!r}")
+        capacity = check_int("SumTree", "capacity", capacity)
+        device = check_device("SumTree", device, usable=True)
         self.capacity = capacity
         self._sizes = _level_sizes(capacity)
         total = sum(self._sizes)
