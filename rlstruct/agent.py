@@ -393,8 +393,11 @@ def replay_agent(agent: Agent, batch: Trajectories, *, stateless: bool | None = 
     if not isinstance(agent, Agent):
         raise TypeError(f"replay_agent: agent must be an Agent, got {describe(agent)}")
     if not isinstance(batch, Trajectories):
+        # batch.trajectories alone lacks the stored state and agent_info that the replay starts from
+        hint = ", the whole batch, not batch.trajectories" if isinstance(batch, TemporalDictTensor) else ""
         raise TypeError(
-            f"replay_agent: batch must be Trajectories (what a batcher's get() returns), got {describe(batch)}"
+            f"replay_agent: batch must be Trajectories (what a batcher's get() returns{hint}), "
+            f"got {describe(batch)}"
         )
     if stateless is not None and not isinstance(stateless, bool):
         raise TypeError(f"replay_agent: stateless must be True, False or None, got {describe(stateless)}")

@@ -517,8 +517,14 @@ def test_replay_takes_a_prediction_named_as_an_environment_key_in_its_own_shape(
             "agent",
             "steps",
             None,
-            "replay_agent: batch must be Trajectories (what a batcher's get() returns), "
-            "got a TemporalDictTensor",
+            "replay_agent: batch must be Trajectories (what a batcher's get() returns, "
+            "the whole batch, not batch.trajectories), got a TemporalDictTensor",
+        ),
+        (
+            "agent",
+            "dict",
+            None,
+            "replay_agent: batch must be Trajectories (what a batcher's get() returns), got a dict",
         ),
         ("agent", "batch", "yes", "replay_agent: stateless must be True, False or None, got a str"),
     ],
@@ -527,6 +533,6 @@ def test_replay_refuses_arguments_of_the_wrong_type(
     agent: Any, batch: str, stateless: Any, expected: str
 ) -> None:
     (collected,) = collect(LinearAgent, n_batches=1)
-    arguments = {"agent": LinearAgent(), "batch": collected, "steps": collected.trajectories}
+    arguments = {"agent": LinearAgent(), "batch": collected, "steps": collected.trajectories, "dict": {}}
     with pytest.raises(TypeError, match=message(expected)):
         replay_agent(arguments.get(agent, agent), arguments[batch], stateless=stateless)
