@@ -24,8 +24,8 @@ and shape of the space: float as declared for ``Box``, int64 for
 ``Discrete``, the space's dtype for ``MultiDiscrete`` and ``MultiBinary``.
 ``observation_spaces`` tells the keys of a space and what each holds, as
 ``ObservationSpace`` descriptions that networks read without gymnasium.
-Nothing is cast: an environment that returns another dtype than its space
-declares raises an error naming the key. Besides the keys of
+Nothing is cast: an environment that returns another dtype or shape than its
+space declares raises an error naming the key. Besides the keys of
 ``rlstruct.env`` (``reward`` in ``reward_dtype``, ``terminated``,
 ``truncated``, ``done``, ``initial_state``), ``last_action`` holds the action
 that led to the observation (zeros at the first step of an episode).
@@ -494,7 +494,17 @@ class GymEnv(Environment):
         data = {}
         for key, dtype in self._dtypes.items():
             values = [_leaf_value(o, key, True) for o in observations] if self._composite else observations
-            array = np.array(values)
+            shape = self._leaves[key].shape or ()
+            try:
+                array = np.array(values)
+            except ValueError:  # instances of different shapes
+                array = None
+            if array is None or array.shape[1:] != shape:
+                bad = next(i for i, v in enumerate(values) if np.shape(v) != shape)
+                raise ValueError(
+                    f"GymEnv({self.name!r}), instance {bad}: observation key {key!r} has shape "
+                    f"{np.shape(values[bad])}, but the observation space declares {shape}"
+                )
             if array.dtype != dtype:
                 if not (dtype == np.int64 and np.issubdtype(array.dtype, np.integer)):
                     bad = next(i for i, v in enumerate(values) if np.asarray(v).dtype != dtype)

@@ -42,7 +42,8 @@ class StepEnv(gym.Env[Any, Any]):
     The episode ends after ``length`` steps (terminated, or truncated with
     ``truncate``). ``fault`` makes the environment misbehave, from step
     ``fault_at`` on (-1: already at reset): "dtype" returns float64 for a float32
-    space, "range" leaves the space, "reward" returns a non-number reward.
+    space, "range" leaves the space, "shape" returns 3 entries instead of 2,
+    "reward" returns a non-number reward.
     """
 
     def __init__(
@@ -64,6 +65,8 @@ class StepEnv(gym.Env[Any, Any]):
         obs = np.array([self.t, -self.t], dtype=dtype)
         if faulty and self.fault == "range":
             obs[0] = 1000
+        if faulty and self.fault == "shape":
+            obs = np.array([self.t, -self.t, 0], dtype=dtype)
         return obs
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
@@ -805,6 +808,27 @@ def test_observation_of_the_wrong_dtype_at_a_later_step_is_never_cast() -> None:
         match=message(
             "GymEnv('make'), instance 1: observation key 'observation' has dtype float64, "
             "but the observation space declares float32"
+        ),
+    ):
+        env.step(act(0, 0))
+    env.close()
+
+
+@pytest.mark.parametrize("bad_instance", [1, -1])  # -1: every instance
+@pytest.mark.parametrize("auto_reset", [False, True])
+def test_observation_of_the_wrong_shape_at_a_later_step_is_refused_naming_the_key(
+    bad_instance: int, auto_reset: bool
+) -> None:
+    env = GymEnv(lambda bad: StepEnv(length=10, fault="shape" if bad else None, fault_at=1), n_envs=2)
+    bad = torch.tensor([bad_instance in (0, -1), bad_instance in (1, -1)]).long()
+    env.reset(DictTensor({"bad": bad}), auto_reset=auto_reset)
+    env.step(act(0, 0))
+    first = 0 if bad_instance == -1 else bad_instance
+    with pytest.raises(
+        ValueError,
+        match=message(
+            f"GymEnv('<lambda>'), instance {first}: observation key 'observation' has shape (3,), "
+            "but the observation space declares (2,)"
         ),
     ):
         env.step(act(0, 0))
