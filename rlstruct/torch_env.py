@@ -300,9 +300,10 @@ class TorchEnv(Environment):
                 for a reward or ``terminated`` from ``advance`` that is not
                 ``[n_envs]`` on the environment's device.
             TypeError: where the task declares ``action_spec``, for an
-                action of another dtype (as ``GymEnv``); for a reward from
-                ``advance`` not of ``reward_dtype``, or a ``terminated``
-                that is not bool.
+                action of another dtype (as ``GymEnv``); for an ``advance``
+                that returns something else than the pair ``(reward,
+                terminated)``, a reward not of ``reward_dtype``, or a
+                ``terminated`` that is not bool.
             RuntimeError: before ``reset`` or after ``close``.
         """
         owner = type(self).__name__
@@ -310,7 +311,13 @@ class TorchEnv(Environment):
             raise RuntimeError(f"{owner}: step() after close()")
         if self._auto_reset is None:
             raise RuntimeError(f"{owner}: step() before reset()")
-        reward, terminated = self.advance(self._action(action))
+        advanced = self.advance(self._action(action))
+        if not (isinstance(advanced, (tuple, list)) and len(advanced) == 2):
+            length = f" of length {len(advanced)}" if isinstance(advanced, (tuple, list)) else ""
+            raise TypeError(
+                f"{owner}.advance must return the pair (reward, terminated), got {describe(advanced)}{length}"
+            )
+        reward, terminated = advanced
         self._check_advanced(reward, terminated)
         self.elapsed += 1
         if self.max_episode_steps is None:
@@ -338,10 +345,8 @@ class TorchEnv(Environment):
         ):
             if not isinstance(value, torch.Tensor) or value.dtype != dtype:
                 got = value.dtype if isinstance(value, torch.Tensor) else describe(value)
-                raise TypeError(
-                    f"{owner}: {name} must be a {dtype} tensor [n_envs] (the task's reward_dtype for "
-                    f"the reward; nothing is cast), got {got}"
-                )
+                why = " (the task's reward_dtype; nothing is cast)" if name == "reward" else ""
+                raise TypeError(f"{owner}: {name} must be a {dtype} tensor [n_envs]{why}, got {got}")
             if value.shape != (self.n_envs,) or value.device != self.device:
                 raise ValueError(
                     f"{owner}: {name} must be [n_envs] = [{self.n_envs}] on {self.device}, "

@@ -644,22 +644,27 @@ class Advancing(TorchEnv):
             "float64": (reward, terminated),
             "column": (reward.float().unsqueeze(1), terminated),
             "long-terminated": (reward.float(), terminated.long()),
+            "none": None,
+            "triple": (reward.float(), terminated, terminated),
         }
-        return kinds[self.kind]
+        return kinds[self.kind]  # type: ignore[return-value]
 
 
 @pytest.mark.parametrize(
     ("kind", "error", "text"),
     [
-        ("float64", TypeError, "reward must be a torch.float32 tensor [n_envs] (the task's reward_dtype"),
-        ("column", ValueError, "reward must be [n_envs] = [2] on cpu, got [2, 1] on cpu"),
-        ("long-terminated", TypeError, "terminated must be a torch.bool tensor [n_envs]"),
+        ("float64", TypeError, ": reward must be a torch.float32 tensor [n_envs] (the task's reward_dtype"),
+        ("column", ValueError, ": reward must be [n_envs] = [2] on cpu, got [2, 1] on cpu"),
+        ("long-terminated", TypeError, ": terminated must be a torch.bool tensor [n_envs], got torch.int64"),
+        ("none", TypeError, " must return the pair (reward, terminated), got a NoneType"),
+        ("triple", TypeError, " must return the pair (reward, terminated), got a tuple of length 3"),
     ],
 )
 def test_step_names_what_advance_returned_of_another_dtype_or_shape(
     kind: str, error: type[Exception], text: str
 ) -> None:
-    """Before, a float64 reward was rounded to float32 (1e8 + 1.5 became 1e8) and a column broadcast."""
+    """Before, a float64 reward was rounded to float32 (1e8 + 1.5 became 1e8), a column broadcast,
+    and an advance that returned no pair failed in the unpacking, naming neither advance nor the pair."""
     right = Advancing(2)
     right.reset(DictTensor(batch_size=2), auto_reset=True)
     assert (
@@ -668,7 +673,7 @@ def test_step_names_what_advance_returned_of_another_dtype_or_shape(
     )
     env = Advancing(2, kind)
     env.reset(DictTensor(batch_size=2), auto_reset=True)
-    with pytest.raises(error, match=re.escape(f"Advancing.advance: {text}")):
+    with pytest.raises(error, match=re.escape(f"Advancing.advance{text}")):
         env.step(DictTensor({"action": torch.zeros(2, dtype=torch.int64)}))
 
 
