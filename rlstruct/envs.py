@@ -57,6 +57,8 @@ import torch
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 from gymnasium.envs.classic_control.pendulum import PendulumEnv
 
+from rlstruct.checks import is_int
+
 __all__ = [
     "BitFlipEnv",
     "CueMemoryEnv",
@@ -148,7 +150,7 @@ class CueMemoryEnv(gym.Env[Observation, np.int64]):
         render_mode: accepted for ``gym.make``; nothing is rendered.
 
     Raises:
-        ValueError: for a negative or non-int ``delay``.
+        ValueError: for a negative or non-int ``delay`` (a NumPy int is an int).
 
     Examples:
         >>> env = CueMemoryEnv(delay=1)
@@ -165,9 +167,9 @@ class CueMemoryEnv(gym.Env[Observation, np.int64]):
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 (gymnasium's own annotation)
 
     def __init__(self, delay: int = 10, render_mode: str | None = None) -> None:
-        if not isinstance(delay, int) or isinstance(delay, bool) or delay < 0:
+        if not is_int(delay) or delay < 0:
             raise ValueError(f"CueMemoryEnv: delay must be an int >= 0, got {delay!r}")
-        self.delay = delay
+        self.delay = int(delay)  # a NumPy int counts too
         self.render_mode = render_mode
         self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(3,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(2)
@@ -290,7 +292,7 @@ class BitFlipEnv(gym.Env[dict[str, Any], np.int64]):
         render_mode: accepted for ``gym.make``; nothing is rendered.
 
     Raises:
-        ValueError: for an ``n_bits`` that is not an int >= 1.
+        ValueError: for an ``n_bits`` that is not an int >= 1 (a NumPy int is an int).
 
     Examples:
         >>> env = BitFlipEnv(n_bits=3)
@@ -313,8 +315,9 @@ class BitFlipEnv(gym.Env[dict[str, Any], np.int64]):
     torch_reward = staticmethod(bitflip_reward)
 
     def __init__(self, n_bits: int = 15, render_mode: str | None = None) -> None:
-        if not isinstance(n_bits, int) or isinstance(n_bits, bool) or n_bits < 1:
+        if not is_int(n_bits) or n_bits < 1:
             raise ValueError(f"BitFlipEnv: n_bits must be an int >= 1, got {n_bits!r}")
+        n_bits = int(n_bits)  # a NumPy int counts too
         self.n_bits = n_bits
         self.render_mode = render_mode
         bits = gym.spaces.Box(0.0, 1.0, shape=(n_bits,), dtype=np.float32)

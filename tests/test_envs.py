@@ -138,6 +138,18 @@ def test_cue_memory_memoryless_constant_policies_score_zero_on_average() -> None
         assert abs(np.mean(returns)) < 0.1  # the cue is uniform: standard error about 0.022
 
 
+def test_cue_memory_takes_a_numpy_int_delay_as_an_int() -> None:
+    """Before, ``delay=np.int64(3)`` (as a sweep over np.arange makes) was refused as not an int."""
+    env = CueMemoryEnv(delay=np.int64(3))  # type: ignore[arg-type]
+    assert env.delay == 3 and type(env.delay) is int
+    steps = GymEnv("CueMemory-v0", n_envs=1, delay=np.int32(1))
+    steps.reset(DictTensor(batch_size=1))
+    for _ in range(3):  # delay + 2 steps
+        reached, _ = steps.step(DictTensor({"action": torch.zeros(1, dtype=torch.int64)}))
+    assert bool(reached["terminated"][0])
+    steps.close()
+
+
 def test_cue_memory_is_deterministic_given_the_seed_and_checks_its_input() -> None:
     cues = [_answer_episode(seed, delay=1, answer=0)[0] for seed in range(50)]
     assert cues == [_answer_episode(seed, delay=1, answer=0)[0] for seed in range(50)]

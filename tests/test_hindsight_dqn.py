@@ -109,6 +109,13 @@ def test_bad_n_bits_are_refused(n_bits: object) -> None:
         BitFlipEnv(n_bits=n_bits)  # type: ignore[arg-type]
 
 
+def test_a_numpy_int_n_bits_is_an_int() -> None:
+    """Before, ``n_bits=np.int64(4)`` was refused as not an int."""
+    env = BitFlipEnv(n_bits=np.int64(4))  # type: ignore[arg-type]
+    assert env.n_bits == 4 and type(env.n_bits) is int
+    assert env.reset(seed=0)[0]["observation"].shape == (4,)
+
+
 def test_an_action_out_of_range_is_refused() -> None:
     env = BitFlipEnv(n_bits=4)
     env.reset(seed=0)
