@@ -83,7 +83,8 @@ class SelectObservation(gym.ObservationWrapper[Observation, Any, Observation]):
             the new observation.
 
     Raises:
-        TypeError: if the observation space is not a 1-d ``Box``.
+        TypeError: if the observation space is not a 1-d ``Box``, or ``keep``
+            holds something else than ints (NumPy ints count).
         ValueError: for an empty ``keep`` or an index out of range.
 
     Examples:
@@ -99,7 +100,10 @@ class SelectObservation(gym.ObservationWrapper[Observation, Any, Observation]):
         space = env.observation_space
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
             raise TypeError(f"SelectObservation: env must have a 1-d Box observation space, got {space}")
-        self._keep = np.asarray(keep, dtype=np.int64)
+        given = np.asarray(keep)
+        if given.size and given.dtype.kind not in "iu":  # 1.5 would keep entry 1, True entry 1
+            raise TypeError(f"SelectObservation: keep must be ints, got {list(keep)}")
+        self._keep = given.astype(np.int64)
         if (
             self._keep.ndim != 1
             or self._keep.size == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import gymnasium as gym
@@ -96,6 +97,10 @@ def test_select_observation_rejects_bad_input() -> None:
         SelectObservation(cartpole, keep=[4])
     with pytest.raises(ValueError, match="keep must be indices"):
         SelectObservation(cartpole, keep=[])
+    for keep in ([1.5], [True, False], ["0"]):
+        with pytest.raises(TypeError, match=re.escape(f"SelectObservation: keep must be ints, got {keep}")):
+            SelectObservation(cartpole, keep=keep)  # type: ignore[arg-type]
+    assert SelectObservation(cartpole, keep=np.array([3, 0], dtype=np.int32)).observation_space.shape == (2,)
     cartpole.close()
     with pytest.raises(TypeError, match="1-d Box observation space"):
         SelectObservation(gym.make("FrozenLake-v1"), keep=[0])
