@@ -33,6 +33,8 @@ Examples:
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 
 import torch
@@ -209,7 +211,9 @@ class RewardScaler(torch.nn.Module):
         if not isinstance(reward, torch.Tensor) or not reward.is_floating_point():
             raise TypeError(f"RewardScaler: reward must be a float tensor, got {describe(reward)}")
         for name, flags in (("done", done), ("mask", mask)):
-            if flags is not None and (not isinstance(flags, torch.Tensor) or flags.dtype != torch.bool):
+            if (flags is not None or name == "done") and (
+                not isinstance(flags, torch.Tensor) or flags.dtype != torch.bool
+            ):
                 raise TypeError(f"RewardScaler: {name} must be a bool tensor, got {describe(flags)}")
         if reward.dim() != 2 or reward.shape[0] != self.returns.shape[0] or done.shape != reward.shape:
             raise ValueError(
@@ -256,7 +260,9 @@ class ValueNormalizer(torch.nn.Module):
     scalars, the running first and second moments of the targets).
 
     Raises:
-        ValueError: for a ``rate`` outside (0, 1] or a ``min_var`` that is not positive.
+        TypeError: if ``rate`` or ``min_var`` is not a number.
+        ValueError: for a ``rate`` outside (0, 1] or a ``min_var`` that is not
+            positive and finite.
 
     Examples:
         >>> import torch
@@ -276,10 +282,15 @@ class ValueNormalizer(torch.nn.Module):
 
     def __init__(self, rate: float = 0.1, min_var: float = 1e-4) -> None:
         super().__init__()
+        for name, number in (("rate", rate), ("min_var", min_var)):
+            if isinstance(number, bool) or not isinstance(number, numbers.Real):
+                raise TypeError(f"ValueNormalizer: {name} must be a number, got {describe(number)}")
         if not 0.0 < rate <= 1.0:
             raise ValueError(f"ValueNormalizer: rate must be in (0, 1], got {rate!r}")
         if not min_var > 0.0:
             raise ValueError(f"ValueNormalizer: min_var must be positive, got {min_var!r}")
+        if math.isinf(min_var):
+            raise ValueError(f"ValueNormalizer: min_var must be finite, got {min_var!r}")
         self.rate, self.min_var = rate, min_var
         self.register_buffer("mean", torch.zeros((), dtype=torch.float64))
         self.register_buffer("mean_square", torch.ones((), dtype=torch.float64))
@@ -303,8 +314,11 @@ class ValueNormalizer(torch.nn.Module):
             layer: the linear layer whose output this module reads (one output).
 
         Raises:
+            TypeError: if ``target`` is not a tensor.
             ValueError: if ``layer`` is not a ``torch.nn.Linear`` with one output and a bias.
         """
+        if not isinstance(target, torch.Tensor):
+            raise TypeError(f"ValueNormalizer.update: target must be a tensor, got {describe(target)}")
         if not isinstance(layer, torch.nn.Linear) or layer.out_features != 1 or layer.bias is None:
             raise ValueError(
                 f"ValueNormalizer.update: layer must be a torch.nn.Linear with one output and a bias, got {layer!r}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -202,3 +203,41 @@ def test_reward_scaler_refuses_integer_rewards_and_flags_that_are_not_bool() -> 
     with pytest.raises(TypeError, match=message("RewardScaler: mask must be a bool tensor, got a tensor")):
         scaler(torch.ones(3, 2), done, torch.ones(3, 2))
     assert scaler.stats.count.item() == 0  # nothing was merged
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "text"),
+    [
+        (lambda: ValueNormalizer(rate="0.5"), TypeError, "ValueNormalizer: rate must be a number, got a str"),
+        (
+            lambda: ValueNormalizer(rate=None),
+            TypeError,
+            "ValueNormalizer: rate must be a number, got a NoneType",
+        ),
+        (
+            lambda: ValueNormalizer(min_var="x"),
+            TypeError,
+            "ValueNormalizer: min_var must be a number, got a str",
+        ),
+        (
+            lambda: ValueNormalizer(min_var=math.inf),
+            ValueError,
+            "ValueNormalizer: min_var must be finite, got inf",
+        ),
+        (
+            lambda: ValueNormalizer().update([1.0, 2.0], torch.nn.Linear(2, 1)),  # type: ignore[arg-type]
+            TypeError,
+            "ValueNormalizer.update: target must be a tensor, got a list",
+        ),
+        (
+            lambda: RewardScaler(1, 0.9)(torch.ones(1, 2), None),  # type: ignore[arg-type]
+            TypeError,
+            "RewardScaler: done must be a bool tensor, got a NoneType",
+        ),
+    ],
+)
+def test_value_normalizer_and_reward_scaler_name_an_argument_of_the_wrong_type(
+    call: object, error: type[Exception], text: str
+) -> None:
+    with pytest.raises(error, match=message(text)):
+        call()  # type: ignore[operator]
