@@ -9,7 +9,7 @@ import torch
 
 from rlstruct import TemporalDictTensor
 from rlstruct.algos.evaluation import episode_returns
-from rlstruct.learning.losses import actor_critic_loss, ppo_loss
+from rlstruct.learning.losses import actor_critic_loss, normalize_advantages, ppo_loss
 from rlstruct.learning.metrics import EpisodeReturns
 
 
@@ -79,3 +79,31 @@ def test_episode_returns_leave_out_a_nan_reward_at_padding() -> None:
     returns.add(steps)
     assert returns.pop_mean() == 2.0
     assert episode_returns(steps) == [2.0]
+
+
+def test_losses_refuse_inputs_that_would_broadcast_to_another_shape() -> None:
+    x, mask = torch.zeros(4), torch.ones(2, 2, dtype=torch.bool)
+    with pytest.raises(
+        ValueError, match=re.escape("ppo_loss: value must have the shape of log_prob, [4], got a tensor")
+    ):
+        # [4, 1] against the targets [4] would be a [4, 4] value loss
+        ppo_loss(x, x, x, x.unsqueeze(-1), x, x, clip=0.2, vf_coef=0.5, ent_coef=0.0)
+    with pytest.raises(
+        ValueError, match=re.escape("actor_critic_loss: value must have the shape of mask, [2, 2], got")
+    ):
+        y = torch.zeros(2, 2)
+        actor_critic_loss(y, y, y.unsqueeze(-1), y, y, mask, vf_coef=0.5, ent_coef=0.0)
+    with pytest.raises(TypeError, match=re.escape("ppo_loss: target must be a float tensor, got a list")):
+        ppo_loss(x, x, x, x, [0.0] * 4, x, clip=0.2, vf_coef=0.5, ent_coef=0.0)  # type: ignore[arg-type]
+
+
+def test_normalize_advantages_refuses_a_mask_that_is_not_bool_or_of_another_shape() -> None:
+    advantage = torch.tensor([[1.0, 3.0, 9.0]])
+    with pytest.raises(TypeError, match=re.escape("normalize_advantages: mask must be a bool tensor, got")):
+        normalize_advantages(advantage, torch.tensor([[1, 1, 0]]))  # indexes rows 1, 1, 0 instead
+    with pytest.raises(TypeError, match=re.escape("normalize_advantages: mask must be a bool tensor, got")):
+        normalize_advantages(advantage, torch.ones(1, 3))
+    with pytest.raises(
+        ValueError, match=re.escape("normalize_advantages: advantage must have the shape of mask, [3, 1]")
+    ):
+        normalize_advantages(advantage, torch.ones(3, 1, dtype=torch.bool))

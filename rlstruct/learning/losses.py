@@ -43,12 +43,17 @@ def normalize_advantages(advantage: torch.Tensor, mask: torch.Tensor | None = No
     Returns:
         A new tensor of the same shape, dtype and device.
 
+    Raises:
+        TypeError: if ``advantage`` is not a float tensor or ``mask`` not a bool one.
+        ValueError: if ``mask`` has another shape than ``advantage``.
+
     Examples:
         >>> normalize_advantages(torch.tensor([[1.0, 3.0, 9.0]]), torch.tensor([[True, True, False]]))
         tensor([[-0.7071,  0.7071,  4.9497]])
         >>> normalize_advantages(torch.tensor([[1.0, 2.0]]), torch.tensor([[True, False]]))
         tensor([[1., 2.]])
     """
+    _check_steps("normalize_advantages", {"advantage": advantage}, mask)
     valid = advantage if mask is None else advantage[mask]
     if valid.numel() < 2:
         return advantage.clone()
@@ -88,8 +93,22 @@ def ppo_loss(
         share of ratios outside ``[1 - clip, 1 + clip]``).
 
     Raises:
-        ValueError: for a minibatch of no step (every mean would be NaN).
+        TypeError: if an input is not a float tensor.
+        ValueError: for a minibatch of no step (every mean would be NaN), or
+            an input whose shape is not ``log_prob``'s (a ``value`` of
+            ``[N, 1]`` would broadcast against ``target`` to ``[N, N]``).
     """
+    _check_steps(
+        "ppo_loss",
+        {
+            "log_prob": log_prob,
+            "old_log_prob": old_log_prob,
+            "advantage": advantage,
+            "value": value,
+            "target": target,
+            "entropy": entropy,
+        },
+    )
     if log_prob.numel() == 0:
         raise ValueError("ppo_loss: the minibatch must hold at least one step, got none")
     ratio = (log_prob - old_log_prob).exp()
@@ -145,10 +164,16 @@ def actor_critic_loss(
         and ``entropy`` as floats.
 
     Raises:
-        TypeError: if ``mask`` is not a bool tensor.
+        TypeError: if ``mask`` is not a bool tensor, or another input not a float one.
+        ValueError: if an input's shape is not ``mask``'s.
     """
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         raise TypeError(f"actor_critic_loss: mask must be a bool tensor, got {describe(mask)}")
+    _check_steps(
+        "actor_critic_loss",
+        {"log_prob": log_prob, "advantage": advantage, "value": value, "target": target, "entropy": entropy},
+        mask,
+    )
     n_valid = mask.sum().clamp(min=1)
 
     def valid(x: torch.Tensor) -> torch.Tensor:  # 0 at padding, in the forward pass and the backward pass
@@ -164,3 +189,21 @@ def actor_critic_loss(
         "entropy": entropy_mean.detach().item(),
     }
     return loss, terms
+
+
+def _check_steps(fn: str, floats: dict[str, torch.Tensor], mask: torch.Tensor | None = None) -> None:
+    """Raise unless ``floats`` are float tensors of one shape, that of ``mask`` (bool) when given.
+
+    Tensors of different shapes would broadcast against each other (``[N]``
+    and ``[N, 1]`` to ``[N, N]``) and give a wrong loss without an error.
+    """
+    if mask is not None and (not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool):
+        raise TypeError(f"{fn}: mask must be a bool tensor, got {describe(mask)}")
+    shape, of = (None, "") if mask is None else (mask.shape, "mask")
+    for name, x in floats.items():
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            raise TypeError(f"{fn}: {name} must be a float tensor, got {describe(x)}")
+        if shape is None:
+            shape, of = x.shape, name
+        elif x.shape != shape:
+            raise ValueError(f"{fn}: {name} must have the shape of {of}, {list(shape)}, got {describe(x)}")
