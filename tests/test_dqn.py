@@ -62,6 +62,26 @@ def test_q_targets_match_a_row_by_row_reference(double: bool) -> None:
     assert torch.allclose(fast, slow_q_targets(reward, terminated, online, target, 0.97, double))
 
 
+@pytest.mark.parametrize(
+    ("args", "error", "text"),
+    [
+        # an int flag would be inverted bitwise: ~1 = -2, a target of r - 2 gamma Q instead of r
+        ((1, torch.tensor([0, 1]), 0.5), TypeError, "q_targets: terminated must be a bool tensor [2], got"),
+        # [2, 1] rewards would broadcast against the [2] bootstraps to [2, 2] targets
+        ((torch.ones(2, 1), None, 0.5), ValueError, "q_targets: reward must be a float tensor [2], got"),
+        ((1, None, 2.0), ValueError, "q_targets: gamma must be in [0, 1], got 2.0"),
+        ((1, None, None), TypeError, "q_targets: gamma must be a number, got a NoneType"),
+    ],
+)
+def test_q_targets_refuse_arguments_they_cannot_use(args: tuple, error: type[Exception], text: str) -> None:
+    reward, terminated, gamma = args
+    reward = torch.ones(2) if isinstance(reward, int) else reward
+    terminated = torch.tensor([False, True]) if terminated is None else terminated
+    q = torch.zeros(2, 3)
+    with pytest.raises(error, match=message(text)):
+        q_targets(reward, terminated, q, q, gamma)
+
+
 def test_linear_schedule() -> None:
     assert linear_schedule(1.0, 0.05, 0.2, 0.0) == 1.0
     assert linear_schedule(1.0, 0.05, 0.2, 0.1) == pytest.approx(0.525)

@@ -36,7 +36,7 @@ from typing import Protocol, cast, runtime_checkable
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.checks import is_int
+from rlstruct.checks import check_number, check_tensor, is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 from rlstruct.learning.actor_critic import greedy_rows, mlp
@@ -305,6 +305,13 @@ def q_targets(
     Returns:
         The targets [N], of ``next_q_target``'s dtype and device (a new tensor).
 
+    Raises:
+        TypeError: for an argument that is not a tensor of its dtype kind
+            (bool for ``terminated``, float for the others), or a ``gamma``
+            that is not a number.
+        ValueError: for a tensor whose shape is not ``[N]`` or ``[N,
+            n_actions]`` as ``next_q_target``, or ``gamma`` outside [0, 1].
+
     Examples:
         >>> import torch
         >>> online = torch.tensor([[1.0, 2.0], [0.0, 5.0]])
@@ -312,6 +319,17 @@ def q_targets(
         >>> q_targets(torch.tensor([1.0, 1.0]), torch.tensor([False, True]), online, target, 0.5)
         tensor([11.,  1.])
     """
+    op = "q_targets"
+    expected = f"{op}: next_q_target must be a float tensor [N, n_actions]"
+    if not isinstance(next_q_target, torch.Tensor):
+        raise TypeError(f"{expected}, got {describe(next_q_target)}")
+    if next_q_target.dim() != 2:
+        raise ValueError(f"{expected}, got shape {list(next_q_target.shape)}")
+    check_tensor(op, "next_q_target", next_q_target, tuple(next_q_target.shape), "float")
+    check_tensor(op, "next_q_online", next_q_online, tuple(next_q_target.shape), "float")
+    check_tensor(op, "reward", reward, tuple(next_q_target.shape[:1]), "float")
+    check_tensor(op, "terminated", terminated, tuple(next_q_target.shape[:1]), "bool")
+    check_number(op, "gamma", gamma, 0.0, 1.0)
     if double:
         best = next_q_online.argmax(1, keepdim=True)
         next_q = next_q_target.gather(1, best).squeeze(1)
