@@ -88,6 +88,10 @@ def test_actor_critic_rejects_an_unknown_memory() -> None:
         ValueError, match=message("ActorCritic: memory must be one of ['gru', 'lstm'], got 'rnn'")
     ):
         ActorCritic(obs_dim=4, n_actions=2, recurrent=True, memory="rnn")
+    with pytest.raises(  # a list is not hashable: the lookup among the memories failed inside Python
+        ValueError, match=message("ActorCritic: memory must be one of ['gru', 'lstm'], got ['gru']")
+    ):
+        ActorCritic(obs_dim=4, n_actions=2, recurrent=True, memory=["gru"])  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("memory", ["gru", "lstm"])

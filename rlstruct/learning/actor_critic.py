@@ -151,7 +151,7 @@ class ActorCritic(Agent):
         super().__init__()
         self.encoder, obs_dim = observation_encoder("ActorCritic", obs_dim, observation_spaces, encoder)
         self.in_features = obs_dim
-        if memory not in MEMORIES:
+        if not isinstance(memory, str) or memory not in MEMORIES:
             raise ValueError(f"ActorCritic: memory must be one of {sorted(MEMORIES)}, got {memory!r}")
         if isinstance(hidden, int):  # config.json's "hidden": 64 is both layers' size
             raise TypeError(
