@@ -62,6 +62,21 @@ def test_soft_td_target_by_hand() -> None:
     assert torch.allclose(target, torch.tensor([3.61, -0.92, 0.5]))
 
 
+def test_soft_td_target_refuses_flags_that_are_not_bool_and_log_probs_of_another_shape() -> None:
+    reward, terminated = torch.ones(2), torch.tensor([False, True])
+    next_q, next_log_prob = torch.zeros(2, 2), torch.zeros(2)
+    with pytest.raises(TypeError, match=message("soft_td_target: terminated must be a bool tensor [2], got")):
+        # an int flag would be inverted bitwise (~1 = -2): a negative discount instead of none
+        soft_td_target(reward, terminated.long(), next_q, next_log_prob, alpha=0.2, gamma=0.9)
+    with pytest.raises(
+        ValueError, match=message("soft_td_target: next_log_prob must be a float tensor [2], got")
+    ):
+        # [N, 1] log-probabilities would broadcast against the [N] values to [N, N] targets
+        soft_td_target(reward, terminated, next_q, next_log_prob.unsqueeze(-1), alpha=0.2, gamma=0.9)
+    with pytest.raises(ValueError, match=message("soft_td_target: gamma must be in [0, 1], got 1.5")):
+        soft_td_target(reward, terminated, next_q, next_log_prob, alpha=0.2, gamma=1.5)
+
+
 def actor(**kwargs: object) -> SquashedGaussianActor:
     args: dict[str, object] = {"obs_dim": 3, "action_low": [-2.0, 0.0], "action_high": [2.0, 1.0]}
     args.update(kwargs)

@@ -41,6 +41,7 @@ from typing import Protocol, cast, runtime_checkable
 import torch
 
 from rlstruct.agent import Agent
+from rlstruct.checks import check_number, check_tensor
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import AgentError, describe
 from rlstruct.learning.actor_critic import greedy_rows, mlp
@@ -199,6 +200,13 @@ def soft_td_target(
     Returns:
         A new tensor [N] of ``next_q``'s dtype and device.
 
+    Raises:
+        TypeError: for an argument that is not a tensor of its dtype kind
+            (bool for ``terminated``, float for the others), or a ``gamma``
+            that is not a number.
+        ValueError: for ``next_q`` neither ``[2, N]`` nor ``[N]``, another
+            tensor that is not ``[N]``, or ``gamma`` outside [0, 1].
+
     Examples:
         >>> import torch
         >>> soft_td_target(
@@ -211,6 +219,18 @@ def soft_td_target(
         ... )
         tensor([3.2500, 1.0000])
     """
+    op = "soft_td_target"
+    expected = f"{op}: next_q must be a float tensor [2, N] or [N]"
+    if not isinstance(next_q, torch.Tensor):
+        raise TypeError(f"{expected}, got {describe(next_q)}")
+    if next_q.ndim not in (1, 2):
+        raise ValueError(f"{expected}, got shape {list(next_q.shape)}")
+    check_tensor(op, "next_q", next_q, tuple(next_q.shape), "float")
+    rows = tuple(next_q.shape[-1:])
+    check_tensor(op, "reward", reward, rows, "float")
+    check_tensor(op, "terminated", terminated, rows, "bool")
+    check_tensor(op, "next_log_prob", next_log_prob, rows, "float")
+    check_number(op, "gamma", gamma, 0.0, 1.0)
     if next_q.ndim == 2:
         next_q = next_q.min(0).values
     soft_value = next_q - alpha * next_log_prob
