@@ -101,8 +101,9 @@ class SelectObservation(gym.ObservationWrapper[Observation, Any, Observation]):
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
             raise TypeError(f"SelectObservation: env must have a 1-d Box observation space, got {space}")
         given = np.asarray(keep)
-        if given.size and given.dtype.kind not in "iu":  # 1.5 would keep entry 1, True entry 1
-            raise TypeError(f"SelectObservation: keep must be ints, got {list(keep)}")
+        # not ints: 1.5 would keep entry 1, True entry 1 (an empty keep is the ValueError below)
+        if given.dtype.kind not in "iu" and (given.size or given.ndim != 1):
+            raise TypeError(f"SelectObservation: keep must be ints, got {keep!r}")
         self._keep = given.astype(np.int64)
         if (
             self._keep.ndim != 1
@@ -110,7 +111,7 @@ class SelectObservation(gym.ObservationWrapper[Observation, Any, Observation]):
             or not ((self._keep >= 0) & (self._keep < space.shape[0])).all()
         ):
             raise ValueError(
-                f"SelectObservation: keep must be indices in [0, {space.shape[0]}), got {list(keep)}"
+                f"SelectObservation: keep must be indices in [0, {space.shape[0]}), got {keep!r}"
             )
         self.observation_space = gym.spaces.Box(
             space.low[self._keep],

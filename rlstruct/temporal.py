@@ -568,8 +568,9 @@ class TemporalDictTensor:
             TypeError, ValueError: as ``DictTensor.to``, with or without keys.
         """
         data = self._dt.to(device, non_blocking)  # checks device
-        with unusable_device("TemporalDictTensor.to", check_device("TemporalDictTensor.to", device)):
-            lengths = self._lengths.to(device, non_blocking=non_blocking)
+        target = check_device("TemporalDictTensor.to", device)  # an int is a CUDA index, as torch.device
+        with unusable_device("TemporalDictTensor.to", target):
+            lengths = self._lengths.to(target, non_blocking=non_blocking)
         return self._with(data, lengths)
 
     def clone(self) -> TemporalDictTensor:

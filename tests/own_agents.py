@@ -220,6 +220,13 @@ class FlatBootstrapAgent(MlpAgent):
         return super().bootstrap_values(batch).flatten()
 
 
+class ColumnEntropyAgent(MlpAgent):
+    """``action_entropy`` as a column ``[N, 1]``: refused by PPO, naming the method."""
+
+    def action_entropy(self, output: DictTensor) -> torch.Tensor:
+        return super().action_entropy(output).unsqueeze(-1)
+
+
 class OutputOnlyAgent(MlpAgent):
     """``forward`` returns its output alone, without the new state."""
 

@@ -97,7 +97,7 @@ def test_select_observation_rejects_bad_input() -> None:
         SelectObservation(cartpole, keep=[4])
     with pytest.raises(ValueError, match="keep must be indices"):
         SelectObservation(cartpole, keep=[])
-    for keep in ([1.5], [True, False], ["0"]):
+    for keep in ([1.5], [True, False], ["0"], 1.5):
         with pytest.raises(TypeError, match=re.escape(f"SelectObservation: keep must be ints, got {keep}")):
             SelectObservation(cartpole, keep=keep)  # type: ignore[arg-type]
     assert SelectObservation(cartpole, keep=np.array([3, 0], dtype=np.int32)).observation_space.shape == (2,)

@@ -89,10 +89,14 @@ def test_losses_refuse_inputs_that_would_broadcast_to_another_shape() -> None:
         # [4, 1] against the targets [4] would be a [4, 4] value loss
         ppo_loss(x, x, x, x.unsqueeze(-1), x, x, clip=0.2, vf_coef=0.5, ent_coef=0.0)
     with pytest.raises(
-        ValueError, match=re.escape("actor_critic_loss: value must have the shape of mask, [2, 2], got")
+        ValueError, match=re.escape("actor_critic_loss: value must have the shape of log_prob, [2, 2], got")
     ):
         y = torch.zeros(2, 2)
         actor_critic_loss(y, y, y.unsqueeze(-1), y, y, mask, vf_coef=0.5, ent_coef=0.0)
+    with pytest.raises(
+        ValueError, match=re.escape("actor_critic_loss: mask must have the shape of log_prob, [2, 2], got")
+    ):
+        actor_critic_loss(y, y, y, y, y, mask[:1], vf_coef=0.5, ent_coef=0.0)
     with pytest.raises(TypeError, match=re.escape("ppo_loss: target must be a float tensor, got a list")):
         ppo_loss(x, x, x, x, [0.0] * 4, x, clip=0.2, vf_coef=0.5, ent_coef=0.0)  # type: ignore[arg-type]
 
@@ -104,6 +108,6 @@ def test_normalize_advantages_refuses_a_mask_that_is_not_bool_or_of_another_shap
     with pytest.raises(TypeError, match=re.escape("normalize_advantages: mask must be a bool tensor, got")):
         normalize_advantages(advantage, torch.ones(1, 3))
     with pytest.raises(
-        ValueError, match=re.escape("normalize_advantages: advantage must have the shape of mask, [3, 1]")
+        ValueError, match=re.escape("normalize_advantages: mask must have the shape of advantage, [1, 3]")
     ):
         normalize_advantages(advantage, torch.ones(3, 1, dtype=torch.bool))

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 from own_agents import (
+    ColumnEntropyAgent,
     ColumnValueAgent,
     DoubleLogProbAgent,
     FlatBootstrapAgent,
@@ -244,6 +245,14 @@ def test_an_output_of_another_shape_or_dtype_is_refused_at_the_first_batch(
     with pytest.raises(AgentError, match=re.escape(text.replace("[B,", f"[{rows},"))) as caught:
         MODULES[algo].train(config(algo, tmp_path, agent))
     assert f"cannot train {agent.__name__}" in str(caught.value)
+
+
+def test_ppo_names_an_entropy_that_is_not_one_number_per_step(tmp_path: Path) -> None:
+    """Against the [N] log-probabilities an [N, 1] entropy would broadcast to [N, N] in the loss."""
+    with pytest.raises(AgentError) as caught:
+        ppo.train(config("ppo", tmp_path, ColumnEntropyAgent))
+    assert str(caught.value).startswith("ppo cannot train ColumnEntropyAgent: action_entropy must return [")
+    assert "got shape [" in str(caught.value) and str(caught.value).endswith(", 1]")
 
 
 def test_a_forward_that_returns_its_output_alone_is_named(tmp_path: Path) -> None:

@@ -75,6 +75,18 @@ def test_soft_td_target_refuses_flags_that_are_not_bool_and_log_probs_of_another
         soft_td_target(reward, terminated, next_q, next_log_prob.unsqueeze(-1), alpha=0.2, gamma=0.9)
     with pytest.raises(ValueError, match=message("soft_td_target: gamma must be in [0, 1], got 1.5")):
         soft_td_target(reward, terminated, next_q, next_log_prob, alpha=0.2, gamma=1.5)
+    twin = torch.zeros(5, 2)  # five rows of two critics: the critics must come first
+    with pytest.raises(
+        ValueError,
+        match=message(
+            "soft_td_target: next_q must be [K, N], one row per critic, with N = 5 (reward's rows)"
+        ),
+    ):
+        soft_td_target(
+            torch.ones(5), torch.zeros(5, dtype=torch.bool), twin, torch.zeros(5), alpha=0.2, gamma=0.9
+        )
+    with pytest.raises(ValueError, match=message("next_q must be [K, N], one row per critic, with N = 2")):
+        soft_td_target(reward, terminated, torch.zeros(0, 2), next_log_prob, alpha=0.2, gamma=0.9)
 
 
 def actor(**kwargs: object) -> SquashedGaussianActor:

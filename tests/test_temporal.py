@@ -693,6 +693,9 @@ def test_to_cuda_on_a_torch_without_it_is_a_value_error_with_or_without_keys() -
     for tdt in (make_tdt(), TemporalDictTensor({}, torch.tensor([1, 0]), n_timesteps=2)):
         with pytest.raises(ValueError, match="device 'cuda' cannot be used on this machine"):
             tdt.to("cuda")
+        for index in (0, np.int64(0)):  # a CUDA index
+            with pytest.raises(ValueError, match="device 'cuda:0' cannot be used on this machine"):
+                tdt.to(index)
 
 
 def test_clone_is_deep_and_detach_shares_storage() -> None:

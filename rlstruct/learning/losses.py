@@ -165,7 +165,7 @@ def actor_critic_loss(
 
     Raises:
         TypeError: if ``mask`` is not a bool tensor, or another input not a float one.
-        ValueError: if an input's shape is not ``mask``'s.
+        ValueError: if the inputs and ``mask`` do not all have ``log_prob``'s shape.
     """
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         raise TypeError(f"actor_critic_loss: mask must be a bool tensor, got {describe(mask)}")
@@ -192,18 +192,20 @@ def actor_critic_loss(
 
 
 def _check_steps(fn: str, floats: dict[str, torch.Tensor], mask: torch.Tensor | None = None) -> None:
-    """Raise unless ``floats`` are float tensors of one shape, that of ``mask`` (bool) when given.
+    """Raise unless ``floats`` are float tensors of one shape, the first one's, and ``mask`` (bool) too when given.
 
     Tensors of different shapes would broadcast against each other (``[N]``
     and ``[N, 1]`` to ``[N, N]``) and give a wrong loss without an error.
     """
     if mask is not None and (not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool):
         raise TypeError(f"{fn}: mask must be a bool tensor, got {describe(mask)}")
-    shape, of = (None, "") if mask is None else (mask.shape, "mask")
+    first = next(iter(floats))
     for name, x in floats.items():
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():
             raise TypeError(f"{fn}: {name} must be a float tensor, got {describe(x)}")
-        if shape is None:
-            shape, of = x.shape, name
-        elif x.shape != shape:
-            raise ValueError(f"{fn}: {name} must have the shape of {of}, {list(shape)}, got {describe(x)}")
+        if x.shape != floats[first].shape:
+            shape = list(floats[first].shape)
+            raise ValueError(f"{fn}: {name} must have the shape of {first}, {shape}, got {describe(x)}")
+    if mask is not None and mask.shape != floats[first].shape:
+        shape = list(floats[first].shape)
+        raise ValueError(f"{fn}: mask must have the shape of {first}, {shape}, got {describe(mask)}")

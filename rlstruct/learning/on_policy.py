@@ -20,6 +20,7 @@ import torch
 
 from rlstruct.agent import Agent, replay_agent
 from rlstruct.dicttensor import DictTensor
+from rlstruct.errors import AgentError, describe
 from rlstruct.learning.losses import actor_critic_loss, normalize_advantages, ppo_loss
 from rlstruct.learning.metrics import explained_variance
 from rlstruct.learning.protocols import (
@@ -136,17 +137,32 @@ def ppo_minibatch_loss(
 
     Returns:
         The scalar loss (with gradients) and its terms (see ``ppo_loss``).
+
+    Raises:
+        AgentError: (a ValueError) if the agent's ``action_log_prob`` or
+            ``action_entropy`` is not one number per step.
     """
     policy = cast(OnPolicyAgent, agent)
     out = policy_outputs(agent, minibatch)
     flat = minibatch.trajectories.masked_flatten() if isinstance(minibatch, Trajectories) else minibatch
+    log_prob = policy.action_log_prob(out, flat[policy.action_key])
+    entropy = policy.action_entropy(out)
+    n = flat.n_elems()
+    for what, value in (("action_log_prob", log_prob), ("action_entropy", entropy)):
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != (n,):
+            # ppo_loss would name its own arguments, not the agent's method
+            got = f"shape {list(value.shape)}" if isinstance(value, torch.Tensor) else describe(value)
+            raise AgentError(
+                f"ppo cannot train {type(agent).__name__}: {what} must return [{n}], one number per step "
+                f"(summed over the action's dimensions; see rlstruct.learning.OnPolicyAgent), got {got}"
+            )
     return ppo_loss(
-        policy.action_log_prob(out, flat[policy.action_key]),
+        log_prob,
         flat["log_prob"],
         flat["advantage"],
         out["value"],
         flat["target"],
-        policy.action_entropy(out),
+        entropy,
         clip=clip,
         vf_coef=vf_coef,
         ent_coef=ent_coef,

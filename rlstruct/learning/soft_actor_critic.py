@@ -192,7 +192,8 @@ def soft_td_target(
     Args:
         reward: ``next/reward`` [N], any float dtype (cast to ``next_q``'s dtype).
         terminated: ``next/terminated`` [N], bool.
-        next_q: the target critics' values at (s', a') [2, N] (or [N] for one critic).
+        next_q: the target critics' values at (s', a') [K, N], one row per
+            critic (twin critics: [2, N]), or [N] for one critic.
         next_log_prob: log pi(a'|s') [N] of the actions a' sampled at s'.
         alpha: the entropy temperature.
         gamma: the discount factor.
@@ -204,8 +205,8 @@ def soft_td_target(
         TypeError: for an argument that is not a tensor of its dtype kind
             (bool for ``terminated``, float for the others), or a ``gamma``
             that is not a number.
-        ValueError: for ``next_q`` neither ``[2, N]`` nor ``[N]``, another
-            tensor that is not ``[N]``, or ``gamma`` outside [0, 1].
+        ValueError: for ``next_q`` neither ``[K, N]`` (K >= 1) nor ``[N]``,
+            another tensor that is not ``[N]``, or ``gamma`` outside [0, 1].
 
     Examples:
         >>> import torch
@@ -220,12 +221,19 @@ def soft_td_target(
         tensor([3.2500, 1.0000])
     """
     op = "soft_td_target"
-    expected = f"{op}: next_q must be a float tensor [2, N] or [N]"
+    expected = f"{op}: next_q must be a float tensor [K, N] or [N]"
     if not isinstance(next_q, torch.Tensor):
         raise TypeError(f"{expected}, got {describe(next_q)}")
     if next_q.ndim not in (1, 2):
         raise ValueError(f"{expected}, got shape {list(next_q.shape)}")
     check_tensor(op, "next_q", next_q, tuple(next_q.shape), "float")
+    if next_q.ndim == 2:  # the critics first: [N, 2] would be blamed on reward otherwise
+        n = reward.shape[0] if isinstance(reward, torch.Tensor) and reward.ndim == 1 else next_q.shape[1]
+        if next_q.shape[0] == 0 or next_q.shape[1] != n:
+            raise ValueError(
+                f"{op}: next_q must be [K, N], one row per critic, with N = {n} (reward's rows), "
+                f"got shape {list(next_q.shape)}"
+            )
     rows = tuple(next_q.shape[-1:])
     check_tensor(op, "reward", reward, rows, "float")
     check_tensor(op, "terminated", terminated, rows, "bool")
