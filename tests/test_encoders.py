@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+import numpy as np
 import pytest
 import torch
 from test_gym_env import AllSpacesEnv
@@ -423,6 +424,34 @@ def test_keys_with_different_rows_and_bad_observations_are_refused() -> None:
         ),
     ):
         encoder(torch.zeros(2, 1))
+
+
+@pytest.mark.parametrize(
+    ("out_dim", "error", "text"),
+    [
+        (
+            True,
+            TypeError,
+            "an int out_dim and the keys it reads, got an Odd whose out_dim is a bool",
+        ),
+        (2.0, TypeError, "whose out_dim is a float"),
+        (0, ValueError, "ActorCritic: the encoder's out_dim must be positive, got 0"),
+    ],
+)
+def test_an_encoder_whose_out_dim_is_not_a_positive_int_is_refused(
+    out_dim: object, error: type, text: str
+) -> None:
+    from rlstruct.learning.actor_critic import ActorCritic
+
+    class Odd(TwoFeatures):
+        pass
+
+    Odd.out_dim = out_dim  # type: ignore[assignment]
+    with pytest.raises(error, match=message(text)):
+        ActorCritic(n_actions=2, encoder=Odd())
+    Odd.out_dim = np.int64(2)  # type: ignore[assignment]  # a NumPy int is an int
+    agent = ActorCritic(n_actions=2, encoder=Odd())
+    assert agent.normalized({"observation": torch.zeros(3, 4)}).shape == (3, 2)
 
 
 class TwoFeatures(torch.nn.Module):

@@ -363,9 +363,10 @@ def observation_encoder(
         size of the features it gives.
 
     Raises:
-        ValueError: for not exactly one of the three, or a non-positive ``obs_dim``.
+        ValueError: for not exactly one of the three, or a non-positive
+            ``obs_dim`` or encoder ``out_dim``.
         TypeError: for an ``obs_dim`` that is not an int, or an ``encoder``
-            without an int ``out_dim`` and ``keys``.
+            without an int ``out_dim`` (a bool is not one) and ``keys``.
     """
     given = [
         name
@@ -382,16 +383,19 @@ def observation_encoder(
         )
     if encoder is not None:
         out_dim = getattr(encoder, "out_dim", None)
-        if (
-            not isinstance(encoder, torch.nn.Module)
-            or not isinstance(out_dim, int)
-            or not hasattr(encoder, "keys")
-        ):
+        if not isinstance(encoder, torch.nn.Module) or not is_int(out_dim) or not hasattr(encoder, "keys"):
             raise TypeError(
                 f"{owner}: encoder must be a torch.nn.Module with an int out_dim and the keys it reads, "
                 f"got {describe(encoder)}"
+                + (
+                    f" whose out_dim is {describe(out_dim)}"
+                    if not is_int(out_dim) and out_dim is not None
+                    else ""
+                )
             )
-        return encoder, out_dim
+        if out_dim < 1:  # a layer of no input
+            raise ValueError(f"{owner}: the encoder's out_dim must be positive, got {out_dim}")
+        return encoder, int(out_dim)  # a NumPy int counts too
     if observation_spaces is not None:
         made = ObservationEncoder(observation_spaces)
         if made.is_flat and made.keys == ("observation",):
