@@ -21,6 +21,7 @@ python3 -m pytest -q -rs -p no:cacheprovider -W ignore::pytest.PytestConfigWarni
     tests/test_replay.py::test_cuda_storage_samples_and_priorities_on_the_device \
     tests/test_returns.py::test_cuda_matches_cpu \
     tests/test_temporal.py::test_pin_memory \
+    "tests/test_torch_envs.py::test_check_env_passes" \
     tests/test_trajectories.py::test_pin_memory
 tests=$?
 (cd benchmarks && python3 vectorized.py --cuda-only --json "$out/vectorized-cuda.json")

@@ -7,7 +7,7 @@ written in ``rlstruct.env``:
 
 | rule | where |
 |---|---|
-| a DictTensor of ``n_envs`` rows, every key on the CPU | every result |
+| a DictTensor of ``n_envs`` rows, every key on the environment's ``device`` (the CPU unless it says otherwise) | every result |
 | the keys of ``REQUIRED_KEYS``, one value per row: ``reward`` of a floating dtype, the others bool | every result |
 | ``done`` equals ``terminated \\| truncated`` | every result |
 | the same keys, dtypes and per-row shapes as the first observation | every result |
@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlstruct.checks import check_int
+from rlstruct.checks import check_device, check_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import REQUIRED_KEYS, Environment, writes_in_place
 from rlstruct.errors import describe
@@ -175,6 +175,13 @@ def check_env(
         got = repr(n) if isinstance(n, int) else describe(n)
         problem = f"n_envs (the number of instances) must be a positive int, got {got}"
         raise EnvironmentCheckError(type(env).__name__, [problem])
+    declared = getattr(env, "device", "cpu")
+    try:
+        device = check_device("check_env", declared)
+    except (TypeError, ValueError):
+        got = repr(declared) if isinstance(declared, str) else describe(declared)
+        problem = f"device (where its observations are) must be a torch.device or its name, got {got}"
+        raise EnvironmentCheckError(type(env).__name__, [problem]) from None
     if env_info is None:
         env_info = DictTensor(batch_size=n)
     if not isinstance(env_info, DictTensor):
@@ -188,7 +195,7 @@ def check_env(
         )
     if isinstance(action, DictTensor):
         _check_action(action, n)
-    checker = _Checker(env, n, env_info, action, seed)
+    checker = _Checker(env, n, env_info, action, seed, device)
     try:
         checker.run(n_steps)
     finally:
@@ -235,9 +242,16 @@ class _Checker:
     """One run of ``check_env``: the environment, its actions, and the problems found so far."""
 
     def __init__(
-        self, env: Environment, n: int, env_info: DictTensor, action: Action | None, seed: int
+        self,
+        env: Environment,
+        n: int,
+        env_info: DictTensor,
+        action: Action | None,
+        seed: int,
+        device: torch.device,
     ) -> None:
         self.env, self.n, self.env_info = env, n, env_info
+        self.device = device
         self.problems = _Problems()
         self.raised: BaseException | None = None  # the first exception the environment raised
         self._given_action = action
@@ -349,7 +363,8 @@ class _Checker:
         where = f"reset({mode})"
         observation = self._call(where, self.env.reset, self.env_info, auto_reset=mode == "auto_reset=True")
         if self._check_batch(where, "reset", observation):
-            self._check_first(where, observation, torch.ones(self.n, dtype=torch.bool), "reset")
+            every = torch.ones(self.n, dtype=torch.bool, device=observation["done"].device)
+            self._check_first(where, observation, every, "reset")
         if not isinstance(observation, DictTensor):
             raise _ModeEnds
         return observation
@@ -388,9 +403,9 @@ class _Checker:
             )
         space = copy.deepcopy(space)  # seeded here, the environment's own space untouched
         space.seed(self._seed)
-        n = self.n
+        n, device = self.n, self.device
         return lambda observation: DictTensor(
-            {"action": torch.from_numpy(np.stack([np.asarray(space.sample()) for _ in range(n)]))}
+            {"action": torch.from_numpy(np.stack([np.asarray(space.sample()) for _ in range(n)])).to(device)}
         )
 
     # ------------------------------------------------------------------ rules
@@ -426,10 +441,10 @@ class _Checker:
                     f"{where}: key {key!r} must have {n} rows (n_envs), got shape {list(value.shape)}",
                 )
                 usable = False
-            if value.device.type != "cpu":
+            if not _on(value.device, self.device):
                 problems.add(
                     ("device", kind, key),
-                    f"{where}: key {key!r} must be on the CPU, got device {value.device}",
+                    f"{where}: key {key!r} must be on {_device_name(self.device)}, got device {value.device}",
                 )
                 usable = False
         for key, dtype in _DTYPES.items():
@@ -608,6 +623,7 @@ class _Checker:
             ("observation", observation_arrays, following),
         ):
             for key, value in expected.items():
+                value = value.cpu()  # what step returned, compared with the arrays
                 written = torch.from_numpy(np.ascontiguousarray(arrays[key]))
                 differ = _differing_rows(written, value)
                 if differ.any():
@@ -656,7 +672,7 @@ def _storage(
     for key, (dtype, shape) in layout.items():
         view = np.zeros((n, 2, *shape), torch.empty(0, dtype=dtype).numpy().dtype)[:, 0]
         if unlike is not None and key in unlike and tuple(unlike[key].shape) == view.shape:
-            view[...] = _unlike(unlike[key].numpy())
+            view[...] = _unlike(unlike[key].cpu().numpy())
         arrays[key] = view
     return arrays
 
@@ -673,7 +689,7 @@ def _unlike(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 def _differing_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """bool [rows]: where ``a`` and ``b`` differ (every row if their dtypes or shapes do; NaN equals NaN)."""
     if a.dtype != b.dtype or a.shape != b.shape:
-        return torch.ones(b.shape[0], dtype=torch.bool)
+        return torch.ones(b.shape[0], dtype=torch.bool, device=b.device)
     same = a == b
     if a.is_floating_point() or a.is_complex():
         same |= a.isnan() & b.isnan()
@@ -693,6 +709,16 @@ def _difference(got: Any, expected: DictTensor) -> str:
         if differ.any():
             return f"key {key!r} differs in rows {_rows(differ)}"
     return ""
+
+
+def _on(device: torch.device, expected: torch.device) -> bool:
+    """Whether a tensor on ``device`` is on ``expected`` (``"cuda"``, without an index, is any CUDA device)."""
+    return device.type == expected.type and expected.index in (None, device.index)
+
+
+def _device_name(device: torch.device) -> str:
+    """The environment's device, as a rule names it."""
+    return "the CPU" if device.type == "cpu" else f"the environment's device, {device}"
 
 
 def _rows(mask: torch.Tensor) -> str:

@@ -353,6 +353,33 @@ def test_a_tensor_off_the_cpu_is_named() -> None:
     )
 
 
+class SaysCuda(CounterEnv):
+    """Rows on the CPU, from an environment that says they are on a CUDA device."""
+
+    device = torch.device("cuda")
+
+
+def test_keys_off_the_environments_device_are_named() -> None:
+    problems = problems_of(SaysCuda(N))
+    assert problems[0].startswith(
+        "reset(auto_reset=False): key 't' must be on the environment's device, cuda, got device cpu"
+    )
+
+
+class SaysNoDevice(CounterEnv):
+    device = "gpu"  # type: ignore[assignment]
+
+
+def test_a_device_that_names_no_device_is_named() -> None:
+    with pytest.raises(
+        EnvironmentCheckError,
+        match=re.escape(
+            "- device (where its observations are) must be a torch.device or its name, got 'gpu'"
+        ),
+    ):
+        check_env(SaysNoDevice(N), action=ZEROS)
+
+
 class FirstRewardNotZero(CounterEnv):
     def reset(self, env_info: DictTensor, auto_reset: bool = False) -> DictTensor:
         first = super().reset(env_info, auto_reset)

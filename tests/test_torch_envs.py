@@ -445,15 +445,22 @@ def check_action(env: TorchEnv) -> Callable[[DictTensor], DictTensor]:
     def act(observation: DictTensor) -> DictTensor:
         n = observation.n_elems()
         if isinstance(env, TorchPendulum):
-            return DictTensor({"action": torch.rand((n, 1), generator=generator) * 4 - 2})
-        return DictTensor({"action": torch.randint(0, 2, (n,), generator=generator)})
+            action = torch.rand((n, 1), generator=generator) * 4 - 2
+        else:
+            action = torch.randint(0, 2, (n,), generator=generator)
+        return DictTensor({"action": action.to(env.device)})
 
     return act
 
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
 @pytest.mark.parametrize("env_id", list(TORCH_TASKS))
-def test_check_env_passes(env_id: str) -> None:
-    env = make_torch_env(env_id, n_envs=4)
+def test_check_env_passes(env_id: str, device: str) -> None:
+    """On a GPU too: check_env reads every key on the environment's device, as environments.md says it runs."""
+    env = make_torch_env(env_id, n_envs=4, device=device)
     check_env(env, action=check_action(env), n_steps=210)  # quiet; 210 steps see Pendulum's limit of 200
 
 
