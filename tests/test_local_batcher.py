@@ -1079,6 +1079,7 @@ def test_max_staleness_is_for_stream_mode_only_and_discards_nothing_in_process()
             ValueError, match=message("LocalBatcher.get: max_staleness must be None or an int >= 0, got -1")
         ):
             stream.get(max_staleness=-1)
+        assert stream.get(max_staleness=np.int64(0)).n_elems() == 2  # a NumPy int is an int
     for mode in ("fixed", "episodes"):
         with counter_batcher(mode=mode) as batcher:
             batcher.reset()

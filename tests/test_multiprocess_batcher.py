@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from mp_helpers import (
@@ -769,6 +770,40 @@ def test_timeout_must_be_a_positive_number(timeout: Any) -> None:
         match=message(f"MultiprocessBatcher: timeout must be a positive number of seconds, got {timeout!r}"),
     ):
         MultiprocessBatcher(CountingAgent, {}, CounterEnv, {}, n_envs=1, n_timesteps=1, timeout=timeout)
+
+
+def test_numpy_numbers_are_sizes_timeouts_and_staleness_of_a_streaming_batcher() -> None:
+    """NumPy ints (a config read with NumPy) count as ints everywhere, as in LocalBatcher.
+
+    n_slots (and its default, 2 * n_processes), timeout, start_timeout and
+    get's max_staleness refused them as not ints, or not numbers.
+    """
+    for n_slots in (None, np.int64(3)):
+        with MultiprocessBatcher(
+            CountingAgent,
+            {},
+            CounterEnv,
+            {},
+            n_envs=np.int64(1),
+            n_timesteps=np.int64(2),
+            n_processes=np.int64(2),
+            mode="stream",
+            n_slots=n_slots,
+            timeout=np.int64(30),
+            start_timeout=np.float32(60.0),
+        ) as batcher:
+            assert (batcher.n_slots, batcher.timeout, batcher.start_timeout) == (n_slots or 4, 30.0, 60.0)
+            assert type(batcher.n_slots) is int and type(batcher.timeout) is float
+            batcher.reset()
+            batch = batcher.get(max_staleness=np.int64(0))
+            assert (batch.n_elems(), batch.trajectories.n_timesteps()) == (1, 2)
+            with pytest.raises(
+                ValueError,
+                match=message(
+                    "MultiprocessBatcher.get: max_staleness must be None or an int >= 0, got np.int64(-1)"
+                ),
+            ):
+                batcher.get(max_staleness=np.int64(-1))
 
 
 def test_start_method_must_be_auto_or_one_multiprocessing_knows() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import numbers
 import pickle
 from collections.abc import Mapping
 from typing import Any
@@ -52,16 +53,19 @@ def positive_int(owner: str, name: str, value: object) -> int:
 
 
 def seconds(owner: str, name: str, value: object) -> float:
-    """A positive, finite number of seconds."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+    """A positive, finite number of seconds (a NumPy number counts too), as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < float(value) < float("inf"):
         raise ValueError(f"{owner}: {name} must be a positive number of seconds, got {value!r}")
     return float(value)
 
 
-def max_staleness(owner: str, value: object) -> None:
-    """``get(max_staleness=...)`` in "stream" mode: None or an int >= 0."""
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+def max_staleness(owner: str, value: object) -> int | None:
+    """``get(max_staleness=...)`` in "stream" mode: None or an int >= 0 (a NumPy int counts too)."""
+    if value is None:
+        return None
+    if not is_int(value) or value < 0:
         raise ValueError(f"{owner}.get: max_staleness must be None or an int >= 0, got {value!r}")
+    return int(value)
 
 
 def info(owner: str, name: str, value: DictTensor | None, rows: int) -> DictTensor:

@@ -167,8 +167,8 @@ class LocalBatcher:
         self.state = State.NEEDS_RESET
         self._groups: list[Group] = []
         try:
-            for g in range(n_processes):
-                spec = GroupSpec(g, f"group {g}", agent_args, env_args, n_envs, seed, layout)
+            for g in range(self.n_processes):
+                spec = GroupSpec(g, f"group {g}", agent_args, env_args, self.n_envs, seed, layout)
                 self._groups.append(Group(agent_factory, env_factory, spec))
         except BaseException:
             self.close()

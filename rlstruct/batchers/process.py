@@ -214,11 +214,12 @@ class MultiprocessBatcher:
         if mode not in ("fixed", "episodes", "stream"):
             raise ValueError(f"{NAME}: mode must be 'fixed', 'episodes' or 'stream', got {mode!r}")
         if mode == "stream":
-            n_slots = 2 * n_processes if n_slots is None else n_slots
-            if not isinstance(n_slots, int) or isinstance(n_slots, bool) or n_slots <= n_processes:
+            n_slots = 2 * self.n_processes if n_slots is None else n_slots
+            if not is_int(n_slots) or n_slots <= self.n_processes:
                 raise ValueError(
-                    f"{NAME}: n_slots must be an int > n_processes ({n_processes}), got {n_slots!r}"
+                    f"{NAME}: n_slots must be an int > n_processes ({self.n_processes}), got {n_slots!r}"
                 )
+            n_slots = int(n_slots)  # a NumPy int counts too
         elif n_slots is not None:
             raise ValueError(
                 f"{NAME}: n_slots is for mode='stream' only, got n_slots={n_slots!r} with mode={mode!r}"
@@ -247,11 +248,11 @@ class MultiprocessBatcher:
         check_kwargs(NAME, "agent_args", agent_args)
         _checks.env_args(NAME, env_args)
         self.mode: Mode = mode
-        self.n_slots = n_slots if n_slots is not None else n_processes
+        self.n_slots = n_slots if n_slots is not None else self.n_processes
         self._factories = (agent_factory, env_factory)
         self._specs = [
-            GroupSpec(w, f"worker {w}", dict(agent_args), dict(env_args), n_envs, seed, layout)
-            for w in range(n_processes)
+            GroupSpec(w, f"worker {w}", dict(agent_args), dict(env_args), self.n_envs, seed, layout)
+            for w in range(self.n_processes)
         ]
 
         agent = agent_factory(**agent_args)
@@ -272,7 +273,9 @@ class MultiprocessBatcher:
         self.start_method = choose_start_method() if start_method == "auto" else start_method
         """The start method of the workers: the one given, or what "auto" chose at construction."""
         ctx = mp.get_context(self.start_method)
-        self._board = SlotBoard(self.n_slots, n_processes, ctx, self.timeout) if mode == "stream" else None
+        self._board = (
+            SlotBoard(self.n_slots, self.n_processes, ctx, self.timeout) if mode == "stream" else None
+        )
         self.state = State.NEEDS_RESET
         # The factories travel as bytes the worker unpickles itself, so that one it cannot import is
         # reported with its traceback; their arguments go through multiprocessing (Events, shared tensors).
@@ -283,7 +286,7 @@ class MultiprocessBatcher:
                 index=w,
                 factories=factories,
                 group=self._specs[w],
-                n_timesteps=n_timesteps,
+                n_timesteps=self.n_timesteps,
                 weights=self._weights,
                 board=self._board,
                 parent=os.getpid(),
@@ -291,7 +294,7 @@ class MultiprocessBatcher:
                 inherited=inherited,
             )
 
-        self._pool = WorkerPool(ctx, spec, n_processes, n_envs, self.timeout, self.start_timeout)
+        self._pool = WorkerPool(ctx, spec, self.n_processes, self.n_envs, self.timeout, self.start_timeout)
         self._processes, self._conns = self._pool.processes, self._pool.conns
         self._info_spec: _checks.InfoSpec | None = None  # z and w as every later reset must give them
         self._buffers_spec: _checks.InfoSpec | None = None  # z and w as the buffers were made for
@@ -562,6 +565,8 @@ class MultiprocessBatcher:
                 without waiting for a free slot, naming that worker; blocking
                 or not. The batcher is then closed.
             WorkerError: if a worker raised or died (the batcher is then closed).
+            ValueError: for ``max_staleness`` outside "stream" mode, or not an
+                int >= 0.
             RuntimeError: without a pending ``execute()`` or after ``close``.
         """
         self._check_open("get")
@@ -577,7 +582,7 @@ class MultiprocessBatcher:
         return self._copy_out(slice(0, self.n_processes))
 
     def _get_stream(self, blocking: bool, max_staleness: int | None) -> Trajectories | None:
-        _checks.max_staleness(NAME, max_staleness)
+        max_staleness = _checks.max_staleness(NAME, max_staleness)
         if self.state is not State.STREAMING:
             raise RuntimeError(f"{NAME}: call reset() before get()")
         self._check_weights("get")
