@@ -820,6 +820,29 @@ def test_agent_output_key_clashing_with_an_observation_key_raises() -> None:
             batcher.execute()
 
 
+@pytest.mark.parametrize("layout", ["full", "compact"])
+def test_agent_output_key_clashing_with_a_next_key_raises_naming_it(layout: str) -> None:
+    """An output next/t would overwrite (or, of another shape, break) the next/t of the observation t.
+
+    It was taken for a key the buffer lacked; next/stored is compact's own.
+    """
+
+    def extra(step: int, n: int) -> dict[str, torch.Tensor]:
+        return {"next/t": torch.zeros(n, dtype=torch.int64), "next/stored": torch.zeros(n, dtype=torch.bool)}
+
+    with counter_batcher(ConstantAgent, {"extra": extra}, layout=layout) as batcher:
+        batcher.reset()
+        keys = ["next/t", "next/stored"] if layout == "compact" else ["next/t"]
+        with pytest.raises(
+            ValueError,
+            match=message(
+                f"group 0: the agent's output keys {keys} are keys the trajectories keep for what the action "
+                "led to (next/<observation key>); rename them"
+            ),
+        ):
+            batcher.execute()
+
+
 @pytest.mark.parametrize(
     ("later", "got"),
     [

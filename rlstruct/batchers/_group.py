@@ -205,6 +205,13 @@ class Group:
                 f"{self.name}: the agent's output keys {clash} are also observation keys; rename them "
                 "(the trajectories store both side by side)"
             )
+        reserved = {"next/" + k for k in observation} | ({STORED} if self.compact else set())
+        clash = [k for k in output if k in reserved]
+        if clash:
+            raise AgentError(
+                f"{self.name}: the agent's output keys {clash} are keys the trajectories keep for what "
+                "the action led to (next/<observation key>); rename them"
+            )
 
     def _mismatch(self, part: str, fields: list[Field], dt: DictTensor, t: int) -> ValueError:
         expected = {f.key: (f.dtype, tuple(f.shape)) for f in fields}
