@@ -806,6 +806,16 @@ def test_numpy_numbers_are_sizes_timeouts_and_staleness_of_a_streaming_batcher()
                 batcher.get(max_staleness=np.int64(-1))
 
 
+def test_timeouts_too_long_for_one_wait_are_waited_out_in_pieces() -> None:
+    """timeout=1e9, "never" in practice: multiprocessing's wait raised OverflowError past about 24 days."""
+    with MultiprocessBatcher(
+        CountingAgent, {}, CounterEnv, {}, n_envs=1, n_timesteps=2, timeout=1e9, start_timeout=1e12
+    ) as batcher:
+        batcher.reset()
+        batcher.execute()
+        assert batcher.get().n_elems() == 2
+
+
 def test_start_method_must_be_auto_or_one_multiprocessing_knows() -> None:
     methods = multiprocessing.get_all_start_methods()
     with pytest.raises(

@@ -29,6 +29,9 @@ __all__ = ["WorkerPool"]
 EXIT_WAIT_S = 5.0  # how long a worker whose pipe closed may take to exit, for its exit code
 GRACE_S = 5.0  # how long the workers may take to exit after Close, before they are terminated
 TIMED_OUT_GRACE_S = 0.5  # the same after a worker timed out: the others may be stuck as it was
+# the longest single wait: multiprocessing's wait takes at most 2**31 ms (select's poll); a longer
+# timeout (timeout=1e9 to mean "never") is waited out in pieces
+PIECE_S = 3600.0
 
 
 def _shutdown(processes: list[Any], conns: list[Connection], grace: list[float]) -> None:
@@ -175,7 +178,7 @@ class WorkerPool:
             for w in workers:
                 handles[self.conns[w]] = w
                 handles[self.processes[w].sentinel] = w
-            wait = max(0.0, deadline - time.monotonic()) if blocking else 0.0
+            wait = min(PIECE_S, max(0.0, deadline - time.monotonic())) if blocking else 0.0
             ready = mp_connection.wait(list(handles), timeout=wait)
             for w in sorted({handles[handle] for handle in ready}):
                 message = self.read(w)
