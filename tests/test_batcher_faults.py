@@ -230,6 +230,14 @@ def test_an_error_in_one_worker_is_reported_at_once_while_another_still_runs(no_
     assert not isinstance(caught.value, WorkerTimeout)
     assert time.monotonic() - start < DEADLINE_S / 2  # not after worker 0's timeout
     assert "the simulator of seed 2 crashed on request" in caught.value.worker_traceback
+    with pytest.raises(
+        RuntimeError,
+        match=message(
+            "MultiprocessBatcher: reset() after close(); it closed itself when a worker failed "
+            "(WorkerError: worker 1 (envs 2-3): raised an exception)"
+        ),
+    ):
+        batcher.reset()  # the user never called close(): say who did
 
 
 def test_a_silent_stream_worker_is_reported_by_name_while_the_other_one_keeps_publishing(

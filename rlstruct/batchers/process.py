@@ -208,6 +208,7 @@ class MultiprocessBatcher:
         layout: Layout = "full",
     ) -> None:
         self.state = State.CLOSED  # until the workers exist
+        self._failure: str | None = None  # the worker failure that closed the batcher, for later calls
         self.n_envs = _checks.positive_int(NAME, "n_envs", n_envs)
         self.n_timesteps = _checks.positive_int(NAME, "n_timesteps", n_timesteps)
         self.n_processes = _checks.positive_int(NAME, "n_processes", n_processes)
@@ -312,6 +313,8 @@ class MultiprocessBatcher:
 
     def _fail(self, error: WorkerError) -> WorkerError:
         """Close everything, and return ``error`` for the caller to raise."""
+        if self.state is not State.CLOSED:
+            self._failure = f"{type(error).__name__}: {str(error).splitlines()[0]}"  # without the traceback
         self.close()
         return error
 
@@ -349,7 +352,10 @@ class MultiprocessBatcher:
 
     def _check_open(self, call: str) -> None:
         if self.state is State.CLOSED:
-            raise RuntimeError(f"{NAME}: {call}() after close()")
+            why = (
+                "" if self._failure is None else f"; it closed itself when a worker failed ({self._failure})"
+            )
+            raise RuntimeError(f"{NAME}: {call}() after close(){why}")
 
     # ------------------------------------------------------------------ buffers
 
