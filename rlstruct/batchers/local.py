@@ -103,14 +103,17 @@ class LocalBatcher:
             (kept for parity with ``MultiprocessBatcher.discarded``).
 
     Raises:
-        ValueError: for a non-positive ``n_envs``, ``n_timesteps`` or
-            ``n_processes``, an unknown ``mode``, a ``device`` that cannot
-            hold tensors on this machine ("meta", or "cuda" without one), or
-            ``weights`` whose keys, shapes or dtypes differ from the agent's
-            ``state_dict``.
+        ValueError: for an ``n_envs``, ``n_timesteps`` or ``n_processes``
+            that is not a positive int, an unknown ``mode`` or ``layout``,
+            ``env_args`` holding ``n_envs`` or ``seed``, a ``device`` that
+            cannot hold tensors on this machine ("meta", or "cuda" without
+            one), or ``weights`` whose keys, shapes or dtypes differ from the
+            agent's ``state_dict``.
         TypeError: if the factories do not make an Agent and an Environment,
-            ``device`` is not a str, a ``torch.device`` or an int, or ``weights`` is not
-            a mapping of tensors.
+            ``seed`` is not an int, ``agent_args`` or ``env_args`` is not a
+            dict of keyword arguments, ``device`` is not a str, a
+            ``torch.device`` or an int, or ``weights`` is not a mapping of
+            tensors.
 
     Warns:
         UserWarning: once, when the agents first act (the first
