@@ -446,6 +446,25 @@ def test_set_parameter_refuses_what_the_constructor_refuses(algo: Any, value: fl
     algorithm.set_parameter("lr", 0.0)  # stopping is allowed
 
 
+@pytest.mark.parametrize("algo", [PPO, IMPALA])
+def test_set_parameter_takes_the_numpy_numbers_the_constructor_takes(algo: Any) -> None:
+    """Before, set_parameter refused a NumPy float32 or int ("lr must be a float, got a float32")
+    that the constructor took, so an annealed learning rate computed in NumPy failed mid-run."""
+    algo(ActorCritic(**AGENT_ARGS), lr=np.float32(1e-3))  # the constructor takes it
+    algorithm = algo(ActorCritic(**AGENT_ARGS))
+    algorithm.set_parameter("lr", np.float32(0.25))
+    assert algorithm.lr == 0.25 and type(algorithm.lr) is float
+    assert algorithm.optimizer.param_groups[0]["lr"] == 0.25
+    algorithm.set_parameter("gamma", np.int64(1))
+    assert algorithm.gamma == 1.0 and type(algorithm.gamma) is float
+    with pytest.raises(
+        ValueError, match=rf"{algo.__name__}\.set_parameter: lr must be finite and at least 0"
+    ):
+        algorithm.set_parameter("lr", np.float32(-1.0))
+    with pytest.raises(TypeError, match=r"set_parameter: lr must be a float, got a bool"):
+        algorithm.set_parameter("lr", True)
+
+
 def test_learner_refuses_a_negative_learning_rate_before_the_workers_see_it() -> None:
     with Learner(make_scheme(), target_steps=256, progress=False) as learner:
         with pytest.raises(
@@ -543,6 +562,22 @@ def test_minibatch_buffer_covers_every_step_once_per_epoch() -> None:
         assert sorted(seen.tolist()) == list(range(10))
     with pytest.raises(ValueError, match="minibatch_size must be a positive int, got 0"):
         MinibatchBuffer(minibatch_size=0)
+
+
+def test_the_buffers_take_numpy_ints() -> None:
+    """Before, MinibatchBuffer and WholeBatchBuffer refused NumPy ints as not positive ints."""
+    buffer = MinibatchBuffer(n_epochs=np.int64(2), minibatch_size=np.int32(4))
+    assert (buffer.n_epochs, buffer.minibatch_size) == (2, 4) and type(buffer.minibatch_size) is int
+    buffer.insert(DictTensor({"i": torch.arange(6)}))
+    assert [b.n_elems() for b in buffer.minibatches()] == [4, 2] * 2
+    whole = WholeBatchBuffer(np.int64(3))
+    assert whole.n_passes == 3 and type(whole.n_passes) is int
+    with pytest.raises(ValueError, match=r"MinibatchBuffer: n_epochs must be a positive int, got True"):
+        MinibatchBuffer(n_epochs=True)
+    with pytest.raises(
+        ValueError, match=r"WholeBatchBuffer: n_passes must be a positive int, got np\.int64\(0\)"
+    ):
+        WholeBatchBuffer(np.int64(0))
 
 
 def test_flat_gradients_round_trip() -> None:

@@ -38,12 +38,14 @@ Examples:
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from rlstruct.agent import Agent
+from rlstruct.checks import is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 from rlstruct.learning.on_policy import (
@@ -212,7 +214,7 @@ class Hyperparameters:
                 f"{type(self).__name__}.set_parameter: name must be one of {', '.join(self.names)}; got {name!r}"
             )
         current = getattr(self, name)
-        if isinstance(current, bool) != isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(current, bool) != isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise TypeError(
                 f"{type(self).__name__}.set_parameter: {name} must be a {type(current).__name__}, "
                 f"got {describe(value)}"
@@ -402,9 +404,9 @@ class MinibatchBuffer:
 
     def __init__(self, n_epochs: int = 4, minibatch_size: int = 256, seed: int | None = None) -> None:
         for name, value in (("n_epochs", n_epochs), ("minibatch_size", minibatch_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            if not is_int(value) or value <= 0:  # a NumPy int is an int
                 raise ValueError(f"MinibatchBuffer: {name} must be a positive int, got {value!r}")
-        self.n_epochs, self.minibatch_size = n_epochs, minibatch_size
+        self.n_epochs, self.minibatch_size = int(n_epochs), int(minibatch_size)
         if seed is None:
             seed = int(torch.randint(0, 2**62, ()).item())
         self._generator = torch.Generator().manual_seed(seed)
@@ -452,9 +454,9 @@ class WholeBatchBuffer:
     """
 
     def __init__(self, n_passes: int = 1) -> None:
-        if isinstance(n_passes, bool) or not isinstance(n_passes, int) or n_passes <= 0:
+        if not is_int(n_passes) or n_passes <= 0:  # a NumPy int is an int
             raise ValueError(f"WholeBatchBuffer: n_passes must be a positive int, got {n_passes!r}")
-        self.n_passes = n_passes
+        self.n_passes = int(n_passes)
         self._data: Any = None
 
     def insert(self, data: Any) -> None:
