@@ -541,6 +541,30 @@ def test_numpy_ints_are_ints_for_the_seed_and_the_target() -> None:
     assert all(torch.equal(weights[k], expected[k]) for k in expected)
 
 
+def test_a_seed_beyond_torchs_seeds_is_refused_by_name() -> None:
+    """Before, a seed of 2**64 or more passed the check and failed in torch ("Overflow when unpacking
+    long long"), and MinibatchBuffer's seed was not checked at all (a str or a bool reached torch)."""
+    make_scheme(seed=2**64 - 1).close()  # torch's largest seed
+    with pytest.raises(ValueError, match=r"Scheme: seed must be in \[0, 2\*\*64\), got 18446744073709551616"):
+        make_scheme(seed=2**64)
+    MinibatchBuffer(seed=-(2**63))
+    MinibatchBuffer(seed=np.int64(5))  # refused by torch before ("an integer is required")
+    with pytest.raises(
+        ValueError, match=r"MinibatchBuffer: seed must be in \[-2\*\*63, 2\*\*64\), got 20{20}"
+    ):
+        MinibatchBuffer(seed=2 * 10**20)
+    with pytest.raises(TypeError, match=r"MinibatchBuffer: seed must be an int, got a str"):
+        MinibatchBuffer(seed="1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"MinibatchBuffer: seed must be an int, got a bool"):
+        MinibatchBuffer(seed=True)
+    with pytest.raises(ValueError, match=r"MinibatchBuffer: seed must be at least -9223372036854775808"):
+        MinibatchBuffer(seed=-(2**63) - 1)
+    with pytest.raises(
+        ValueError, match=r"ReplayStorage: seed must be in \[0, 2\*\*64\), got 18446744073709551616"
+    ):
+        ReplayStorage(10, seed=2**64)
+
+
 def test_weights_are_copies_of_the_live_model() -> None:
     with make_scheme() as scheme:
         weights = scheme.weights()

@@ -45,7 +45,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.checks import is_int
+from rlstruct.checks import check_int, is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 from rlstruct.learning.on_policy import (
@@ -56,6 +56,7 @@ from rlstruct.learning.on_policy import (
     vtrace_agent_loss,
 )
 from rlstruct.learning.protocols import check_on_policy_agent
+from rlstruct.seeding import SEEDS
 from rlstruct.trajectories import Trajectories
 
 __all__ = [
@@ -399,7 +400,9 @@ class MinibatchBuffer:
             and its index, so every worker shuffles differently).
 
     Raises:
-        ValueError: if ``n_epochs`` or ``minibatch_size`` is not a positive int.
+        ValueError: if ``n_epochs`` or ``minibatch_size`` is not a positive int,
+            or ``seed`` is outside torch's seeds ``[-2**63, 2**64)``.
+        TypeError: if ``seed`` is not an int or None.
     """
 
     def __init__(self, n_epochs: int = 4, minibatch_size: int = 256, seed: int | None = None) -> None:
@@ -409,6 +412,10 @@ class MinibatchBuffer:
         self.n_epochs, self.minibatch_size = int(n_epochs), int(minibatch_size)
         if seed is None:
             seed = int(torch.randint(0, 2**62, ()).item())
+        else:  # as an int: torch's generator refuses a NumPy int
+            seed = check_int("MinibatchBuffer", "seed", seed, SEEDS[0])
+            if seed > SEEDS[1]:
+                raise ValueError(f"MinibatchBuffer: seed must be in [-2**63, 2**64), got {seed}")
         self._generator = torch.Generator().manual_seed(seed)
         self._data: DictTensor | Trajectories | None = None
 

@@ -54,6 +54,7 @@ from rlstruct.learning.q_learning import QAgent, check_q_agent, dqn_loss
 from rlstruct.learning.soft_actor_critic import SACAgent, TwinQ, check_sac_agent, own_critics, soft_td_target
 from rlstruct.replay import HindsightReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.replay.hindsight import RewardFn
+from rlstruct.seeding import SEEDS
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
 
@@ -92,7 +93,8 @@ class ReplayStorage:
             and its index).
 
     Raises:
-        ValueError: for a size or ratio out of range.
+        ValueError: for a size, ratio or seed out of range (a seed in ``[0, 2**64)``).
+        TypeError: for a size or seed that is not an int, a ratio that is not a number.
     """
 
     def __init__(
@@ -109,6 +111,8 @@ class ReplayStorage:
         self.gradient_steps = check_number(name, "gradient_steps", gradient_steps, 0.0, low_open=True)
         self.learning_starts = check_int(name, "learning_starts", learning_starts, 0)
         self.seed = int(torch.randint(0, 2**62, ())) if seed is None else check_int(name, "seed", seed, 0)
+        if self.seed > SEEDS[1]:  # torch's generators take no more; refused here, not at the first insert
+            raise ValueError(f"{name}: seed must be in [0, 2**64), got {self.seed}")
         self.replay: ReplayBuffer | HindsightReplayBuffer | None = None
         self.inserted = 0
         """Valid steps inserted so far."""

@@ -88,6 +88,7 @@ from rlstruct.distributed.options import Collection, Gradients, Updates, check_c
 from rlstruct.env import Environment
 from rlstruct.errors import DistributedError, describe
 from rlstruct.learning.protocols import merge_observation_moments
+from rlstruct.seeding import SEEDS
 
 __all__ = ["Scheme", "StepInfo"]
 
@@ -185,7 +186,7 @@ class Scheme:
             workers' ("cuda" on remote gradient workers needs
             ``gradients.worker_gpus``).
         seed: the base seed of the model, the environments and the buffers;
-            at least 0.
+            in ``[0, 2**64)``.
         timeout: seconds any wait for remote workers may last without
             progress before ``DistributedError``, in ``(0, 1e6]``.
         start_timeout: seconds the actors have to start (scheduled, then
@@ -243,6 +244,8 @@ class Scheme:
         check_codec(compression)
         self.device = _device(device)
         seed = check_int("Scheme", "seed", seed, 0)
+        if seed > SEEDS[1]:  # torch's generators take no more
+            raise ValueError(f"Scheme: seed must be in [0, 2**64), got {seed}")
         self.timeout = check_number("Scheme", "timeout", timeout, 0.0, 1e6, low_open=True)
         self.start_timeout = check_number("Scheme", "start_timeout", start_timeout, 0.0, 1e6, low_open=True)
         self.on_worker_failure = check_choice("Scheme", "on_worker_failure", on_worker_failure, FAILURES)
