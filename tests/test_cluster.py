@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from cluster_script import TIMEOUT_S, model_for, rank_inputs
@@ -202,6 +203,32 @@ def test_alone_bad_input_raises_naming_the_argument() -> None:
         ct.average_gradients(embedding)
 
 
+def test_alone_numpy_numbers_are_numbers() -> None:
+    """Before, sum_number and avg_number refused a NumPy int or float32 ("got an int64"), and
+    statistics_scalar a list holding one, which np.sum and friends give."""
+    total = ct.sum_number(np.int64(3))
+    assert total == 3 and type(total) is int
+    assert ct.sum_number(np.float32(0.5)) == 0.5 and type(ct.sum_number(np.float32(0.5))) is float
+    assert ct.avg_number(np.int32(4)) == 4.0 and type(ct.avg_number(np.int32(4))) is float
+    assert ct.statistics_scalar([np.int64(1), np.float32(3.0), 2]) == ct.Statistics(
+        2.0, math.sqrt(2 / 3), 1.0, 3.0
+    )
+    with pytest.raises(
+        ValueError, match=message("sum_number: an int must fit in 64 bits, got 18446744073709551615")
+    ):
+        ct.sum_number(np.uint64(2**64 - 1))
+    with pytest.raises(TypeError, match=message("sum_number: x must be an int or a float, got a bool")):
+        ct.sum_number(np.bool_(True))
+    with pytest.raises(
+        TypeError,
+        match=message(
+            "statistics_scalar: x must be a tensor or a sequence of numbers, got a ndarray "
+            "(torch.as_tensor(x) for a NumPy array)"
+        ),
+    ):
+        ct.statistics_scalar(np.array([1.0, 2.0]))  # type: ignore[arg-type]
+
+
 def test_cluster_error_is_the_library_error() -> None:
     assert ct.ClusterError is ClusterError and issubclass(ClusterError, RuntimeError)
     assert not hasattr(rlstruct, "sum")  # the reductions stay in their module
@@ -224,6 +251,19 @@ def test_fork_checks_its_arguments_before_starting_anything() -> None:
         ValueError, match=message("fork: start_timeout must be a positive number of seconds, got inf")
     ):
         ct.fork(1, start_timeout=math.inf)
+    with pytest.raises(
+        ValueError, match=message("fork: n must be a non-negative int (processes to add), got np.int64(-1)")
+    ):
+        ct.fork(np.int64(-1))
+    with pytest.raises(
+        ValueError, match=message("fork: timeout must be at most 8.64e+13 seconds, got 100000000000000.0")
+    ):
+        ct.fork(1, timeout=1e14)  # was an OverflowError once the processes had started
+    with pytest.raises(
+        ValueError,
+        match=message("fork: start_timeout must be at most 8.64e+13 seconds, got 100000000000000.0"),
+    ):
+        ct.fork(1, start_timeout=1e14)  # was an OverflowError that left the process marked as forked
     with pytest.raises(TypeError, match=message("fork: backend must be a str or None, got int")):
         ct.fork(1, backend=3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=message("fork: backend 'bogus' names 'bogus', which is not a")):
@@ -259,6 +299,18 @@ def test_fork_zero_runs_alone_and_only_once() -> None:
     result = launch([sys.executable, "-c", code])
     assert result.returncode == 0, result.stderr
     assert "fork: this process already called fork(); call it once per process" in result.stdout
+
+
+def test_fork_takes_numpy_numbers() -> None:
+    """Before, fork refused a NumPy int n or timeout as not a non-negative int or not a number."""
+    code = (
+        "import numpy as np\nimport rlstruct.cluster as ct\n"
+        "assert ct.fork(np.int64(0), timeout=np.int64(5), start_timeout=np.float32(5)) == 0\n"
+        "print(ct.world_size())\n"
+    )
+    result = launch([sys.executable, "-c", code])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "1\n"
 
 
 # ---------------------------------------------------------------- 2 and 3 processes

@@ -28,6 +28,7 @@ from __future__ import annotations
 import atexit
 import math
 import multiprocessing
+import numbers
 import os
 import subprocess
 import sys
@@ -40,6 +41,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import TCPStore, rendezvous  # type: ignore[attr-defined]  # exported, not in __all__
 
+from rlstruct.checks import is_int
 from rlstruct.errors import ClusterError
 
 __all__ = ["DEFAULT_START_TIMEOUT_S", "DEFAULT_TIMEOUT_S", "disconnect", "fork", "rank", "world_size"]
@@ -60,6 +62,7 @@ JOIN_POLL_S = 0.01  # how often rank 0 checks its children while they connect
 WATCHDOG_POLL_S = 0.2  # how often a child checks that rank 0 is alive
 ORPHAN_EXIT_CODE = 70  # a child that outlived rank 0
 STOP_GRACE_S = 5.0  # between SIGTERM and SIGKILL for a child that outstays rank 0
+MAX_TIMEOUT_S = timedelta.max.total_seconds()  # about 2.7 million years: torch.distributed takes a timedelta
 
 
 @dataclass
@@ -137,7 +140,9 @@ def fork(
         The rank of this process.
 
     Raises:
-        ValueError: if ``n`` or a timeout is out of range, ``backend`` names
+        ValueError: if ``n`` is not a non-negative int (NumPy ints are ints),
+            a timeout is not a positive number of seconds (or is beyond what a
+            ``datetime.timedelta`` holds), ``backend`` names
             no ``torch.distributed`` backend or one this machine cannot use
             (nccl without CUDA), or a child was started for another ``n``.
         TypeError: if ``backend`` is not a str.
@@ -146,11 +151,14 @@ def fork(
             already initialised.
         ClusterError: if a process exits or does not arrive within ``start_timeout``.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    if not is_int(n) or n < 0:  # a NumPy int is an int
         raise ValueError(f"fork: n must be a non-negative int (processes to add), got {n!r}")
+    n = int(n)
     for name, value in (("timeout", timeout), ("start_timeout", start_timeout)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
             raise ValueError(f"fork: {name} must be a positive number of seconds, got {value!r}")
+        if value > MAX_TIMEOUT_S:  # what a timedelta holds, for torch.distributed
+            raise ValueError(f"fork: {name} must be at most {MAX_TIMEOUT_S:g} seconds, got {value!r}")
     if backend is not None and not isinstance(backend, str):
         raise TypeError(f"fork: backend must be a str or None, got {type(backend).__name__}")
     if backend is not None:
@@ -172,7 +180,7 @@ def fork(
     _state.forked = True
     _state.timeout = float(timeout)
     atexit.register(_at_exit)
-    start = timedelta(seconds=start_timeout)
+    start = timedelta(seconds=float(start_timeout))
     if RANK_VAR in os.environ:
         _join_parent(n, start, backend)
     elif "RANK" in os.environ and "WORLD_SIZE" in os.environ:

@@ -14,6 +14,7 @@ stay Python's builtins in this module; the package exports them as
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import NamedTuple, TypeVar
@@ -21,6 +22,7 @@ from typing import NamedTuple, TypeVar
 import torch
 import torch.distributed as dist
 
+from rlstruct.checks import is_int
 from rlstruct.cluster._agree import agree, collective_device, run
 from rlstruct.cluster._group import rank, world_size
 from rlstruct.dicttensor import DictTensor
@@ -210,9 +212,16 @@ def reduce_min(x: Reducible) -> Reducible:
     return _reduce("min", x)
 
 
-def _number(op: str, x: float) -> torch.Tensor:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise TypeError(f"cluster.{op}: x must be an int or a float, got {describe(x)}")
+def _python_number(op: str, x: object) -> int | float:
+    """``x`` as a Python int or float (NumPy numbers included), or a TypeError naming it."""
+    if is_int(x):
+        return int(x)
+    if isinstance(x, numbers.Real) and not isinstance(x, bool):
+        return float(x)
+    raise TypeError(f"cluster.{op}: x must be an int or a float, got {describe(x)}")
+
+
+def _number(op: str, x: int | float) -> torch.Tensor:
     if isinstance(x, int) and not -(2**63) <= x < 2**63:
         raise ValueError(f"cluster.{op}: an int must fit in 64 bits, got {x}")
     return torch.tensor([x], dtype=torch.int64 if isinstance(x, int) else torch.float64)
@@ -222,11 +231,12 @@ def sum_number(x: float) -> float:
     """The sum of a Python number over all processes.
 
     Args:
-        x: an int (summed exactly, as int64) or a float (as float64).
+        x: an int (summed exactly, as int64) or a float (as float64); NumPy
+            ints and floats are taken as Python ones.
 
     Returns:
-        The sum, an int if ``x`` is an int, else a float; ``x`` itself when
-        the world size is 1.
+        The sum, an int if ``x`` is an int, else a float; ``x`` itself (as a
+        Python number) when the world size is 1.
 
     Raises:
         TypeError: if ``x`` is not an int or a float (bool included).
@@ -240,6 +250,7 @@ def sum_number(x: float) -> float:
         >>> ct.sum_number(3)
         3
     """
+    x = _python_number("sum_number", x)
     value = _number("sum_number", x)
     if world_size() == 1:
         return x
@@ -275,6 +286,7 @@ def avg_number(x: float) -> float:
         >>> ct.avg_number(2.5)
         2.5
     """
+    x = _python_number("avg_number", x)
     value = _number("avg_number", x)
     if world_size() == 1:
         return float(x)
@@ -301,7 +313,8 @@ def statistics_scalar(x: torch.Tensor | Sequence[float]) -> Statistics:
 
     Args:
         x: a tensor of any shape (its elements are the samples; integer,
-            float or bool dtype, on any device) or a sequence of numbers.
+            float or bool dtype, on any device) or a sequence of numbers
+            (Python or NumPy ints and floats).
 
     Returns:
         ``Statistics(mean, std, min, max)`` of the union; std is the
@@ -324,11 +337,12 @@ def statistics_scalar(x: torch.Tensor | Sequence[float]) -> Statistics:
         samples = x.detach().reshape(-1).to("cpu", torch.float64)
     elif isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
         for i, item in enumerate(x):
-            if isinstance(item, bool) or not isinstance(item, (int, float)):
+            if isinstance(item, bool) or not isinstance(item, numbers.Real):  # NumPy numbers are numbers
                 raise TypeError(f"cluster.{op}: x[{i}] must be an int or a float, got {describe(item)}")
-        samples = torch.tensor(list(x), dtype=torch.float64)
+        samples = torch.tensor([float(item) for item in x], dtype=torch.float64)
     else:
-        raise TypeError(f"cluster.{op}: x must be a tensor or a sequence of numbers, got {describe(x)}")
+        hint = " (torch.as_tensor(x) for a NumPy array)" if type(x).__module__ == "numpy" else ""
+        raise TypeError(f"cluster.{op}: x must be a tensor or a sequence of numbers, got {describe(x)}{hint}")
     alone = world_size() == 1
     if not alone:
         agree(op, {"the samples": "samples"})
