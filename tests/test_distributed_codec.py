@@ -289,6 +289,17 @@ def test_bad_level(name: str, level: Any, error: type[Exception], message: str) 
         pack(torch.zeros(2), name, level=level)
 
 
+@pytest.mark.parametrize("name", ["lz4", "zstd"])
+def test_a_numpy_int_level_is_a_level(name: str) -> None:
+    """Before, pack refused a NumPy int level ("level must be an int or None, got an int64")."""
+    pytest.importorskip(MODULES[name])
+    value = torch.arange(1000.0)
+    packed = pack(value, name, level=np.int64(3))
+    assert packed.nbytes == pack(value, name, level=3).nbytes and torch.equal(unpack(packed), value)
+    with pytest.raises(ValueError, match=rf"level for '{name}' must be in \[.*\], got 99"):
+        pack(value, name, level=np.int32(99))
+
+
 STEPS = TemporalDictTensor({"obs": torch.zeros(2, 3)}, torch.tensor([3, 1]))
 
 

@@ -54,6 +54,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from rlstruct.checks import is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 from rlstruct.temporal import TemporalDictTensor
@@ -122,8 +123,9 @@ def _check_level(codec: str, level: object) -> int:
     """The level to compress with: ``level``, or the codec's default when it is None."""
     if level is None:
         return _LEVELS[codec][2] if codec != "none" else 0
-    if not isinstance(level, int) or isinstance(level, bool):
+    if not is_int(level):  # a NumPy int is an int
         raise TypeError(f"pack: level must be an int or None, got {describe(level)}")
+    level = int(level)
     if codec == "none":
         raise ValueError(f"pack: level applies to 'lz4' and 'zstd' only, got level={level} with codec 'none'")
     low, high, _ = _LEVELS[codec]
