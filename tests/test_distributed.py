@@ -107,14 +107,18 @@ def train(learner: Learner) -> list[float]:
     return returns
 
 
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
+def start_local_ray() -> None:
     ray.init(
         num_cpus=2,
         include_dashboard=False,
         configure_logging=False,
         runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}},  # mp_helpers, for the actors
     )
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    start_local_ray()
     yield
     ray.shutdown()
 
@@ -1038,6 +1042,31 @@ def test_learner_saves_the_model_and_changes_parameters_everywhere(local_ray: No
     assert all(torch.equal(before[k], after[k]) for k in before)
     saved = load_checkpoint(path)
     assert saved["updates"] == 6 and all(torch.equal(saved["model"][k], after[k]) for k in after)
+
+
+def test_a_scheme_whose_ray_was_shut_down_says_so(local_ray: None) -> None:
+    """Before, a step after ray.shutdown() started a new Ray instance and failed in Ray ("Failed to submit
+    task to actor"), and closing the scheme after Ray was started again raised ActorHandleNotFoundError."""
+    remote = {"collection": {"n_envs": 2, "remote_workers": 1}, "gradients": {"remote_workers": 1}}
+    shut, restarted = make_scheme(**remote), make_scheme(**remote)  # type: ignore[arg-type]
+    shut.step()
+    ray.shutdown()
+    try:
+        with pytest.raises(
+            DistributedError, match=r"Scheme\.step: Ray was shut down \(ray\.shutdown\(\)\) while"
+        ):
+            shut.step()
+        assert not ray.is_initialized()  # no other instance started behind the user's back
+        with pytest.raises(DistributedError, match=r"Scheme\.set_parameter: Ray was shut down"):
+            shut.set_parameter("lr", 0.1)
+        shut.close()  # nothing left to stop
+        shut.close()
+    finally:
+        start_local_ray()  # for the tests after this one
+    with pytest.raises(DistributedError, match=r"Scheme\.step: Ray was shut down"):
+        restarted.step()  # its actors went with the first instance
+    restarted.close()
+    assert wait_for_cpus(2.0) == pytest.approx(2.0)
 
 
 def test_no_removed_ray_api_is_used() -> None:

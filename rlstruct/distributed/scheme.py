@@ -267,6 +267,7 @@ class Scheme:
         self._closed = False
         self._failed = False  # a start or a step failed: close() then kills the actors without waiting
         self._actors: list[Any] = []
+        self._ray_session: str | None = None  # the Ray session the actors live in, once there are actors
         self.collection_actors: list[list[Any]] = []
         """The remote collection workers' Ray actors, a list per gradient worker (for inspection and fault drills)."""
         self.gradient_actors: list[Any] = []
@@ -326,6 +327,7 @@ class Scheme:
         resources.check([col_request, grad_request])
         import ray
 
+        self._ray_session = ray.get_runtime_context().get_session_name()
         remote_collector = ray.remote(CollectionWorker).options(**col_request.options())
         for g in range(max(1, n_grad) if collection.remote_workers else 0):
             first = g * collection.remote_workers  # collection workers are numbered across the scheme
@@ -468,16 +470,36 @@ class Scheme:
         Raises:
             RemoteWorkerError: a remote worker raised, or died with
                 ``on_worker_failure="raise"``.
-            DistributedError: nothing arrived within ``timeout``, or every
-                worker of a role was lost.
+            DistributedError: nothing arrived within ``timeout``, every
+                worker of a role was lost, or Ray was shut down while the
+                scheme was open.
+            RuntimeError: after ``close``.
         """
         if self._closed:
             raise RuntimeError("Scheme.step: the scheme is closed")
+        self._check_ray("Scheme.step")
         try:
             return self._step()
         except BaseException:
             self._failed = True  # a worker may be hung or gone: close() kills without waiting for it
             raise
+
+    def _ray_gone(self) -> bool:
+        """Whether the Ray instance the actors were started in was shut down (the actors went with it)."""
+        if self._ray_session is None:
+            return False
+        import ray
+
+        return not ray.is_initialized() or ray.get_runtime_context().get_session_name() != self._ray_session
+
+    def _check_ray(self, where: str) -> None:
+        """Raise DistributedError if the actors' Ray instance is gone, rather than let Ray start another."""
+        if self._ray_gone():
+            self._failed = True
+            raise DistributedError(
+                f"{where}: Ray was shut down (ray.shutdown()) while the scheme was open, and its actors with "
+                "it; close the scheme (or its Learner) before ray.shutdown(), and make a new one to go on"
+            )
 
     def _step(self) -> StepInfo:
         version = self.version
@@ -612,6 +634,8 @@ class Scheme:
             RuntimeError: after ``close`` in a decentralised scheme with
                 remote gradient workers, whose weights went with them (an
                 in-process or centralised scheme's weights can still be read).
+            DistributedError: in that scheme, if Ray was shut down while it
+                was open.
         """
         if self.updates.execution == "decentralised" and self.pool is not None:
             if self._closed:
@@ -619,6 +643,7 @@ class Scheme:
                     "Scheme.weights: the scheme is closed, and its weights lived in its gradient workers; "
                     "read them before close()"
                 )
+            self._check_ray("Scheme.weights")
             first = next(iter(self.pool.alive.values()))
             weights = self._get([first.weights.remote()], "send their weights", self.timeout)[0]
         else:
@@ -638,9 +663,11 @@ class Scheme:
 
         Raises:
             RuntimeError: after ``close``.
+            DistributedError: if Ray was shut down while the scheme was open.
         """
         if self._closed:
             raise RuntimeError("Scheme.set_parameter: the scheme is closed")
+        self._check_ray("Scheme.set_parameter")
         self.algorithm.set_parameter(name, value)  # raises for a bad name, before any worker sees it
         if self.local is not None:
             self.local.set_parameter(name, value)
@@ -654,6 +681,8 @@ class Scheme:
         group, stopping their batchers), for up to ``min(timeout, 10)``
         seconds, unless the constructor or a ``step()`` failed: then an actor
         may never answer (not started, or hung), and all are killed at once.
+        After ``ray.shutdown()`` the actors are already gone: there is nothing
+        to stop.
         """
         if self._closed:
             return
@@ -661,6 +690,8 @@ class Scheme:
         local = getattr(self, "local", None)
         if local is not None:
             local.close()
+        if self._actors and self._ray_gone():  # they ended with their Ray instance: nothing to stop
+            self._actors.clear()
         if self._actors:
             import ray
 
