@@ -340,6 +340,37 @@ def test_factories_must_be_callable() -> None:
         Scheme(ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, 3, WholeBatchBuffer)  # type: ignore[arg-type]
 
 
+def test_factories_that_make_no_algorithm_or_buffer_are_named_before_any_worker_starts() -> None:
+    """Before, an algo_factory or buffer_factory that made something else (None) failed later inside
+    the scheme: AttributeError 'NoneType' object has no attribute 'model', or 'insert' at the first step
+    (a remote gradient worker's as a RemoteWorkerError)."""
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "Scheme: algo_factory must make an Algorithm (model, optimizer, max_grad_norm, prepare, loss, "
+            "set_parameter), got a NoneType"
+        ),
+    ):
+        Scheme(ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, lambda model: None, PPO_BUFFER)
+    for gradients in (
+        Gradients(),
+        Gradients(remote_workers=1),
+    ):  # no Ray started: the buffer is checked first
+        with pytest.raises(
+            TypeError,
+            match=re.escape("Scheme: buffer_factory must make a Buffer (insert, minibatches), got a list"),
+        ):
+            Scheme(ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, PPO, list, gradients=gradients)
+    assert not ray.is_initialized()
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "GradientWorker: buffer_factory must make a Buffer (insert, minibatches), got a NoneType"
+        ),
+    ):
+        GradientWorker(0, ActorCritic, AGENT_ARGS, PPO, lambda: None, lambda: None)
+
+
 @pytest.mark.parametrize("name", ["agent_args", "env_args"])
 def test_arguments_that_are_not_a_dict_are_named(name: str) -> None:
     args: list[Any] = [ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, PPO, PPO_BUFFER]

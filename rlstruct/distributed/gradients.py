@@ -40,6 +40,7 @@ from rlstruct.distributed.codec import Packed, pack, unpack
 from rlstruct.distributed.collection import CollectionWorker, Collectors, node_and_pid, resolve_weights
 from rlstruct.distributed.off_policy import give_priorities
 from rlstruct.distributed.options import Updates
+from rlstruct.errors import describe
 from rlstruct.learning.protocols import observation_moments
 from rlstruct.seeding import derive_seed
 from rlstruct.trajectories import Trajectories
@@ -233,6 +234,10 @@ class GradientWorker:
         compression: the codec of the gradients this worker returns, or None
             to return them unpacked (in-process use).
         seed: the scheme's base seed.
+
+    Raises:
+        TypeError: if ``agent_factory`` makes no ``torch.nn.Module``, or
+            ``buffer_factory`` no ``Buffer``.
     """
 
     def __init__(
@@ -261,6 +266,10 @@ class GradientWorker:
             self.algorithm = algo_factory(self.model)
             self.trained = trained_module(self.algorithm)  # the model, or the model and its critics
             self.buffer = buffer_factory()
+            if not isinstance(self.buffer, Buffer):
+                raise TypeError(
+                    f"GradientWorker: buffer_factory must make a Buffer (insert, minibatches), got {describe(self.buffer)}"
+                )
             if not isinstance(collectors, Collectors):
                 collectors = Collectors(collectors())
         self.collectors = collectors

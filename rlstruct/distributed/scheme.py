@@ -201,8 +201,9 @@ class Scheme:
             (``check_combination``; a ``device`` that is not a CPU or CUDA
             device, CUDA where torch has none; a buffer of the library's
             for one of its algorithms of the other kind, such as a
-            ``ReplayStorage`` for ``PPO``), naming it, before any worker
-            starts.
+            ``ReplayStorage`` for ``PPO``; a factory that makes no
+            ``torch.nn.Module``, ``Algorithm`` or ``Buffer``), naming it,
+            before any worker starts.
         DistributedError: if the actors cannot be scheduled on the cluster
             (a request larger than any node, GPUs the cluster lacks), or are not
             running within ``start_timeout``.
@@ -259,6 +260,11 @@ class Scheme:
                 )
             self.model.to(self.device)
             self.algorithm = algo_factory(self.model)
+            if not isinstance(self.algorithm, Algorithm):
+                raise TypeError(
+                    "Scheme: algo_factory must make an Algorithm (model, optimizer, max_grad_norm, prepare, "
+                    f"loss, set_parameter), got {describe(self.algorithm)}"
+                )
             self.trained = trained_module(self.algorithm)  # the model, or the model and its critics
         self._check_algorithm()
         with seeded(seed):
@@ -410,16 +416,21 @@ class Scheme:
         (``SAC``, ``DQN``) prepare transitions for the replays
         (``ReplayStorage`` and its subclasses). Another pairing failed at the
         first insert or loss, in a gradient worker. Your own algorithm or
-        buffer is not checked.
+        buffer is not checked for its pairing, only for being a ``Buffer``.
 
         Raises:
+            TypeError: if ``buffer_factory`` makes no ``Buffer``.
             ValueError: naming the buffer, the algorithm and the buffers it takes.
         """
+        buffer = buffer_factory()
+        if not isinstance(buffer, Buffer):
+            raise TypeError(
+                f"Scheme: buffer_factory must make a Buffer (insert, minibatches), got {describe(buffer)}"
+            )
         on_policy, off_policy = (PPO, IMPALA), (SAC, DQN)
         algorithm = self.algorithm
         if not isinstance(algorithm, on_policy + off_policy):
             return
-        buffer = buffer_factory()
         if isinstance(algorithm, on_policy) and isinstance(buffer, ReplayStorage):
             takes = "MinibatchBuffer or WholeBatchBuffer"
         elif isinstance(algorithm, off_policy) and isinstance(buffer, (MinibatchBuffer, WholeBatchBuffer)):
