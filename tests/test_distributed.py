@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import io
 import itertools
 import math
 import random
@@ -508,6 +509,21 @@ def test_learner_refuses_a_negative_learning_rate_before_the_workers_see_it() ->
             learner.update_algorithm_parameter("lr", -1e-5)
         local = learner.scheme.local
         assert local is not None and local.algorithm.optimizer.param_groups[0]["lr"] == 1e-3
+
+
+def test_learner_checks_progress_and_stream() -> None:
+    """Before, a stream without write failed at the first step (AttributeError: 'str' object has no
+    attribute 'write'), and progress="no" showed the progress line."""
+    with make_scheme() as scheme:
+        with pytest.raises(
+            TypeError, match=r"Learner: stream must be None or a text stream \(with write\), got a str"
+        ):
+            Learner(scheme, target_steps=256, stream="log.txt")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"Learner: progress must be a bool, got a str"):
+            Learner(scheme, target_steps=256, progress="no")  # type: ignore[arg-type]
+        stream = io.StringIO()
+        Learner(scheme, target_steps=256, stream=stream).step()
+        assert "step 256/256" in stream.getvalue()
 
 
 def test_step_after_done_raises_and_done_stays_true() -> None:

@@ -27,6 +27,7 @@ from typing import Any, TextIO
 from rlstruct.checkpoint import save_checkpoint
 from rlstruct.checks import is_int
 from rlstruct.distributed.scheme import Scheme, StepInfo
+from rlstruct.errors import describe
 from rlstruct.progress import Progress
 
 __all__ = ["Learner"]
@@ -47,7 +48,8 @@ class Learner:
         stream: where the progress line goes (standard error by default).
 
     Raises:
-        TypeError: if ``scheme`` is not a ``Scheme``.
+        TypeError: if ``scheme`` is not a ``Scheme``, ``progress`` not a bool,
+            or ``stream`` neither None nor a text stream (with ``write``).
         ValueError: if ``target_steps`` is not a positive int, or ``scheme`` is closed.
     """
 
@@ -59,6 +61,12 @@ class Learner:
         if not is_int(target_steps) or target_steps <= 0:  # a NumPy int is an int
             raise ValueError(f"Learner: target_steps must be a positive int, got {target_steps!r}")
         target_steps = int(target_steps)
+        if not isinstance(progress, bool):
+            raise TypeError(f"Learner: progress must be a bool, got {describe(progress)}")
+        if stream is not None and not callable(getattr(stream, "write", None)):
+            raise TypeError(
+                f"Learner: stream must be None or a text stream (with write), got {describe(stream)}"
+            )
         if scheme.closed:
             raise ValueError("Learner: scheme is closed; make a new one")
         self.scheme, self.target_steps = scheme, target_steps
