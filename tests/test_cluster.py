@@ -197,6 +197,15 @@ def test_alone_bad_input_raises_naming_the_argument() -> None:
         TypeError, match=message("broadcast_parameters: parameter 1 must be a torch.Tensor, got a str")
     ):
         ct.broadcast_parameters([torch.zeros(1), "w"])  # type: ignore[list-item]
+    for function in (ct.broadcast_parameters, ct.average_gradients):  # was "parameter 0 ... got a str"
+        with pytest.raises(
+            TypeError,
+            match=message(
+                "expected a torch.nn.Module or an iterable of tensors, got an OrderedDict (for a state dict, pass the "
+                "module or the dict's .values())"
+            ),
+        ):
+            function(torch.nn.Linear(2, 1).state_dict())  # type: ignore[arg-type]
     embedding = torch.nn.Embedding(3, 2, sparse=True)
     embedding(torch.tensor([0, 2])).sum().backward()
     with pytest.raises(TypeError, match=message("the gradient of parameter 'weight' must be a dense tensor")):

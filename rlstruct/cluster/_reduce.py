@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from typing import NamedTuple, TypeVar
 
@@ -378,9 +378,16 @@ def _named_tensors(
         return named
     if isinstance(module_or_params, torch.Tensor):
         return [("parameter 0", module_or_params)]
-    if not isinstance(module_or_params, Iterable) or isinstance(module_or_params, (str, bytes)):
+    if not isinstance(module_or_params, Iterable) or isinstance(module_or_params, (str, bytes, Mapping)):
+        # a Mapping iterates over its keys: a state dict gave "parameter 0 must be a torch.Tensor, got a str"
+        hint = (
+            " (for a state dict, pass the module or the dict's .values())"
+            if isinstance(module_or_params, Mapping)
+            else ""
+        )
         raise TypeError(
             f"cluster.{op}: expected a torch.nn.Module or an iterable of tensors, got {describe(module_or_params)}"
+            + hint
         )
     named = []
     for i, tensor in enumerate(module_or_params):
