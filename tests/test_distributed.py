@@ -501,6 +501,27 @@ def test_set_parameter_takes_the_numpy_numbers_the_constructor_takes(algo: Any) 
         algorithm.set_parameter("lr", True)
 
 
+@pytest.mark.parametrize(
+    ("algo", "options", "text"),
+    [
+        (PPO, {"lr": True}, "PPO: lr must be a float, got a bool"),
+        (PPO, {"clip": "0.2"}, "PPO: clip must be a float, got a str"),
+        (IMPALA, {"gamma": False}, "IMPALA: gamma must be a float, got a bool"),
+        (IMPALA, {"normalize_advantages": "no"}, "IMPALA: normalize_advantages must be a bool, got a str"),
+    ],
+)
+def test_the_constructors_refuse_what_set_parameter_refuses(
+    algo: Any, options: dict[str, Any], text: str
+) -> None:
+    """Before, the constructors took a bool or a str for a number (lr=True trained at 1.0, clip="0.2"
+    at 0.2) and anything for a flag (normalize_advantages="no" normalised), which set_parameter refuses."""
+    with pytest.raises(TypeError, match=re.escape(text)):
+        algo(ActorCritic(**AGENT_ARGS), **options)
+    assert (
+        algo(ActorCritic(**AGENT_ARGS), lr=np.float32(0.5), gamma=1).gamma == 1.0
+    )  # NumPy and ints are numbers
+
+
 def test_learner_refuses_a_negative_learning_rate_before_the_workers_see_it() -> None:
     with Learner(make_scheme(), target_steps=256, progress=False) as learner:
         with pytest.raises(

@@ -249,6 +249,16 @@ def test_the_target_critics_are_buffers_moved_after_each_update() -> None:
         torch.testing.assert_close(t.target.get_buffer(name), old + 0.1 * (p - old))
 
 
+def test_dqn_refuses_a_bool_for_a_number_and_anything_else_for_a_flag() -> None:
+    """Before, DQN(epsilon=True) explored at 1.0 and DQN(double="no") was double."""
+    q = QNetwork(obs_dim=3, n_actions=2, hidden=(16,))
+    with pytest.raises(TypeError, match=message("DQN: epsilon must be a float, got a bool")):
+        DQN(q, epsilon=True)
+    with pytest.raises(TypeError, match=message("DQN: double must be a bool, got a str")):
+        DQN(q, double="no")  # type: ignore[arg-type]
+    assert DQN(q, double=False, tau=1).double is False
+
+
 def test_an_agent_sac_cannot_train_is_refused_by_name() -> None:
     from own_agents import MlpAgent
 
@@ -269,6 +279,7 @@ def test_an_agent_sac_cannot_train_is_refused_by_name() -> None:
         ({"target_entropy": math.nan}, ValueError, "SAC: target_entropy must be"),
         ({"critics": lambda: 3}, TypeError, "SAC: critics() must return a torch.nn.Module, got an int"),
         ({"tau": 1.5}, ValueError, "SAC: tau must be in [0, 1], got 1.5"),
+        ({"lr": True}, TypeError, "SAC: lr must be a float, got a bool"),  # was taken as 1.0
     ],
 )
 def test_the_schemes_sac_checks_its_arguments(options: dict[str, Any], error: type, text: str) -> None:

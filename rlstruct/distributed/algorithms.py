@@ -197,6 +197,18 @@ class Hyperparameters:
             bounds = "in [0, 1]" if high == 1.0 else "finite and at least 0"
             raise ValueError(f"{where}: {name} must be {bounds}, got {value!r}")
 
+    def _float(self, name: str, value: object) -> float:
+        """``value`` as a float, or a TypeError naming ``name`` if it is not a real number (a bool, a str)."""
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{type(self).__name__}: {name} must be a float, got {describe(value)}")
+        return float(value)
+
+    def _flag(self, name: str, value: object) -> bool:
+        """``value`` if it is a bool, else a TypeError naming ``name``."""
+        if not isinstance(value, bool):
+            raise TypeError(f"{type(self).__name__}: {name} must be a bool, got {describe(value)}")
+        return value
+
     def _check_all(self) -> None:
         for name in self.names:
             self._check(type(self).__name__, name, getattr(self, name))
@@ -253,7 +265,8 @@ class PPO(Hyperparameters):
 
     Raises:
         TypeError: if ``model`` is not an ``Agent`` or lacks what
-            ``OnPolicyAgent`` requires (the message names it).
+            ``OnPolicyAgent`` requires (the message names it), or a
+            hyperparameter is not a real number (a bool, a str).
         ValueError: if a hyperparameter is negative, nan or infinite, or
             ``gamma`` or ``gae_lambda`` is above 1 (``set_parameter`` too).
     """
@@ -276,15 +289,15 @@ class PPO(Hyperparameters):
         check_on_policy_agent(model, "PPO")
         self.model = model
         self.lr, self.gamma, self.gae_lambda, self.clip = (
-            float(lr),
-            float(gamma),
-            float(gae_lambda),
-            float(clip),
+            self._float("lr", lr),
+            self._float("gamma", gamma),
+            self._float("gae_lambda", gae_lambda),
+            self._float("clip", clip),
         )
         self.vf_coef, self.ent_coef, self.max_grad_norm = (
-            float(vf_coef),
-            float(ent_coef),
-            float(max_grad_norm),
+            self._float("vf_coef", vf_coef),
+            self._float("ent_coef", ent_coef),
+            self._float("max_grad_norm", max_grad_norm),
         )
         self._check_all()
         self.optimizer = torch.optim.Adam(model.parameters(), lr=self.lr, eps=1e-5)
@@ -323,7 +336,9 @@ class IMPALA(Hyperparameters):
 
     Raises:
         TypeError: if ``model`` is not an ``Agent`` or lacks what
-            ``OnPolicyAgent`` requires (the message names it).
+            ``OnPolicyAgent`` requires (the message names it), a
+            hyperparameter is not a real number (a bool, a str), or
+            ``normalize_advantages`` not a bool.
         ValueError: if a hyperparameter is negative, nan or infinite, or
             ``gamma`` is above 1 (``set_parameter`` too).
     """
@@ -357,14 +372,18 @@ class IMPALA(Hyperparameters):
     ) -> None:
         check_on_policy_agent(model, "IMPALA")
         self.model = model
-        self.lr, self.gamma, self.reward_scale = float(lr), float(gamma), float(reward_scale)
-        self.rho_bar, self.c_bar = float(rho_bar), float(c_bar)
-        self.vf_coef, self.ent_coef, self.max_grad_norm = (
-            float(vf_coef),
-            float(ent_coef),
-            float(max_grad_norm),
+        self.lr, self.gamma, self.reward_scale = (
+            self._float("lr", lr),
+            self._float("gamma", gamma),
+            self._float("reward_scale", reward_scale),
         )
-        self.normalize_advantages = bool(normalize_advantages)
+        self.rho_bar, self.c_bar = self._float("rho_bar", rho_bar), self._float("c_bar", c_bar)
+        self.vf_coef, self.ent_coef, self.max_grad_norm = (
+            self._float("vf_coef", vf_coef),
+            self._float("ent_coef", ent_coef),
+            self._float("max_grad_norm", max_grad_norm),
+        )
+        self.normalize_advantages = self._flag("normalize_advantages", normalize_advantages)
         self._check_all()
         self.optimizer = torch.optim.RMSprop(model.parameters(), lr=self.lr, alpha=0.99, eps=1e-5)
 

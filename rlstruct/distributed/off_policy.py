@@ -429,7 +429,8 @@ class SAC(Hyperparameters):
         max_grad_norm: gradients rescaled to this global norm; None (SAC's default) for none.
 
     Raises:
-        TypeError: if ``model`` lacks what ``SACAgent`` requires.
+        TypeError: if ``model`` lacks what ``SACAgent`` requires, or a
+            hyperparameter is not a real number (a bool, a str).
         ValueError: for a hyperparameter out of range.
     """
 
@@ -452,7 +453,11 @@ class SAC(Hyperparameters):
         check_sac_agent(model, "SAC")
         check_stateless(model, "SAC")
         self.model = model
-        self.lr, self.gamma, self.tau = float(lr), float(gamma), float(tau)
+        self.lr, self.gamma, self.tau = (
+            self._float("lr", lr),
+            self._float("gamma", gamma),
+            self._float("tau", tau),
+        )
         self._check_all()
         check_number("SAC", "init_alpha", init_alpha, 0.0, low_open=True)
         if target_entropy is not None:
@@ -553,7 +558,9 @@ class DQN(Hyperparameters):
         max_grad_norm: gradients rescaled to this global norm.
 
     Raises:
-        TypeError: if ``model`` lacks what ``QAgent`` requires.
+        TypeError: if ``model`` lacks what ``QAgent`` requires, a
+            hyperparameter is not a real number (a bool, a str), or
+            ``double`` not a bool.
         ValueError: for a hyperparameter out of range.
     """
 
@@ -576,10 +583,17 @@ class DQN(Hyperparameters):
         check_stateless(model, "DQN")
         self.model = model
         self.q_agent = cast(QAgent, model)
-        self.lr, self.gamma, self.tau = float(lr), float(gamma), float(tau)
-        self.epsilon, self.max_grad_norm = float(epsilon), float(max_grad_norm)
+        self.lr, self.gamma, self.tau = (
+            self._float("lr", lr),
+            self._float("gamma", gamma),
+            self._float("tau", tau),
+        )
+        self.epsilon, self.max_grad_norm = (
+            self._float("epsilon", epsilon),
+            self._float("max_grad_norm", max_grad_norm),
+        )
         self._check_all()
-        self.double = bool(double)
+        self.double = self._flag("double", double)
         self.target_update_every = check_int("DQN", "target_update_every", target_update_every, 1)
         self.q_agent.epsilon.fill_(self.epsilon)
         self.trained = DQNModules(model)
