@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from rlstruct.checks import check_device
+from rlstruct.errors import describe
 
 __all__ = ["load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state"]
 
@@ -71,12 +72,21 @@ def save_checkpoint(path: str | os.PathLike[str], **state: Any) -> None:
         **state: the named values to store.
 
     Raises:
+        TypeError: if ``path`` is not a str or a path.
         ValueError: if no value is given.
         FileNotFoundError: if the directory of ``path`` does not exist.
+        IsADirectoryError: if ``path`` is a directory.
     """
     if not state:
         raise ValueError("save_checkpoint: expected at least one named value to store, got none")
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"save_checkpoint: path must be a str or a path, got {describe(path)}")
     path = Path(path)
+    if path.is_dir():  # else the rename over it names only the temporary file
+        raise IsADirectoryError(
+            f"save_checkpoint: path {str(path)!r} is a directory; give the file to write in it, "
+            f"such as {str(path / 'checkpoint.pt')!r}"
+        )
     if not path.parent.is_dir():
         raise FileNotFoundError(f"save_checkpoint: the directory of path {str(path)!r} does not exist")
     stored = {name: _as_stored(value) for name, value in state.items()}

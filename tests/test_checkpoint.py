@@ -252,6 +252,13 @@ def test_errors_name_the_argument(tmp_path: Path) -> None:
         save_checkpoint(tmp_path / "c.pt")
     with pytest.raises(FileNotFoundError, match="save_checkpoint: the directory of path"):
         save_checkpoint(tmp_path / "missing" / "c.pt", step=1)
+    # a directory: the rename over it named only the temporary file ('.tmp.xxx.tmp' -> '/tmp')
+    expected = f"save_checkpoint: path {str(tmp_path)!r} is a directory; give the file to write in it"
+    with pytest.raises(IsADirectoryError, match=message(expected)):
+        save_checkpoint(tmp_path, step=1)
+    with pytest.raises(TypeError, match=message("save_checkpoint: path must be a str or a path, got an int")):
+        save_checkpoint(3, step=1)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []  # nothing written
     save_checkpoint(tmp_path / "c.pt", step=1)
     with pytest.raises(ValueError, match=message("holds no value named 'model'; it holds ['step']")):
         load_checkpoint(tmp_path / "c.pt", model=torch.nn.Linear(1, 1))
