@@ -527,3 +527,17 @@ def test_an_agent_of_your_own_gets_no_tuned_setting_of_the_built_in_agent(
     assert capsys.readouterr().out == (
         "tuned settings for CartPoleNoVel-v1: --n-envs 16 --total-steps 100000 (flags given override them)\n"
     )
+
+
+@pytest.mark.parametrize("module", [a2c, ppo, impala, dqn, sac])
+def test_make_agent_names_an_argument_that_is_not_a_config_or_spaces(module: Any) -> None:
+    name = module.__name__.rsplit(".", 1)[1]
+    expected = re.escape(f"{name}: make_agent's spaces must be an EnvSpaces")
+    with pytest.raises(TypeError, match=expected) as caught:  # was an AttributeError naming .flat
+        module.make_agent(module.Config(), None)
+    assert str(caught.value).endswith("got a NoneType")
+    spaces = env_spaces("Pendulum-v1" if name == "sac" else "CartPole-v1")
+    with pytest.raises(TypeError, match=rf"config must be an? {name}\.Config, got a NoneType"):
+        module.make_agent(None, spaces)
+    with pytest.raises(TypeError, match=rf"config must be an? {name}\.Config, got an? (ppo|a2c)\.Config"):
+        module.make_agent((ppo if module is a2c else a2c).Config(), spaces)

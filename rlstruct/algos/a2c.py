@@ -24,7 +24,7 @@ from typing import Any, ClassVar, cast
 import torch
 
 from rlstruct.agent import Agent, replay_agent
-from rlstruct.algos.agents import ACTOR_CRITIC_FIELDS, on_policy_agent
+from rlstruct.algos.agents import ACTOR_CRITIC_FIELDS, check_spaces, on_policy_agent
 from rlstruct.algos.config import (
     TrainConfig,
     annealed,
@@ -112,7 +112,13 @@ def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]
 
     ``config.agent``'s class if set, else an ``ActorCritic`` (see ``rlstruct.algos.agents.on_policy_agent``)
     whose value head ends in a ``ValueNormalizer`` with ``config.value_norm``.
+
+    Raises:
+        TypeError: if ``config`` is not this module's ``Config`` or ``spaces`` not an ``EnvSpaces``.
+        AgentError: for an agent A2C cannot train.
     """
+    check_config_class("a2c", config, Config)
+    check_spaces(spaces, "a2c")
     return on_policy_agent(config, spaces, "a2c", value_norm=config.value_norm)
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "agent_class",
     "agent_name",
     "agent_observation_keys",
+    "check_spaces",
     "observation_args",
     "on_policy_agent",
     "own_agent",
@@ -214,6 +215,20 @@ def named_agent(config: Any, learner: str | None = None) -> type[Agent] | None:
             )
         return None
     return agent_class(config.agent)
+
+
+def check_spaces(spaces: object, learner: str) -> None:
+    """Raise a TypeError unless ``spaces``, the second argument of ``make_agent(config, spaces)``, is an ``EnvSpaces``.
+
+    Raises:
+        TypeError: naming ``spaces``, what it must be (what
+            ``env_spaces(config.env)`` returns) and what was given.
+    """
+    if not isinstance(spaces, EnvSpaces):
+        raise TypeError(
+            f"{learner}: make_agent's spaces must be an EnvSpaces (what "
+            f"rlstruct.algos.evaluation.env_spaces(config.env) returns), got {describe(spaces)}"
+        )
 
 
 def own_agent(

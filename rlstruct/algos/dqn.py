@@ -42,7 +42,7 @@ from typing import Any, cast
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.algos.agents import agent_observation_keys, observation_args, own_agent
+from rlstruct.algos.agents import agent_observation_keys, check_spaces, observation_args, own_agent
 from rlstruct.algos.config import (
     TrainConfig,
     annealed,
@@ -325,8 +325,11 @@ def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]
         (the batchers') and rebuild it (``load_run``).
 
     Raises:
+        TypeError: if ``config`` is not this module's ``Config`` or ``spaces`` not an ``EnvSpaces``.
         AgentError: for an agent DQN cannot train.
     """
+    check_config_class("dqn", config, Config)
+    check_spaces(spaces, "dqn")
     own = own_agent(config, spaces, "dqn", check_recurrent_q_agent if config.recurrent else check_q_agent)
     if own is not None:
         return own

@@ -29,7 +29,7 @@ from typing import Any, cast
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.algos.agents import ACTOR_CRITIC_FIELDS, on_policy_agent
+from rlstruct.algos.agents import ACTOR_CRITIC_FIELDS, check_spaces, on_policy_agent
 from rlstruct.algos.config import (
     TrainConfig,
     annealed,
@@ -112,7 +112,13 @@ def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]
     """The agent ``train`` trains for ``config`` on an environment of ``spaces``, and its arguments.
 
     ``config.agent``'s class if set, else an ``ActorCritic`` (see ``rlstruct.algos.agents.on_policy_agent``).
+
+    Raises:
+        TypeError: if ``config`` is not this module's ``Config`` or ``spaces`` not an ``EnvSpaces``.
+        AgentError: for an agent IMPALA cannot train.
     """
+    check_config_class("impala", config, Config)
+    check_spaces(spaces, "impala")
     return on_policy_agent(config, spaces, "impala")
 
 

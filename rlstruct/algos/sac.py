@@ -31,7 +31,7 @@ from typing import Any, cast
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.algos.agents import agent_observation_keys, observation_args, own_agent
+from rlstruct.algos.agents import agent_observation_keys, check_spaces, observation_args, own_agent
 from rlstruct.algos.config import (
     TrainConfig,
     check_config,
@@ -151,8 +151,11 @@ def make_agent(config: Config, spaces: EnvSpaces) -> tuple[Agent, dict[str, Any]
         (the batchers') and rebuild it (``load_run``).
 
     Raises:
+        TypeError: if ``config`` is not this module's ``Config`` or ``spaces`` not an ``EnvSpaces``.
         AgentError: for an agent SAC cannot train.
     """
+    check_config_class("sac", config, Config)
+    check_spaces(spaces, "sac")
     own = own_agent(config, spaces, "sac", check_recurrent_sac_agent if config.recurrent else check_sac_agent)
     if own is not None:
         return own
