@@ -504,3 +504,52 @@ def test_a_network_names_observations_of_another_size_than_it_was_made_for(netwo
     own = make(encoder=TwoFeatures())
     with pytest.raises(ValueError, match=message("but the network was made for 3 (its encoder's out_dim)")):
         run(own, {"observation": torch.zeros(3, 4)})
+
+
+class DoubleFeatures(torch.nn.Module):
+    """A user's encoder that gives its 3 features in float64, not the float32 its protocol says."""
+
+    keys = ("observation",)
+    out_dim = 3
+
+    def forward(self, observation: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return observation["observation"].to(torch.float64)
+
+
+@pytest.mark.parametrize("network", ["ActorCritic", "QNetwork", "SquashedGaussianActor", "TwinQ"])
+def test_an_encoder_returning_float64_features_is_named_with_both_dtypes(network: str) -> None:
+    from rlstruct.learning.actor_critic import ActorCritic
+    from rlstruct.learning.q_learning import QNetwork
+    from rlstruct.learning.soft_actor_critic import SquashedGaussianActor, TwinQ
+
+    observation = {"observation": torch.zeros(2, 3)}
+    if network == "ActorCritic":
+        model = ActorCritic(n_actions=2, encoder=DoubleFeatures())
+        run = lambda: model.normalized(observation)  # noqa: E731
+    elif network == "QNetwork":
+        q = QNetwork(n_actions=2, encoder=DoubleFeatures())
+        run = lambda: q.q_values(observation)  # noqa: E731
+    elif network == "SquashedGaussianActor":
+        actor = SquashedGaussianActor(action_low=[-1.0], action_high=[1.0], encoder=DoubleFeatures())
+        run = lambda: actor.distribution(observation)  # noqa: E731
+    else:
+        critic = TwinQ(action_dim=1, encoder=DoubleFeatures())
+        run = lambda: critic(observation, torch.zeros(2, 1))  # noqa: E731
+    with pytest.raises(  # was torch's "mat1 and mat2 must have the same dtype, but got Double and Float"
+        TypeError,
+        match=message(
+            f"{network}: the encoder DoubleFeatures must return float32 features [N, out_dim] (torch.float32, "
+            "the dtype of the network's layers), got a tensor of shape (2, 3), dtype torch.float64, device cpu"
+        ),
+    ):
+        run()
+
+
+def test_the_observation_statistics_name_an_encoder_returning_float64_features() -> None:
+    from rlstruct.learning.actor_critic import ActorCritic
+    from rlstruct.temporal import TemporalDictTensor
+
+    agent = ActorCritic(n_actions=2, encoder=DoubleFeatures(), normalize=True)
+    steps = TemporalDictTensor({"observation": torch.zeros(2, 4, 3)}, torch.tensor([4, 2]))
+    with pytest.raises(TypeError, match=message("the encoder DoubleFeatures must return float32 features")):
+        agent.update_obs_norm(steps)  # was merged into the float64 statistics as it came

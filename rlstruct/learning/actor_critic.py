@@ -450,8 +450,9 @@ class ActorCritic(Agent):
         mask = steps.mask()
         if self.encoder is None:
             return steps["observation"][mask].flatten(1)
-        features: torch.Tensor = self.encoder({k: steps[k][mask] for k in self.observation_keys})
-        return features
+        return encode(
+            self.encoder, {k: steps[k][mask] for k in self.observation_keys}, self.in_features, "ActorCritic"
+        )
 
     @torch.no_grad()
     def update_obs_norm(self, steps: TemporalDictTensor) -> None:

@@ -455,10 +455,20 @@ def encode(
         flattened to ``[N, d]``.
 
     Raises:
+        TypeError: if ``encoder`` returns something other than a float32
+            tensor (any floating dtype while autocast is on).
         ValueError: if ``features`` is given and the observations give another ``d``.
     """
     if encoder is not None:
         out: torch.Tensor = encoder(observation)
+        if not isinstance(out, torch.Tensor) or (
+            out.dtype != torch.float32
+            and not (out.is_floating_point() and torch.is_autocast_enabled(out.device.type))
+        ):  # the network's layers are float32: torch would only say "mat1 and mat2 must have the same dtype"
+            raise TypeError(
+                f"{owner}: the encoder {type(encoder).__name__} must return float32 features [N, out_dim] "
+                f"(torch.float32, the dtype of the network's layers), got {describe(out)}"
+            )
     else:
         flat = observation if isinstance(observation, torch.Tensor) else observation["observation"]
         flat = flat.to(torch.float32)
