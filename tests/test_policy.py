@@ -462,14 +462,38 @@ def cartpole_policy() -> Policy:
             "Policy.act: observation must be a numpy array or a tensor of shape (4,) and dtype torch.float32, "
             "as its box space declares; got a str",
         ),
+        (
+            np.array(["a", "b", "c", "d"]),
+            TypeError,
+            "Policy.act: observation must have shape (4,) and dtype torch.float32, as its box space declares; "
+            "got a numpy array of dtype <U1",
+        ),
+        (
+            np.zeros(4, dtype="datetime64[s]"),
+            TypeError,
+            "Policy.act: observation must have shape (4,) and dtype torch.float32, as its box space declares; "
+            "got a numpy array of dtype datetime64[s]",
+        ),
     ],
-    ids=["shape", "batch", "dtype", "type"],
+    ids=["shape", "batch", "dtype", "type", "strings", "datetime"],
 )
 def test_a_bad_observation_names_what_was_expected_and_received(
     observation: Any, error: type, text: str
 ) -> None:
     with pytest.raises(error, match=message(text) + "$"):
         cartpole_policy().act(observation)
+
+
+def test_a_read_only_or_big_endian_array_is_read_as_any_other() -> None:
+    policy = cartpole_policy()
+    observation = np.array([0.1, -0.2, 0.03, 0.4], dtype=np.float32)
+    expected = policy.act(observation)
+    read_only = observation.copy()
+    read_only.setflags(write=False)  # np.frombuffer, a broadcast: torch warned that it cannot write to it
+    big_endian = observation.astype(">f4")  # torch refused it: "byte order different from the native"
+    assert policy.act(read_only) == expected
+    assert policy.act(big_endian) == expected
+    assert policy.act(np.zeros(8, dtype=np.float32)[::2]) == policy.act(np.zeros(4, dtype=np.float32))
 
 
 @pytest.mark.parametrize("greedy", [True, False])

@@ -288,7 +288,19 @@ class Policy:
                 raise TypeError(
                     f"Policy.act: {name} must be a numpy array or a tensor of {expected}; got {describe(value)}"
                 )
-            tensor = torch.from_numpy(array if array.flags.c_contiguous else array.copy())
+            if array.dtype.kind not in "biufc":  # str, datetime, ...: no tensor holds them
+                raise TypeError(
+                    f"Policy.act: {name} must have {expected}; got a numpy array of dtype {array.dtype}"
+                )
+            if not (array.flags.c_contiguous and array.flags.writeable and array.dtype.isnative):
+                # torch takes neither another byte order nor, without a warning, a read-only array
+                array = np.array(array, dtype=array.dtype.newbyteorder("="), order="C")
+            try:
+                tensor = torch.from_numpy(array)
+            except TypeError as error:  # a dtype torch has not: longdouble, ...
+                raise TypeError(
+                    f"Policy.act: {name} must have {expected}; got a numpy array of dtype {array.dtype}"
+                ) from error
         if space.kind in _DISCRETE and not tensor.dtype.is_floating_point and tensor.dtype != torch.bool:
             tensor = tensor.to(space.dtype)  # an environment's int, int32...: the same_kind cast GymEnv makes
         if tensor.dtype != space.dtype:
