@@ -304,6 +304,35 @@ def test_load_run_says_which_config_it_cannot_read(tmp_path: Path) -> None:
             load_run(run_dir)
 
 
+def test_load_run_names_a_damaged_config_or_checkpoint_file(tmp_path: Path, capsys: Capture) -> None:
+    run_dir = tmp_path / "run"
+    save_run(run_dir, ppo, ppo.Config(env="CartPole-v1"))
+    config, checkpoint = run_dir / "config.json", run_dir / "checkpoint.pt"
+    text, weights = config.read_text(), torch.load(checkpoint)
+    config.write_bytes(b"\xff\xfe{}")  # not UTF-8: the error named neither the file nor JSON
+    with pytest.raises(
+        ValueError, match=re.escape(f"{str(config)!r} is not valid JSON ('utf-8' codec can't")
+    ):
+        load_run(run_dir)
+    assert cli_main(["eval", str(run_dir)]) == 2
+    assert one_line_error(capsys).startswith(f"rlstruct eval: {str(config)!r} is not valid JSON")
+    config.write_text(text)
+    torch.save({**weights, "model": [1.0]}, checkpoint)  # was torch's TypeError from load_state_dict
+    expected = f"{str(checkpoint)!r} must hold the 'model' weights as a state dict, got a list"
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        load_run(run_dir)
+    assert cli_main(["eval", str(run_dir)]) == 2
+    assert one_line_error(capsys) == f"rlstruct eval: {expected}\n"
+    torch.save({**weights, "env_steps": "abc"}, checkpoint)  # was "invalid literal for int()", naming no file
+    with pytest.raises(
+        ValueError,
+        match=re.escape(f"{str(checkpoint)!r} must hold env_steps as a non-negative int, got 'abc'"),
+    ):
+        load_run(run_dir)
+    torch.save({**weights, "env_steps": torch.tensor(77)}, checkpoint)  # a counter kept as a tensor
+    assert load_run(run_dir).env_steps == 77
+
+
 @pytest.mark.parametrize(
     ("run_dir", "error", "text"),
     [

@@ -25,9 +25,12 @@ import importlib
 import json
 import os
 import pickle
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from rlstruct.agent import Agent
 from rlstruct.algos.config import ALGORITHMS, TrainConfig, check_field_types, stored_config
@@ -35,7 +38,7 @@ from rlstruct.algos.evaluation import EvalResult, Evaluator, env_spaces, eval_se
 from rlstruct.algos.recording import Recording, record_episode
 from rlstruct.batchers import cpu_weights
 from rlstruct.checkpoint import load_checkpoint
-from rlstruct.checks import check_int
+from rlstruct.checks import check_int, is_int
 from rlstruct.errors import describe
 from rlstruct.logger import CHECKPOINT_NAME, CONFIG_NAME
 from rlstruct.seeding import SEEDS
@@ -226,7 +229,7 @@ def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> Sav
         )
     try:
         data = json.loads(config_path.read_text())
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:  # a damaged or binary file
         raise ValueError(f"{str(config_path)!r} is not valid JSON ({error})") from error
     if not isinstance(data, dict):
         raise ValueError(f"{str(config_path)!r} must hold a JSON object, got {type(data).__name__}")
@@ -254,6 +257,10 @@ def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> Sav
         raise ValueError(f"{str(checkpoint_path)!r} holds objects other than weights: {error}") from error
     if "model" not in state:
         raise ValueError(f"{str(checkpoint_path)!r} holds no 'model' weights; it holds {sorted(state)}")
+    if not isinstance(state["model"], Mapping):  # not what save_checkpoint stores for a module
+        raise ValueError(
+            f"{str(checkpoint_path)!r} must hold the 'model' weights as a state dict, got {describe(state['model'])}"
+        )
     try:
         agent.load_state_dict(state["model"])
     except RuntimeError as error:  # missing, unexpected or mis-shaped weights
@@ -261,4 +268,11 @@ def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> Sav
             f"{str(checkpoint_path)!r} does not fit the {algo} agent {CONFIG_NAME} describes: "
             f"{' '.join(str(error).split())}"
         ) from error
-    return SavedRun(path, algo, config, agent, agent_args, int(state.get("env_steps", 0)))
+    env_steps = state.get("env_steps", 0)
+    if isinstance(env_steps, torch.Tensor) and env_steps.numel() == 1 and not env_steps.is_floating_point():
+        env_steps = env_steps.item()  # a counter kept as a tensor
+    if not is_int(env_steps) or env_steps < 0:
+        raise ValueError(
+            f"{str(checkpoint_path)!r} must hold env_steps as a non-negative int, got {env_steps!r}"
+        )
+    return SavedRun(path, algo, config, agent, agent_args, int(env_steps))
