@@ -376,8 +376,9 @@ def plot_csv(
 
     Raises:
         ValueError: if ``y`` is empty, a column is missing from the file, a
-            column in ``y`` has no value where ``x`` has one, or ``path`` is
-            empty or a folder.
+            column in ``y`` has no value where ``x`` has one, a cell read is
+            not a number (the message names its row and column), or ``path``
+            is empty, a folder or of a format matplotlib does not write.
         FileNotFoundError: if ``csv_path`` does not exist, is a folder without
             a ``progress.csv``, or ``path``'s folder does not exist.
     """
@@ -462,8 +463,9 @@ def plot_runs(
         ValueError: if ``run_dirs`` or ``y`` is empty or a run directory is
             ``""``, no run has every
             column of ``y`` and ``x`` with a value to plot (the message names
-            the first run's file and lists its columns), or ``path`` is empty
-            or a folder.
+            the first run's file and lists its columns), a cell read is not
+            a number, or ``path`` is empty, a folder or of a format matplotlib
+            does not write.
 
     Warns:
         UserWarning: naming the runs left out, when others are drawn.
@@ -554,38 +556,54 @@ def _read_curves(
 ) -> dict[str, list[tuple[float, float]]]:
     """The (x, y) points of each column of ``names`` (required) and ``optional`` (if present), by column."""
     with csv_path.open(newline="") as file:
-        reader = csv.DictReader(file)
+        reader = csv.DictReader(
+            file, restval=""
+        )  # a row cut short (a run killed as it wrote) lacks its last cells
         rows = list(reader)
         columns = list(reader.fieldnames or [])
     missing = [name for name in [x, *names] if name not in columns]
     if missing:
         raise ValueError(f"{prefix}{str(csv_path)!r} has no column {missing[0]!r}; its columns are {columns}")
-    xs: list[str | float] = [row[x] for row in rows]
+    plotted = [*names, *(o for o in optional if o in columns and o not in names)]
+    read = {x, *plotted, *(["step"] if interpolate_x and "step" in columns else [])}
+    table = {name: _numbers(csv_path, rows, name, prefix) for name in read}
+    xs = table[x]
     if interpolate_x and "step" in columns:
         known = sorted(
-            (float(row["step"]), float(row[x])) for row in rows if row[x] != "" and row["step"] != ""
+            (step, value)
+            for step, value in zip(table["step"], xs, strict=True)
+            if step is not None and value is not None
         )
         if known:
             steps, values = zip(*known, strict=True)
             xs = [
-                value
-                if value != "" or row["step"] == ""
-                else float(np.interp(float(row["step"]), steps, values))
-                for value, row in zip(xs, rows, strict=True)
+                value if value is not None or step is None else float(np.interp(step, steps, values))
+                for value, step in zip(xs, table["step"], strict=True)
             ]
     curves = {}
-    for name in [*names, *(o for o in optional if o in columns and o not in names)]:
-        points = [
-            (float(v), float(row[name]))
-            for v, row in zip(xs, rows, strict=True)
-            if v != "" and row[name] != ""
-        ]
+    for name in plotted:
+        points = [(v, w) for v, w in zip(xs, table[name], strict=True) if v is not None and w is not None]
         if not points:
             raise ValueError(
                 f"{prefix}column {name!r} of {str(csv_path)!r} has no value to plot against {x!r}"
             )
         curves[name] = points
     return curves
+
+
+def _numbers(csv_path: Path, rows: Sequence[Mapping[str, str]], name: str, prefix: str) -> list[float | None]:
+    """The cells of column ``name`` as floats, None where empty; a ValueError names a cell that is no number."""
+    numbers: list[float | None] = []
+    for row_number, row in enumerate(rows, start=1):
+        cell = row[name]
+        try:
+            numbers.append(None if cell == "" else float(cell))
+        except ValueError:
+            raise ValueError(
+                f"{prefix}{str(csv_path)!r} holds {cell!r} in column {name!r} of row {row_number}, "
+                "where a number was expected"
+            ) from None
+    return numbers
 
 
 def _column_names(name: str, value: object) -> list[str]:
@@ -607,8 +625,9 @@ def _image_path(path: str | os.PathLike[str], name: str) -> Path:
         name: how the caller's argument is called, for the messages.
 
     Raises:
-        ValueError: if ``path`` is empty, an existing folder, or a file that
-            cannot be written (``cannot_write``).
+        ValueError: if ``path`` is empty, an existing folder, a file of a
+            format matplotlib does not write (``.txt``), or a file that cannot
+            be written (``cannot_write``).
         FileNotFoundError: if its folder does not exist.
 
     Examples:
@@ -623,6 +642,14 @@ def _image_path(path: str | os.PathLike[str], name: str) -> Path:
     if not image.resolve().parent.is_dir():
         raise FileNotFoundError(f"{name}: the folder {str(image.parent)!r} does not exist")
     image = image if image.suffix else image.with_name(image.name + ".png")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if image.suffix[1:].lower() not in formats:  # found before the runs are read, not by matplotlib
+        raise ValueError(
+            f"{name} must name an image file of a format matplotlib writes ({', '.join(sorted(formats))}), "
+            f"got {str(image)!r}"
+        )
     if why := cannot_write(image):  # found before the runs are read, not by matplotlib
         raise ValueError(f"{name} {str(image)!r} cannot be written: {why}")
     return image

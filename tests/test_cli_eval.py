@@ -400,6 +400,17 @@ def test_plot_errors_name_the_path_and_what_is_missing(
         f"rlstruct plot: {str(ppo_run[0] / 'progress.csv')!r} has no column 'nope'; its columns are ['step', "
     )
     assert not (tmp_path / "learning_curves.png").exists()
+    text = tmp_path / "curves.txt"  # was matplotlib's message, once the runs were read
+    assert cli_main(["plot", str(ppo_run[0]), "--out", str(text)]) == 2
+    assert one_line_error(capsys).startswith(
+        "rlstruct plot: --out must name an image file of a format matplotlib"
+    )
+    damaged = tmp_path / "damaged"
+    shutil.copytree(ppo_run[0], damaged)
+    with (damaged / "progress.csv").open("a") as file:
+        file.write("9999,1")  # a run killed as it wrote its last row
+    assert cli_main(["plot", str(damaged), "--out", str(tmp_path / "curves.png")]) == 0  # was a traceback
+    assert capsys.readouterr().out == f"{tmp_path / 'curves.png'}\n"
 
 
 def test_an_empty_run_dir_is_named_as_typed(ppo_run: tuple[Path, dict[str, Any]], capsys: Capture) -> None:

@@ -239,6 +239,45 @@ def test_plot_runs_overlays_runs_and_plots_optional_columns_where_present(tmp_pa
         plot_runs(runs, "eval_return_mean", path=tmp_path / "e" / "o.png")
 
 
+def test_a_row_cut_short_is_plotted_as_far_as_it_goes(tmp_path: Path) -> None:
+    """A run killed while it wrote its last row: its cells left out, as empty ones are (was float(None))."""
+    (tmp_path / "progress.csv").write_text("step,env_steps,eval_return_mean\n1,100,2.0\n2,200,3.0\n3,30")
+    assert plot_csv(tmp_path, "eval_return_mean", x="env_steps").read_bytes().startswith(PNG_SIGNATURE)
+    path = plot_runs([tmp_path], "eval_return_mean", path=tmp_path / "runs.png")
+    assert path.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_a_cell_that_is_no_number_is_named_by_row_and_column(tmp_path: Path) -> None:
+    csv_path = tmp_path / "progress.csv"
+    csv_path.write_text("step,env_steps,eval_return_mean\n1,100,2.0\n2,200,high\n")
+    where = (
+        f"{str(csv_path)!r} holds 'high' in column 'eval_return_mean' of row 2, where a number was expected"
+    )
+    with pytest.raises(
+        ValueError, match=message(f"plot_csv: {where}")
+    ):  # was "could not convert string to float"
+        plot_csv(csv_path, "eval_return_mean")
+    with pytest.raises(ValueError, match=message(where)):
+        plot_runs([tmp_path], "eval_return_mean", path=tmp_path / "runs.png")
+
+
+def test_an_image_of_a_format_matplotlib_does_not_write_is_refused_before_reading(tmp_path: Path) -> None:
+    (tmp_path / "progress.csv").write_text("step,env_steps,eval_return_mean\n1,100,2.0\n")
+    for plot, name in (
+        (lambda path: plot_csv(tmp_path, "eval_return_mean", path=path), "plot_csv: path"),
+        (lambda path: plot_runs([tmp_path], "eval_return_mean", path=path), "plot_runs: path"),
+    ):
+        with pytest.raises(  # was matplotlib's "Format 'txt' is not supported", after reading the runs
+            ValueError,
+            match=message(f"{name} must name an image file of a format matplotlib writes (")
+            + r"[a-z, ]*\bpng\b[a-z, ]*"
+            + message(f"), got {str(tmp_path / 'curve.txt')!r}"),
+        ):
+            plot(tmp_path / "curve.txt")
+        assert not (tmp_path / "curve.txt").exists()
+        assert plot(tmp_path / "curve.SVG").read_bytes().lstrip().startswith(b"<?xml")
+
+
 def test_progress_goes_through_the_logger(tmp_path: Path) -> None:
     stream = io.StringIO()
     with Logger(tmp_path, tensorboard=False, progress=Progress(1000, stream=stream)) as logger:
