@@ -163,9 +163,15 @@ class Logger:
             or ``progress`` neither a bool nor a ``Progress``.
         ValueError: if ``total_steps`` is given with a ``Progress`` of your
             own, ``purge_step`` is not a non-negative int, or an existing
-            ``progress.csv`` has no ``step`` first column.
+            ``progress.csv`` has no ``step`` first column (or, with
+            ``purge_step``, a row whose step is not an int).
         ImportError: if ``tensorboard`` is True and the ``tensorboard``
             package is missing.
+
+    Warns:
+        UserWarning: when an existing ``progress.csv`` ends in an unfinished
+            row (a run killed as it wrote it), which is dropped rather than
+            joined to the next row written.
     """
 
     def __init__(
@@ -222,7 +228,17 @@ class Logger:
         if not self.csv_path.exists():
             return ["step"]
         with self.csv_path.open(newline="") as file:
-            rows = list(csv.reader(file))
+            text = file.read()
+        if text and not text.endswith("\n"):  # a run killed as it wrote a row: the next would be glued to it
+            complete = text[: text.rfind("\n") + 1]
+            warnings.warn(
+                f"Logger: {str(self.csv_path)!r} ends in an unfinished row, {text[len(complete) :]!r}, "
+                "left by a run stopped as it wrote it; the row is dropped",
+                stacklevel=3,
+            )
+            text = complete
+            _write_atomically(self.csv_path, text)
+        rows = [row for row in csv.reader(io.StringIO(text, newline="")) if row]
         if not rows:
             return ["step"]
         if rows[0][:1] != ["step"]:
@@ -230,10 +246,24 @@ class Logger:
                 f"Logger: {str(self.csv_path)!r} must have 'step' as its first column, got header {rows[0]}"
             )
         if purge_step is not None:
-            kept = [row for row in rows[1:] if int(row[0]) < purge_step]
+            kept = [
+                row
+                for number, row in enumerate(rows[1:], start=1)
+                if self._row_step(row, number) < purge_step
+            ]
             if len(kept) < len(rows) - 1:
                 _write_atomically(self.csv_path, _csv_text([rows[0], *kept]))
         return rows[0]
+
+    def _row_step(self, row: list[str], row_number: int) -> int:
+        """The step of a row of an existing progress.csv (row 1 the first under the header)."""
+        try:
+            return int(row[0])
+        except ValueError:
+            raise ValueError(
+                f"Logger: {str(self.csv_path)!r} holds {row[0]!r} as the step of row {row_number}, "
+                "where a non-negative int was expected"
+            ) from None
 
     def log(self, step: int, **scalars: float) -> None:
         """Write one row to ``progress.csv`` (flushed at once) and each scalar to TensorBoard.

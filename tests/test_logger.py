@@ -112,6 +112,36 @@ def test_a_resumed_run_without_purge_step_keeps_every_row(tmp_path: Path) -> Non
     assert read_csv(tmp_path / "progress.csv") == [["step", "loss"], ["1", "1.0"], ["1", "2.0"]]
 
 
+@pytest.mark.parametrize("purge_step", [None, 5])
+def test_a_row_left_unfinished_by_a_killed_run_is_dropped_not_glued_to_the_next(
+    tmp_path: Path, purge_step: int | None
+) -> None:
+    (tmp_path / "progress.csv").write_text("step,loss\n1,0.5\n2,0.2")  # killed while writing 2,0.25
+    with pytest.warns(
+        UserWarning,
+        match=message(
+            f"Logger: {str(tmp_path / 'progress.csv')!r} ends in an unfinished row, '2,0.2', left by"
+        ),
+    ):
+        logger = quiet_logger(tmp_path, tensorboard=False, purge_step=purge_step)
+    with logger:
+        logger.log(6, loss=1.0)
+    # was ["2", "0.26", "1.0"]: a step-2 row with the wrong loss and a cell more than the header
+    assert read_csv(tmp_path / "progress.csv") == [["step", "loss"], ["1", "0.5"], ["6", "1.0"]]
+
+
+def test_a_resumed_csv_with_a_step_that_is_no_int_is_named(tmp_path: Path) -> None:
+    (tmp_path / "progress.csv").write_text("step,loss\n1,0.5\n\nxx,3\n")
+    with pytest.raises(  # was "invalid literal for int() with base 10: 'xx'"
+        ValueError,
+        match=message(
+            f"Logger: {str(tmp_path / 'progress.csv')!r} holds 'xx' as the step of row 2, "
+            "where a non-negative int was expected"
+        ),
+    ):
+        quiet_logger(tmp_path, tensorboard=False, purge_step=3)
+
+
 @dataclasses.dataclass
 class Config:
     lr: float = 3e-4
