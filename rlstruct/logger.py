@@ -278,8 +278,9 @@ class Logger:
                 (``loss/policy``).
 
         Raises:
-            ValueError: if ``step`` is not a non-negative int, no scalar is
-                given, or a value is a tensor with more than one element.
+            ValueError: if ``step`` is not a non-negative int below 2**63, no
+                scalar is given, a name is empty, or a value is a tensor with
+                more than one element.
             TypeError: if a value is not a real number.
             RuntimeError: after ``close``.
         """
@@ -288,6 +289,8 @@ class Logger:
         step = step_value(step, "Logger.log")
         if not scalars:
             raise ValueError("Logger.log: expected at least one scalar, as name=value, got none")
+        if "" in scalars:  # a column without a name, that no plot could ask for
+            raise ValueError("Logger.log: a scalar's name must not be empty, got the name ''")
         values = {name: scalar_value(name, value, "Logger.log") for name, value in scalars.items()}
         new = [name for name in values if name not in self._columns]
         if new:

@@ -43,11 +43,16 @@ def step_value(step: object, where: str) -> int:
 
     Raises:
         ValueError: if ``step`` is not a non-negative integer (an int or a
-            NumPy integer; not a bool).
+            NumPy integer; not a bool) below 2**63 (TensorBoard's steps are int64).
     """
     if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
         raise ValueError(f"{where}: step must be a non-negative int, got {step!r}")
-    return int(step)
+    value = int(step)
+    if value >= 2**63:  # TensorBoard's int64: refused here, before a row is half written
+        raise ValueError(
+            f"{where}: step must be below 2**63 (an int64, as TensorBoard keeps it), got {step!r}"
+        )
+    return value
 
 
 def scalar_value(name: str, value: object, where: str) -> int | float:

@@ -357,6 +357,24 @@ def test_importing_rlstruct_does_not_import_tensorboard_or_matplotlib() -> None:
     assert result.stdout.strip() == "[]"
 
 
+def test_a_step_tensorboard_cannot_keep_or_an_empty_name_writes_nothing(tmp_path: Path) -> None:
+    with quiet_logger(tmp_path) as logger:
+        logger.log(1, loss=1.0)
+        with pytest.raises(  # was a row written to progress.csv, then TensorBoard's "Value out of range"
+            ValueError,
+            match=message(
+                "Logger.log: step must be below 2**63 (an int64, as TensorBoard keeps it), got 9223372036854775808"
+            ),
+        ):
+            logger.log(2**63, loss=1.0)
+        with pytest.raises(
+            ValueError, match=message("Logger.log: a scalar's name must not be empty, got the name ''")
+        ):
+            logger.log(2, **{"": 1.0})  # was a column with an empty header
+        logger.log(2**63 - 1, loss=2.0)
+    assert read_csv(tmp_path / "progress.csv") == [["step", "loss"], ["1", "1.0"], [str(2**63 - 1), "2.0"]]
+
+
 def test_errors_name_the_argument(tmp_path: Path) -> None:
     with pytest.raises(
         TypeError, match=message("Logger: config must be a mapping, a dataclass instance or None, got a list")
