@@ -260,6 +260,38 @@ def test_check_refuses_a_resume_of_another_run_or_of_other_settings(tmp_path: Pa
         ppo.check(dataclasses.replace(config, resume=str(ran), total_steps=512, lr=0.1))
 
 
+def test_a_resume_of_nothing_or_of_an_unreadable_config_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = ppo.Config(env="CartPole-v1", total_steps=256, progress=False, run_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match=re.escape("config.resume must name a run directory, got ''")):
+        ppo.check(dataclasses.replace(config, resume=""))  # was the current folder's config.json
+    assert cli(["train", "ppo", "--resume", ""]) == 2
+    assert capsys.readouterr().err.startswith(
+        "rlstruct train ppo: --resume must name a run directory, got ''"
+    )
+    binary = tmp_path / "binary"
+    binary.mkdir()
+    (binary / "config.json").write_bytes(b"\xff\xfe{}")
+    path = str(binary / "config.json")
+    with pytest.raises(
+        ConfigError, match=re.escape(f"config.resume: {path!r} cannot be read ('utf-8' codec")
+    ):
+        ppo.check(dataclasses.replace(config, resume=str(binary)))
+    assert cli(["train", "ppo", "--resume", str(binary)]) == 2  # was a UnicodeDecodeError's traceback
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(f"rlstruct train ppo: --resume: {path!r} is not valid JSON ('utf-8' codec")
+        and err.count("\n") == 1
+    )
+    folder = tmp_path / "folder"
+    (folder / "config.json").mkdir(parents=True)
+    assert cli(["train", "ppo", "--resume", str(folder)]) == 2  # was an IsADirectoryError's traceback
+    assert capsys.readouterr().err.startswith(
+        f"rlstruct train ppo: --resume: {str(folder / 'config.json')!r} cannot be read (Is a directory)"
+    )
+
+
 def test_the_command_line_resumes_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run_dir = interrupted_run(tmp_path, monkeypatch)
     assert cli(["train", "ppo", "--resume", str(run_dir), "--no-progress"]) == 0

@@ -276,6 +276,8 @@ def check_resume(config: TrainConfig) -> None:
             folder, no readable config.json, or the fields that differ, with
             both values.
     """
+    if config.resume == "":  # not the current folder
+        raise ValueError("config.resume must name a run directory, got ''")
     folder = Path(config.resume or "")
     if not folder.is_dir():
         state = "is a file" if folder.exists() else "does not exist"
@@ -289,7 +291,7 @@ def check_resume(config: TrainConfig) -> None:
         raise ValueError(
             f"config.resume: {str(path)!r} does not exist; expected a run directory written by rlstruct train"
         ) from None
-    except (OSError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:  # a folder, a binary file, bad JSON
         raise ValueError(f"config.resume: {str(path)!r} cannot be read ({error})") from None
     names = {field.name for field in dataclasses.fields(config)}
     if not isinstance(stored, dict) or set(stored) - names:
@@ -854,6 +856,8 @@ def _resumed(
         parser.error(
             f"--resume continues a run with the settings of its config.json; drop {' '.join(others)}"
         )
+    if given["resume"] == "":  # not the current folder
+        parser.error("--resume must name a run directory, got ''")
     folder = Path(given["resume"])
     if not folder.is_dir():
         state = "is a file" if folder.exists() else "does not exist"
@@ -865,8 +869,10 @@ def _resumed(
         parser.error(
             f"--resume: {str(path)!r} does not exist; expected a run directory written by rlstruct train"
         )
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:  # a damaged or binary file
         parser.error(f"--resume: {str(path)!r} is not valid JSON ({error})")
+    except OSError as error:  # a folder named config.json, a file it may not read
+        parser.error(f"--resume: {str(path)!r} cannot be read ({error.strerror or error})")
     names = {f.name for f in dataclasses.fields(cls)}
     if not isinstance(stored, dict) or set(stored) - names:
         unknown = sorted(set(stored) - names) if isinstance(stored, dict) else stored
