@@ -159,12 +159,14 @@ class Logger:
             discarded, so that the resumed run does not log them twice.
 
     Raises:
-        TypeError: if ``config`` is neither a mapping nor a dataclass instance,
-            or ``progress`` neither a bool nor a ``Progress``.
-        ValueError: if ``total_steps`` is given with a ``Progress`` of your
-            own, ``purge_step`` is not a non-negative int, or an existing
-            ``progress.csv`` has no ``step`` first column (or, with
-            ``purge_step``, a row whose step is not an int).
+        TypeError: if ``run_dir`` is not a path, ``config`` is neither a
+            mapping nor a dataclass instance, or ``progress`` neither a bool
+            nor a ``Progress``.
+        ValueError: if ``run_dir`` is an existing file, ``total_steps`` is
+            given with a ``Progress`` of your own, ``purge_step`` is not a
+            non-negative int, or an existing ``progress.csv`` has no ``step``
+            first column (or, with ``purge_step``, a row whose step is not an
+            int).
         ImportError: if ``tensorboard`` is True and the ``tensorboard``
             package is missing.
 
@@ -205,7 +207,11 @@ class Logger:
             raise TypeError(f"Logger: progress must be a bool or a Progress, got a {type(progress).__name__}")
         if purge_step is not None:
             purge_step = step_value(purge_step, "Logger purge_step")
+        if not isinstance(run_dir, str | os.PathLike):
+            raise TypeError(f"Logger: run_dir must be a path (a str or os.PathLike), got {describe(run_dir)}")
         self.run_dir = Path(run_dir)
+        if self.run_dir.exists() and not self.run_dir.is_dir():  # mkdir would say only "File exists"
+            raise ValueError(f"Logger: run_dir {str(self.run_dir)!r} is a file; expected a run directory")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.csv_path = self.run_dir / CSV_NAME
         self.checkpoint_path = self.run_dir / CHECKPOINT_NAME

@@ -375,6 +375,19 @@ def test_a_step_tensorboard_cannot_keep_or_an_empty_name_writes_nothing(tmp_path
     assert read_csv(tmp_path / "progress.csv") == [["step", "loss"], ["1", "1.0"], [str(2**63 - 1), "2.0"]]
 
 
+def test_a_run_dir_that_is_a_file_or_no_path_is_named(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(  # was mkdir's FileExistsError: "[Errno 17] File exists"
+        ValueError,
+        match=message(f"Logger: run_dir {str(tmp_path / 'notes.txt')!r} is a file; expected a run directory"),
+    ):
+        quiet_logger(tmp_path / "notes.txt", tensorboard=False)
+    with pytest.raises(  # was Path's "expected str, bytes or os.PathLike object, not NoneType"
+        TypeError, match=message("Logger: run_dir must be a path (a str or os.PathLike), got a NoneType")
+    ):
+        quiet_logger(None, tensorboard=False)  # type: ignore[arg-type]
+
+
 def test_errors_name_the_argument(tmp_path: Path) -> None:
     with pytest.raises(
         TypeError, match=message("Logger: config must be a mapping, a dataclass instance or None, got a list")
