@@ -39,6 +39,7 @@ import os
 import pickle
 import random
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -72,24 +73,36 @@ def save_checkpoint(path: str | os.PathLike[str], **state: Any) -> None:
         **state: the named values to store.
 
     Raises:
-        TypeError: if ``path`` is not a str or a path.
-        ValueError: if no value is given.
+        TypeError: if ``path`` is not a path.
+        ValueError: if no value is given, or ``path`` is empty or a folder.
         FileNotFoundError: if the directory of ``path`` does not exist.
-        IsADirectoryError: if ``path`` is a directory.
+
+    Warns:
+        UserWarning: naming where a value holds a NumPy array or scalar,
+            which ``load_checkpoint`` reads back only with
+            ``weights_only=False``.
     """
     if not state:
         raise ValueError("save_checkpoint: expected at least one named value to store, got none")
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"save_checkpoint: path must be a str or a path, got {describe(path)}")
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"save_checkpoint: path must be a path (a str or os.PathLike), got {describe(path)}")
+    if os.fspath(path) in ("", b""):
+        raise ValueError("save_checkpoint: path must name the file to write, got ''")
     path = Path(path)
-    if path.is_dir():  # else the rename over it names only the temporary file
-        raise IsADirectoryError(
-            f"save_checkpoint: path {str(path)!r} is a directory; give the file to write in it, "
-            f"such as {str(path / 'checkpoint.pt')!r}"
-        )
+    if path.is_dir():
+        raise ValueError(f"save_checkpoint: path must name the file to write, got the folder {str(path)!r}")
     if not path.parent.is_dir():
         raise FileNotFoundError(f"save_checkpoint: the directory of path {str(path)!r} does not exist")
     stored = {name: _as_stored(value) for name, value in state.items()}
+    for name, value in stored.items():
+        if where := _numpy_in(value, name):
+            warnings.warn(
+                f"save_checkpoint: {where}, which load_checkpoint reads back only with weights_only=False "
+                "(torch.load(weights_only=True) refuses it); store a tensor (torch.from_numpy) or a Python "
+                "number (.item()) instead",
+                stacklevel=2,
+            )
+            break
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as file:
@@ -100,6 +113,23 @@ def save_checkpoint(path: str | os.PathLike[str], **state: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _numpy_in(value: Any, where: str) -> str:
+    """Where a NumPy array or scalar lies in ``value`` (``"x['best'] is a NumPy float32"``); empty if nowhere."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return f"{where} is a NumPy {type(value).__name__}"
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, (list, tuple))
+        else ()
+    )
+    for key, item in items:
+        if found := _numpy_in(item, f"{where}[{key!r}]"):
+            return found
+    return ""
 
 
 def _as_stored(value: Any) -> Any:
@@ -225,8 +255,11 @@ def set_rng_state(state: dict[str, Any], *generators: torch.Generator) -> None:
             the number of generators or of CUDA devices differs from when it
             was captured. To resume on a machine with other CUDA devices,
             inexactly, set ``state["cuda"] = []`` first.
-        TypeError: if a generator is not a ``torch.Generator``.
+        TypeError: if ``state`` is not a dict or a generator is not a
+            ``torch.Generator``.
     """
+    if not isinstance(state, dict):
+        raise TypeError(f"set_rng_state: state must be the dict rng_state returns, got {describe(state)}")
     missing = [key for key in _RNG_KEYS if key not in state]
     if missing:
         raise ValueError(f"set_rng_state: state must have the keys {list(_RNG_KEYS)}, missing {missing}")

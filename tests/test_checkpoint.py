@@ -252,13 +252,6 @@ def test_errors_name_the_argument(tmp_path: Path) -> None:
         save_checkpoint(tmp_path / "c.pt")
     with pytest.raises(FileNotFoundError, match="save_checkpoint: the directory of path"):
         save_checkpoint(tmp_path / "missing" / "c.pt", step=1)
-    # a directory: the rename over it named only the temporary file ('.tmp.xxx.tmp' -> '/tmp')
-    expected = f"save_checkpoint: path {str(tmp_path)!r} is a directory; give the file to write in it"
-    with pytest.raises(IsADirectoryError, match=message(expected)):
-        save_checkpoint(tmp_path, step=1)
-    with pytest.raises(TypeError, match=message("save_checkpoint: path must be a str or a path, got an int")):
-        save_checkpoint(3, step=1)  # type: ignore[arg-type]
-    assert list(tmp_path.iterdir()) == []  # nothing written
     save_checkpoint(tmp_path / "c.pt", step=1)
     with pytest.raises(ValueError, match=message("holds no value named 'model'; it holds ['step']")):
         load_checkpoint(tmp_path / "c.pt", model=torch.nn.Linear(1, 1))
@@ -281,6 +274,43 @@ def test_errors_name_the_argument(tmp_path: Path) -> None:
         set_rng_state({k: v for k, v in state.items() if k != "numpy"}, torch.Generator())
     with pytest.raises(ValueError, match=message("state holds the generators of 99 CUDA devices")):
         set_rng_state({**state, "cuda": [torch.get_rng_state()] * 99}, torch.Generator())
+
+
+def test_a_path_that_names_no_file_is_named_and_nothing_is_written(tmp_path: Path) -> None:
+    with pytest.raises(  # was os.replace's IsADirectoryError, naming the temporary file
+        ValueError,
+        match=message(f"save_checkpoint: path must name the file to write, got the folder {str(tmp_path)!r}"),
+    ):
+        save_checkpoint(tmp_path, step=1)
+    with pytest.raises(
+        ValueError, match=message("save_checkpoint: path must name the file to write, got ''")
+    ):
+        save_checkpoint("", step=1)  # was "Device or resource busy", renaming over the current folder
+    with pytest.raises(
+        TypeError,
+        match=message("save_checkpoint: path must be a path (a str or os.PathLike), got a NoneType"),
+    ):
+        save_checkpoint(None, step=1)  # type: ignore[arg-type]
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(  # was "argument of type 'NoneType' is not iterable"
+        TypeError, match=message("set_rng_state: state must be the dict rng_state returns, got a NoneType")
+    ):
+        set_rng_state(None)  # type: ignore[arg-type]
+
+
+def test_a_numpy_value_is_named_at_save_as_what_weights_only_refuses(tmp_path: Path) -> None:
+    path = tmp_path / "c.pt"
+    with pytest.warns(
+        UserWarning,
+        match=message(
+            "save_checkpoint: stats['best'][1] is a NumPy float32, which load_checkpoint reads back only with "
+            "weights_only=False"
+        ),
+    ):
+        save_checkpoint(path, step=1, stats={"best": [1.0, np.float32(2.0)]})
+    with pytest.raises(pickle.UnpicklingError):  # what the warning foretold
+        load_checkpoint(path)
+    assert load_checkpoint(path, weights_only=False)["stats"]["best"][1] == np.float32(2.0)
 
 
 @pytest.mark.parametrize(
