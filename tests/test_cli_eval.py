@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -331,6 +332,19 @@ def test_load_run_names_a_damaged_config_or_checkpoint_file(tmp_path: Path, caps
         load_run(run_dir)
     torch.save({**weights, "env_steps": torch.tensor(77)}, checkpoint)  # a counter kept as a tensor
     assert load_run(run_dir).env_steps == 77
+
+
+def test_evaluate_takes_a_numpy_int_of_episodes_as_it_takes_a_numpy_seed(tmp_path: Path) -> None:
+    save_run(tmp_path / "run", ppo, ppo.Config(env="CartPole-v1"))
+    run = load_run(tmp_path / "run")
+    # was "n_episodes must be a positive int, got np.int64(2)", while seed=np.int64(3) was taken
+    by_numpy = run.evaluate(np.int64(2), seed=np.int64(3))
+    assert by_numpy.returns == run.evaluate(2, seed=3).returns and len(by_numpy.returns) == 2
+    for bad in (True, 0, 1.0):
+        with pytest.raises(
+            ValueError, match=re.escape(f"SavedRun.evaluate: n_episodes must be a positive int, got {bad!r}")
+        ):
+            run.evaluate(bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

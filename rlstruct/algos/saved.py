@@ -101,11 +101,13 @@ class SavedRun:
             ``env_steps`` is the run's.
 
         Raises:
-            ValueError: if ``n_episodes`` is not a positive int.
+            ValueError: if ``n_episodes`` is not a positive int (a Python or
+                NumPy int; not a bool).
         """
         n = self.config.eval_episodes if n_episodes is None else n_episodes
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if not is_int(n) or n < 1:  # a NumPy int counts, a bool does not
             raise ValueError(f"SavedRun.evaluate: n_episodes must be a positive int, got {n!r}")
+        n = int(n)
         with Evaluator(
             type(self.agent),
             self.agent_args,
