@@ -35,6 +35,8 @@ from typing import TextIO
 
 import torch
 
+from rlstruct.errors import describe
+
 __all__ = ["Progress", "scalar_value", "step_value"]
 
 
@@ -107,8 +109,9 @@ class Progress:
             default (tests pass a fake one).
 
     Raises:
-        ValueError: if ``total`` is not a positive int or ``interval`` not a
-            positive number.
+        ValueError: if ``total`` is not a positive int (a Python or NumPy
+            int) or ``interval`` not a positive number.
+        TypeError: if ``stream`` has no ``write`` method.
     """
 
     def __init__(
@@ -119,15 +122,21 @@ class Progress:
         interval: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if total is not None and (not isinstance(total, int) or isinstance(total, bool) or total <= 0):
+        if total is not None and (
+            not isinstance(total, numbers.Integral) or isinstance(total, bool) or total <= 0
+        ):  # a NumPy int counts
             raise ValueError(f"Progress: total must be a positive int or None, got {total!r}")
+        if stream is not None and not callable(getattr(stream, "write", None)):  # else the first update fails
+            raise TypeError(
+                f"Progress: stream must be a text stream with a write method, got {describe(stream)}"
+            )
         if interval is not None and (
             isinstance(interval, bool) or not isinstance(interval, numbers.Real) or not interval > 0
         ):
             raise ValueError(
                 f"Progress: interval must be a positive number of seconds or None, got {interval!r}"
             )
-        self.total = total
+        self.total = None if total is None else int(total)
         self._stream = stream if stream is not None else sys.stderr
         isatty = getattr(self._stream, "isatty", None)
         self._tty = bool(isatty()) if callable(isatty) else False

@@ -135,3 +135,17 @@ def test_errors_name_the_argument() -> None:
     progress.close()
     with pytest.raises(RuntimeError, match=message("Progress.update: the progress line is closed")):
         progress.update(2)
+
+
+def test_a_numpy_total_is_taken_and_a_stream_without_write_is_named() -> None:
+    stream = io.StringIO()
+    progress = Progress(
+        np.int64(100), stream=stream
+    )  # was "total must be a positive int or None, got np.int64(100)"
+    assert progress.total == 100 and type(progress.total) is int
+    progress.update(50)
+    assert stream.getvalue().startswith("step 50/100 (50.0%)")
+    with pytest.raises(  # was accepted, then the first update's AttributeError: 'int' object has no attribute 'write'
+        TypeError, match=message("Progress: stream must be a text stream with a write method, got an int")
+    ):
+        Progress(stream=5)  # type: ignore[arg-type]
