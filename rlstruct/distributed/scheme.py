@@ -273,7 +273,9 @@ class Scheme:
         self._closed = False
         self._failed = False  # a start or a step failed: close() then kills the actors without waiting
         self._actors: list[Any] = []
-        self._ray_session: str | None = None  # the Ray session the actors live in, once there are actors
+        self._ray_session: tuple[str, str] | None = (
+            None  # the Ray instance and driver job of the actors, once made
+        )
         self.collection_actors: list[list[Any]] = []
         """The remote collection workers' Ray actors, a list per gradient worker (for inspection and fault drills)."""
         self.gradient_actors: list[Any] = []
@@ -333,7 +335,7 @@ class Scheme:
         resources.check([col_request, grad_request])
         import ray
 
-        self._ray_session = ray.get_runtime_context().get_session_name()
+        self._ray_session = _ray_identity()
         remote_collector = ray.remote(CollectionWorker).options(**col_request.options())
         for g in range(max(1, n_grad) if collection.remote_workers else 0):
             first = g * collection.remote_workers  # collection workers are numbered across the scheme
@@ -501,7 +503,7 @@ class Scheme:
             return False
         import ray
 
-        return not ray.is_initialized() or ray.get_runtime_context().get_session_name() != self._ray_session
+        return not ray.is_initialized() or _ray_identity() != self._ray_session
 
     def _check_ray(self, where: str) -> None:
         """Raise DistributedError if the actors' Ray instance is gone, rather than let Ray start another."""
@@ -718,3 +720,11 @@ class Scheme:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _ray_identity() -> tuple[str, str]:
+    """This driver's Ray node and job: both change when Ray is shut down and started again (in every Ray >= 2.9)."""
+    import ray
+
+    context = ray.get_runtime_context()
+    return context.get_node_id(), context.get_job_id()
