@@ -62,7 +62,9 @@ JOIN_POLL_S = 0.01  # how often rank 0 checks its children while they connect
 WATCHDOG_POLL_S = 0.2  # how often a child checks that rank 0 is alive
 ORPHAN_EXIT_CODE = 70  # a child that outlived rank 0
 STOP_GRACE_S = 5.0  # between SIGTERM and SIGKILL for a child that outstays rank 0
-MAX_TIMEOUT_S = timedelta.max.total_seconds()  # about 2.7 million years: torch.distributed takes a timedelta
+MAX_TIMEOUT_S = (
+    1e9  # about 31 years: gloo and the TCP store hold a timeout in nanoseconds, up to 2**63 (9.2e9 s)
+)
 
 
 @dataclass
@@ -141,8 +143,8 @@ def fork(
 
     Raises:
         ValueError: if ``n`` is not a non-negative int (NumPy ints are ints),
-            a timeout is not a positive number of seconds (or is beyond what a
-            ``datetime.timedelta`` holds), ``backend`` names
+            a timeout is not a positive number of seconds (or is above 1e9,
+            about 31 years, beyond what gloo holds), ``backend`` names
             no ``torch.distributed`` backend or one this machine cannot use
             (nccl without CUDA), or a child was started for another ``n``.
         TypeError: if ``backend`` is not a str.
@@ -157,7 +159,7 @@ def fork(
     for name, value in (("timeout", timeout), ("start_timeout", start_timeout)):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
             raise ValueError(f"fork: {name} must be a positive number of seconds, got {value!r}")
-        if value > MAX_TIMEOUT_S:  # what a timedelta holds, for torch.distributed
+        if value > MAX_TIMEOUT_S:  # what gloo and the TCP store hold
             raise ValueError(f"fork: {name} must be at most {MAX_TIMEOUT_S:g} seconds, got {value!r}")
     if backend is not None and not isinstance(backend, str):
         raise TypeError(f"fork: backend must be a str or None, got {type(backend).__name__}")
