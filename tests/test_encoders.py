@@ -538,8 +538,8 @@ def test_an_encoder_returning_float64_features_is_named_with_both_dtypes(network
     with pytest.raises(  # was torch's "mat1 and mat2 must have the same dtype, but got Double and Float"
         TypeError,
         match=message(
-            f"{network}: the encoder DoubleFeatures must return float32 features [N, out_dim] (torch.float32, "
-            "the dtype of the network's layers), got a tensor of shape (2, 3), dtype torch.float64, device cpu"
+            f"{network}: the encoder DoubleFeatures must return features [N, out_dim] of torch.float32, "
+            "the dtype of the network's layers, got a tensor of shape (2, 3), dtype torch.float64, device cpu"
         ),
     ):
         run()
@@ -551,5 +551,42 @@ def test_the_observation_statistics_name_an_encoder_returning_float64_features()
 
     agent = ActorCritic(n_actions=2, encoder=DoubleFeatures(), normalize=True)
     steps = TemporalDictTensor({"observation": torch.zeros(2, 4, 3)}, torch.tensor([4, 2]))
-    with pytest.raises(TypeError, match=message("the encoder DoubleFeatures must return float32 features")):
+    with pytest.raises(
+        TypeError, match=message("the encoder DoubleFeatures must return features [N, out_dim] of")
+    ):
         agent.update_obs_norm(steps)  # was merged into the float64 statistics as it came
+
+
+class LinearFeatures(torch.nn.Module):
+    """A user's encoder with weights: its features take the dtype the network is moved to."""
+
+    keys = ("observation",)
+    out_dim = 3
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 3)
+
+    def forward(self, observation: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return self.linear(observation["observation"])  # type: ignore[no-any-return]
+
+
+def test_a_network_moved_to_float64_takes_its_encoders_float64_features() -> None:
+    from rlstruct.learning.actor_critic import ActorCritic
+    from rlstruct.learning.q_learning import QNetwork
+
+    observation = {"observation": torch.zeros(2, 3, dtype=torch.float64)}
+    agent = ActorCritic(n_actions=2, encoder=LinearFeatures()).double()
+    assert agent.normalized(observation).dtype == torch.float64
+    q = QNetwork(n_actions=2, encoder=LinearFeatures()).double()
+    assert q.q_values(observation).dtype == torch.float64
+    single = QNetwork(n_actions=2, encoder=SingleFeatures()).double()  # float32 features, float64 layers
+    with pytest.raises(
+        TypeError, match=message("must return features [N, out_dim] of torch.float64, the dtype")
+    ):
+        single.q_values(observation)
+
+
+class SingleFeatures(DoubleFeatures):
+    def forward(self, observation: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return observation["observation"].to(torch.float32)

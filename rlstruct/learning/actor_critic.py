@@ -329,7 +329,7 @@ class ActorCritic(Agent):
         as float32), or the observation's keys (a mapping of ``[N, ...]``
         tensors: the ``encoder``'s keys, or ``observation``).
         """
-        x = encode(self.encoder, observation, self.in_features, "ActorCritic")
+        x = encode(self.encoder, observation, self.in_features, "ActorCritic", self)
         return x if self.obs_norm is None else self.obs_norm(x)
 
     @property
@@ -450,9 +450,8 @@ class ActorCritic(Agent):
         mask = steps.mask()
         if self.encoder is None:
             return steps["observation"][mask].flatten(1)
-        return encode(
-            self.encoder, {k: steps[k][mask] for k in self.observation_keys}, self.in_features, "ActorCritic"
-        )
+        keys = {k: steps[k][mask] for k in self.observation_keys}
+        return encode(self.encoder, keys, self.in_features, "ActorCritic", self)
 
     @torch.no_grad()
     def update_obs_norm(self, steps: TemporalDictTensor) -> None:

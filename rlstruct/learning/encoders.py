@@ -439,8 +439,9 @@ def encode(
     observation: torch.Tensor | Mapping[str, torch.Tensor] | DictTensor,
     features: int | None = None,
     owner: str = "encode",
+    network: torch.nn.Module | None = None,
 ) -> torch.Tensor:
-    """The float32 features ``[N, d]`` a network with ``encoder`` reads from N observations.
+    """The features ``[N, d]`` a network with ``encoder`` reads from N observations (float32 unless it is another).
 
     Args:
         encoder: the network's encoder, or None for a flat ``observation``.
@@ -449,25 +450,29 @@ def encode(
             tensor itself.
         features: the ``d`` the network was made for, checked when given.
         owner: the network, named in the error.
+        network: the network whose layers read the features: the encoder's
+            must have the dtype of its parameters (float32 unless it was
+            made another, as by ``.double()``); None expects float32.
 
     Returns:
         ``encoder(observation)``, or the flat observation cast to float32 and
         flattened to ``[N, d]``.
 
     Raises:
-        TypeError: if ``encoder`` returns something other than a float32
-            tensor (any floating dtype while autocast is on).
+        TypeError: if ``encoder`` returns something other than a tensor of
+            the network's dtype (any floating dtype while autocast is on).
         ValueError: if ``features`` is given and the observations give another ``d``.
     """
     if encoder is not None:
         out: torch.Tensor = encoder(observation)
+        dtype = _layers_dtype(network)
         if not isinstance(out, torch.Tensor) or (
-            out.dtype != torch.float32
+            out.dtype != dtype
             and not (out.is_floating_point() and torch.is_autocast_enabled(out.device.type))
-        ):  # the network's layers are float32: torch would only say "mat1 and mat2 must have the same dtype"
+        ):  # else torch would only say "mat1 and mat2 must have the same dtype"
             raise TypeError(
-                f"{owner}: the encoder {type(encoder).__name__} must return float32 features [N, out_dim] "
-                f"(torch.float32, the dtype of the network's layers), got {describe(out)}"
+                f"{owner}: the encoder {type(encoder).__name__} must return features [N, out_dim] of "
+                f"{dtype}, the dtype of the network's layers, got {describe(out)}"
             )
     else:
         flat = observation if isinstance(observation, torch.Tensor) else observation["observation"]
@@ -480,3 +485,12 @@ def encode(
             f"(features of shape {list(out.shape)}), but the network was made for {features} ({made})"
         )
     return out
+
+
+def _layers_dtype(network: torch.nn.Module | None) -> torch.dtype:
+    """The dtype of ``network``'s floating parameters (float32 when None or when it has none)."""
+    if network is not None:
+        for parameter in network.parameters():
+            if parameter.is_floating_point():
+                return parameter.dtype
+    return torch.float32

@@ -226,7 +226,9 @@ class QNetwork(EpsilonGreedyPolicy, Agent):
         ...]`` itself (any dtype).
         """
         return q_head(
-            self.body(encode(self.encoder, observation, self.in_features, "QNetwork")), self.head, self.value
+            self.body(encode(self.encoder, observation, self.in_features, "QNetwork", self)),
+            self.head,
+            self.value,
         )
 
 

@@ -108,7 +108,7 @@ def sequence_features(
         flat: torch.Tensor | dict[str, torch.Tensor] = steps[f"{prefix}observation"].flatten(0, 1)
     else:
         flat = {k: steps[f"{prefix}{k}"].flatten(0, 1) for k in encoded_keys(encoder)}
-    return encode(encoder, flat).view(b, t, -1)
+    return encode(encoder, flat, owner="sequence_features", network=encoder).view(b, t, -1)
 
 
 def memory_step(
@@ -122,7 +122,12 @@ def memory_step(
         h: the memory before the step.
         observation: B rows of the observation's keys.
     """
-    x = encode(encoder, observation if encoder is not None else observation["observation"])
+    x = encode(
+        encoder,
+        observation if encoder is not None else observation["observation"],
+        owner="memory_step",
+        network=memory,
+    )
     _, after = memory(x.unsqueeze(1), h.unsqueeze(0))
     return after.squeeze(0)  # type: ignore[no-any-return]
 

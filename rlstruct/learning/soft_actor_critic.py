@@ -423,7 +423,7 @@ class SquashedGaussianActor(SquashedGaussianPolicy, Agent):
         without one), N rows each, or the flat ``observation`` tensor ``[N,
         ...]`` itself.
         """
-        features = encode(self.encoder, observation, self.in_features, "SquashedGaussianActor")
+        features = encode(self.encoder, observation, self.in_features, "SquashedGaussianActor", self)
         mean, log_std = self.head(self.body(features)).chunk(2, -1)
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
@@ -473,9 +473,9 @@ class TwinQ(torch.nn.Module):
 
     def forward(self, observation: torch.Tensor | Observation, unit_action: torch.Tensor) -> torch.Tensor:
         """Q of both networks [2, N] from N observations (as the actor reads them) and unit actions [N, k]."""
-        x = torch.cat([encode(self.encoder, observation, self.in_features, "TwinQ"), unit_action], -1).expand(
-            2, -1, -1
-        )
+        x = torch.cat(
+            [encode(self.encoder, observation, self.in_features, "TwinQ", self), unit_action], -1
+        ).expand(2, -1, -1)
         last = len(self.weights) - 1
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
             x = torch.baddbmm(bias, x, weight)
