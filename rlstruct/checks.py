@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TypeGuard
 
+import numpy as np
 import torch
 
 from rlstruct.errors import describe
@@ -43,6 +44,7 @@ __all__ = [
     "check_kwargs",
     "check_number",
     "check_tensor",
+    "is_bool",
     "is_int",
     "unusable_device",
 ]
@@ -51,6 +53,11 @@ __all__ = [
 def is_int(value: object) -> TypeGuard[int]:
     """Whether ``value`` is an integer (a Python or NumPy int; not a bool), as the checks take one."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_bool(value: object) -> bool:
+    """Whether ``value`` is a bool (a Python or NumPy one), as a flag takes it: read it with ``bool(value)``."""
+    return isinstance(value, (bool, np.bool_))
 
 
 def check_int(owner: str, name: str, value: object, low: int = 1) -> int:

@@ -508,6 +508,11 @@ def test_set_parameter_takes_the_numpy_numbers_the_constructor_takes(algo: Any) 
         (PPO, {"clip": "0.2"}, "PPO: clip must be a float, got a str"),
         (IMPALA, {"gamma": False}, "IMPALA: gamma must be a float, got a bool"),
         (IMPALA, {"normalize_advantages": "no"}, "IMPALA: normalize_advantages must be a bool, got a str"),
+        (
+            IMPALA,
+            {"normalize_advantages": np.float64(1.0)},
+            "normalize_advantages must be a bool, got a float64",
+        ),
     ],
 )
 def test_the_constructors_refuse_what_set_parameter_refuses(
@@ -1332,3 +1337,13 @@ def test_a_scheme_keeps_the_running_observation_statistics_of_its_model() -> Non
     # every collected step merged once, after the update that used its batch, as ppo.train does
     assert weights["obs_norm.count"].item() == 512
     assert not torch.equal(weights["obs_norm.mean"], torch.zeros(4, dtype=torch.float64))
+
+
+def test_flags_take_numpy_bools() -> None:
+    """A NumPy bool is a bool: it was refused as "must be a bool, got a bool"."""
+    algorithm = IMPALA(ActorCritic(**AGENT_ARGS), normalize_advantages=np.False_)
+    assert algorithm.normalize_advantages is False
+    algorithm.set_parameter("normalize_advantages", np.True_)
+    assert algorithm.normalize_advantages is True
+    with pytest.raises(TypeError, match=re.escape("normalize_advantages must be a bool, got a float64")):
+        algorithm.set_parameter("normalize_advantages", np.float64(1.0))

@@ -45,7 +45,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.checks import check_int, is_int
+from rlstruct.checks import check_int, is_bool, is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 from rlstruct.learning.on_policy import (
@@ -204,10 +204,10 @@ class Hyperparameters:
         return float(value)
 
     def _flag(self, name: str, value: object) -> bool:
-        """``value`` if it is a bool, else a TypeError naming ``name``."""
-        if not isinstance(value, bool):
+        """``value`` as a bool if it is one (a NumPy bool too), else a TypeError naming ``name``."""
+        if not is_bool(value):
             raise TypeError(f"{type(self).__name__}: {name} must be a bool, got {describe(value)}")
-        return value
+        return bool(value)
 
     def _check_all(self) -> None:
         for name in self.names:
@@ -227,7 +227,7 @@ class Hyperparameters:
                 f"{type(self).__name__}.set_parameter: name must be one of {', '.join(self.names)}; got {name!r}"
             )
         current = getattr(self, name)
-        if isinstance(current, bool) != isinstance(value, bool) or not isinstance(value, numbers.Real):
+        if is_bool(current) != is_bool(value) or not (is_bool(value) or isinstance(value, numbers.Real)):
             raise TypeError(
                 f"{type(self).__name__}.set_parameter: {name} must be a {type(current).__name__}, "
                 f"got {describe(value)}"

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rlstruct.checkpoint import save_checkpoint
-from rlstruct.checks import is_int
+from rlstruct.checks import is_bool, is_int
 from rlstruct.distributed.scheme import Scheme, StepInfo
 from rlstruct.errors import describe
 from rlstruct.progress import Progress
@@ -61,8 +61,9 @@ class Learner:
         if not is_int(target_steps) or target_steps <= 0:  # a NumPy int is an int
             raise ValueError(f"Learner: target_steps must be a positive int, got {target_steps!r}")
         target_steps = int(target_steps)
-        if not isinstance(progress, bool):
+        if not is_bool(progress):  # a NumPy bool too
             raise TypeError(f"Learner: progress must be a bool, got {describe(progress)}")
+        progress = bool(progress)
         if stream is not None and not callable(getattr(stream, "write", None)):
             raise TypeError(
                 f"Learner: stream must be None or a text stream (with write), got {describe(stream)}"
