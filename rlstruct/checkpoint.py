@@ -74,8 +74,10 @@ def save_checkpoint(path: str | os.PathLike[str], **state: Any) -> None:
 
     Raises:
         TypeError: if ``path`` is not a path.
-        ValueError: if no value is given, or ``path`` is empty or a folder.
+        ValueError: if no value is given, or ``path`` is empty.
         FileNotFoundError: if the directory of ``path`` does not exist.
+        IsADirectoryError: if ``path`` is a folder (what it raised from the
+            rename, which named only the temporary file).
 
     Warns:
         UserWarning: naming where a value holds a NumPy array or scalar,
@@ -90,7 +92,10 @@ def save_checkpoint(path: str | os.PathLike[str], **state: Any) -> None:
         raise ValueError("save_checkpoint: path must name the file to write, got ''")
     path = Path(path)
     if path.is_dir():
-        raise ValueError(f"save_checkpoint: path must name the file to write, got the folder {str(path)!r}")
+        raise IsADirectoryError(
+            f"save_checkpoint: path must name the file to write, got the folder {str(path)!r} "
+            f"(such as {str(path / 'checkpoint.pt')!r})"
+        )
     if not path.parent.is_dir():
         raise FileNotFoundError(f"save_checkpoint: the directory of path {str(path)!r} does not exist")
     stored = {name: _as_stored(value) for name, value in state.items()}

@@ -278,7 +278,7 @@ def test_errors_name_the_argument(tmp_path: Path) -> None:
 
 def test_a_path_that_names_no_file_is_named_and_nothing_is_written(tmp_path: Path) -> None:
     with pytest.raises(  # was os.replace's IsADirectoryError, naming the temporary file
-        ValueError,
+        IsADirectoryError,
         match=message(f"save_checkpoint: path must name the file to write, got the folder {str(tmp_path)!r}"),
     ):
         save_checkpoint(tmp_path, step=1)
