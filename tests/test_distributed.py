@@ -353,6 +353,20 @@ def test_factories_that_make_no_algorithm_or_buffer_are_named_before_any_worker_
         ),
     ):
         Scheme(ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, lambda model: None, PPO_BUFFER)
+
+    class NoSetParameter:  # a user's algorithm with all but one member
+        def __init__(self, model: torch.nn.Module) -> None:
+            self.model, self.max_grad_norm = model, None
+            self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def prepare(self, batch: Any) -> Any:
+            return batch
+
+        def loss(self, minibatch: Any) -> Any:
+            raise NotImplementedError
+
+    with pytest.raises(TypeError, match=re.escape("got a NoSetParameter without set_parameter")):
+        Scheme(ActorCritic, AGENT_ARGS, GymEnv, CARTPOLE, NoSetParameter, PPO_BUFFER)
     for gradients in (
         Gradients(),
         Gradients(remote_workers=1),

@@ -92,6 +92,9 @@ from rlstruct.seeding import SEEDS
 
 __all__ = ["Scheme", "StepInfo"]
 
+ALGORITHM_MEMBERS = ("model", "optimizer", "max_grad_norm", "prepare", "loss", "set_parameter")
+"""What ``Algorithm`` asks of an algorithm, named when one lacks some."""
+
 FAILURES = ("raise", "continue")
 """The values of ``Scheme``'s ``on_worker_failure``."""
 
@@ -171,7 +174,8 @@ class Scheme:
         buffer_factory: ``buffer_factory()`` makes a gradient worker's buffer
             (``MinibatchBuffer`` or ``WholeBatchBuffer`` on-policy,
             ``ReplayStorage``, ``PrioritizedStorage`` or ``HindsightStorage``
-            off-policy, or any ``Buffer``).
+            off-policy, or any ``Buffer``). It is also called once here, to
+            check what it makes before any worker starts.
         collection: where and how rollouts are collected (``Collection``:
             environments, steps, remote workers, communication); defaults
             to ``Collection()``: 8 environments x 32 steps, in process.
@@ -261,9 +265,11 @@ class Scheme:
             self.model.to(self.device)
             self.algorithm = algo_factory(self.model)
             if not isinstance(self.algorithm, Algorithm):
+                lacks = [name for name in ALGORITHM_MEMBERS if not hasattr(self.algorithm, name)]
                 raise TypeError(
-                    "Scheme: algo_factory must make an Algorithm (model, optimizer, max_grad_norm, prepare, "
-                    f"loss, set_parameter), got {describe(self.algorithm)}"
+                    f"Scheme: algo_factory must make an Algorithm ({', '.join(ALGORITHM_MEMBERS)}), "
+                    f"got {describe(self.algorithm)}"
+                    + (f" without {', '.join(lacks)}" if len(lacks) < len(ALGORITHM_MEMBERS) else "")
                 )
             self.trained = trained_module(self.algorithm)  # the model, or the model and its critics
         self._check_algorithm()
@@ -426,8 +432,10 @@ class Scheme:
         """
         buffer = buffer_factory()
         if not isinstance(buffer, Buffer):
+            lacks = [name for name in ("insert", "minibatches") if not hasattr(buffer, name)]
             raise TypeError(
                 f"Scheme: buffer_factory must make a Buffer (insert, minibatches), got {describe(buffer)}"
+                + (f" without {', '.join(lacks)}" if len(lacks) == 1 else "")
             )
         on_policy, off_policy = (PPO, IMPALA), (SAC, DQN)
         algorithm = self.algorithm
