@@ -595,11 +595,14 @@ def _read_curves(
 ) -> dict[str, list[tuple[float, float]]]:
     """The (x, y) points of each column of ``names`` (required) and ``optional`` (if present), by column."""
     with csv_path.open(newline="") as file:
-        reader = csv.DictReader(
-            file, restval=""
-        )  # a row cut short (a run killed as it wrote) lacks its last cells
-        rows = list(reader)
-        columns = list(reader.fieldnames or [])
+        text = file.read()
+    if not text.endswith(
+        "\n"
+    ):  # a row being written, or cut short by a killed run: its last cell may be cut too
+        text = text[: text.rfind("\n") + 1]
+    reader = csv.DictReader(io.StringIO(text, newline=""), restval="")  # a short row lacks its last cells
+    rows = list(reader)
+    columns = list(reader.fieldnames or [])
     missing = [name for name in [x, *names] if name not in columns]
     if missing:
         raise ValueError(f"{prefix}{str(csv_path)!r} has no column {missing[0]!r}; its columns are {columns}")

@@ -837,7 +837,7 @@ def test_agent_output_key_clashing_with_a_next_key_raises_naming_it(layout: str)
             ValueError,
             match=message(
                 f"group 0: the agent's output keys {keys} are keys the trajectories keep for what the action "
-                "led to (next/<observation key>); rename them"
+                f"led to (next/<observation key>{', next/stored' if layout == 'compact' else ''}); rename them"
             ),
         ):
             batcher.execute()

@@ -270,11 +270,19 @@ def test_plot_runs_overlays_runs_and_plots_optional_columns_where_present(tmp_pa
 
 
 def test_a_row_cut_short_is_plotted_as_far_as_it_goes(tmp_path: Path) -> None:
-    """A run killed while it wrote its last row: its cells left out, as empty ones are (was float(None))."""
-    (tmp_path / "progress.csv").write_text("step,env_steps,eval_return_mean\n1,100,2.0\n2,200,3.0\n3,30")
+    """A run killed while it wrote its last row (was float(None)): a short row's cells are left out, as
+    empty ones are, and an unfinished last row, whose last cell may be cut ("30" of "300"), is not read."""
+    from rlstruct.logger import _read_curves
+
+    csv_path = tmp_path / "progress.csv"
+    csv_path.write_text("step,env_steps,eval_return_mean,loss\n1,100,2.0,0.5\n2,200,3.0\n3,30")
     assert plot_csv(tmp_path, "eval_return_mean", x="env_steps").read_bytes().startswith(PNG_SIGNATURE)
     path = plot_runs([tmp_path], "eval_return_mean", path=tmp_path / "runs.png")
     assert path.read_bytes().startswith(PNG_SIGNATURE)
+    curves = _read_curves(
+        csv_path, ["eval_return_mean"], ["loss"], "env_steps", interpolate_x=False, prefix=""
+    )
+    assert curves == {"eval_return_mean": [(100.0, 2.0), (200.0, 3.0)], "loss": [(100.0, 0.5)]}
 
 
 def test_a_cell_that_is_no_number_is_named_by_row_and_column(tmp_path: Path) -> None:

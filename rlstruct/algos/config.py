@@ -286,7 +286,7 @@ def check_resume(config: TrainConfig) -> None:
         )
     path = folder / "config.json"
     try:
-        stored = json.loads(path.read_text())
+        stored = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValueError(
             f"config.resume: {str(path)!r} does not exist; expected a run directory written by rlstruct train"
@@ -864,7 +864,7 @@ def _resumed(
         parser.error(f"--resume: {str(folder)!r} {state}; expected a run directory written by rlstruct train")
     path = folder / "config.json"
     try:
-        stored = json.loads(path.read_text())
+        stored = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         parser.error(
             f"--resume: {str(path)!r} does not exist; expected a run directory written by rlstruct train"

@@ -230,7 +230,7 @@ def load_run(run_dir: str | os.PathLike[str], *, algo: str | None = None) -> Sav
             "finishes: was it interrupted?)"
         )
     try:
-        data = json.loads(config_path.read_text())
+        data = json.loads(config_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:  # a damaged or binary file
         raise ValueError(f"{str(config_path)!r} is not valid JSON ({error})") from error
     if not isinstance(data, dict):

@@ -210,7 +210,7 @@ class Group:
         if clash:
             raise AgentError(
                 f"{self.name}: the agent's output keys {clash} are keys the trajectories keep for what "
-                "the action led to (next/<observation key>); rename them"
+                f"the action led to (next/<observation key>{', next/stored' if self.compact else ''}); rename them"
             )
 
     def _mismatch(self, part: str, fields: list[Field], dt: DictTensor, t: int) -> ValueError:
