@@ -343,8 +343,13 @@ class _Checker:
                 )
                 return
             self._call(where, self.env.step_into, action, reached_arrays, observation_arrays)
-            reached = DictTensor({k: torch.from_numpy(v.copy()) for k, v in reached_arrays.items()})
-            observation = DictTensor({k: torch.from_numpy(v.copy()) for k, v in observation_arrays.items()})
+            device = self.device  # what step_into wrote, checked as if the environment had returned it
+            reached = DictTensor(
+                {k: torch.from_numpy(v.copy()).to(device) for k, v in reached_arrays.items()}
+            )
+            observation = DictTensor(
+                {k: torch.from_numpy(v.copy()).to(device) for k, v in observation_arrays.items()}
+            )
             self._check_auto_step(where, reached, observation)
 
     # ------------------------------------------------------------------ calls
