@@ -226,7 +226,7 @@ def test_alone_numpy_numbers_are_numbers() -> None:
         ValueError, match=message("sum_number: an int must fit in 64 bits, got 18446744073709551615")
     ):
         ct.sum_number(np.uint64(2**64 - 1))
-    with pytest.raises(TypeError, match=message("sum_number: x must be an int or a float, got a bool")):
+    with pytest.raises(TypeError, match=message("sum_number: x must be an int or a float, got a numpy.bool")):
         ct.sum_number(np.bool_(True))
     with pytest.raises(
         TypeError,
