@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from rlstruct.errors import describe
+from rlstruct.seeding import SEEDS
 
 __all__ = [
     "cannot_write",
@@ -43,6 +44,7 @@ __all__ = [
     "check_keys",
     "check_kwargs",
     "check_number",
+    "check_seed",
     "check_tensor",
     "is_bool",
     "is_int",
@@ -72,6 +74,19 @@ def check_int(owner: str, name: str, value: object, low: int = 1) -> int:
     if value < low:
         raise ValueError(f"{owner}: {name} must be at least {low}, got {value}")
     return int(value)
+
+
+def check_seed(owner: str, value: object, low: int = 0) -> int:
+    """``value`` as an int seed torch's generators take: at least ``low`` (0 or ``SEEDS[0]``), below 2**64.
+
+    Raises:
+        TypeError: if it is not an int (a NumPy int counts).
+        ValueError: if it is below ``low`` or above ``SEEDS[1]``.
+    """
+    seed = check_int(owner, "seed", value, low)
+    if seed > SEEDS[1]:  # torch's generators take no more
+        raise ValueError(f"{owner}: seed must be in [{'-2**63' if low < 0 else '0'}, 2**64), got {seed}")
+    return seed
 
 
 def check_number(

@@ -235,8 +235,8 @@ class Logger:
             return ["step"]
         with self.csv_path.open(newline="") as file:
             text = file.read()
-        if text and not text.endswith("\n"):  # a run killed as it wrote a row: the next would be glued to it
-            complete = text[: text.rfind("\n") + 1]
+        complete = _finished_rows(text)
+        if complete != text:  # a run killed as it wrote a row: the next would be glued to it
             warnings.warn(
                 f"Logger: {str(self.csv_path)!r} ends in an unfinished row, {text[len(complete) :]!r}, "
                 "left by a run stopped as it wrote it; the row is dropped",
@@ -584,6 +584,11 @@ class _Curve(NamedTuple):
     style: str  # its line style
 
 
+def _finished_rows(text: str) -> str:
+    """``text`` without an unfinished last row (one that no newline ends)."""
+    return text[: text.rfind("\n") + 1]
+
+
 def _read_curves(
     csv_path: Path,
     names: Sequence[str],
@@ -596,10 +601,8 @@ def _read_curves(
     """The (x, y) points of each column of ``names`` (required) and ``optional`` (if present), by column."""
     with csv_path.open(newline="") as file:
         text = file.read()
-    if not text.endswith(
-        "\n"
-    ):  # a row being written, or cut short by a killed run: its last cell may be cut too
-        text = text[: text.rfind("\n") + 1]
+    # a row being written, or cut short by a killed run, is left out: its last cell may be cut too
+    text = _finished_rows(text)
     reader = csv.DictReader(io.StringIO(text, newline=""), restval="")  # a short row lacks its last cells
     rows = list(reader)
     columns = list(reader.fieldnames or [])

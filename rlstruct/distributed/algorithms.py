@@ -45,7 +45,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.checks import check_int, is_bool, is_int
+from rlstruct.checks import check_seed, is_bool, is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 from rlstruct.learning.on_policy import (
@@ -432,9 +432,7 @@ class MinibatchBuffer:
         if seed is None:
             seed = int(torch.randint(0, 2**62, ()).item())
         else:  # as an int: torch's generator refuses a NumPy int
-            seed = check_int("MinibatchBuffer", "seed", seed, SEEDS[0])
-            if seed > SEEDS[1]:
-                raise ValueError(f"MinibatchBuffer: seed must be in [-2**63, 2**64), got {seed}")
+            seed = check_seed("MinibatchBuffer", seed, SEEDS[0])
         self._generator = torch.Generator().manual_seed(seed)
         self._data: DictTensor | Trajectories | None = None
 

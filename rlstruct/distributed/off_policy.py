@@ -45,7 +45,7 @@ from typing import Any, cast
 import torch
 
 from rlstruct.agent import Agent
-from rlstruct.checks import check_int, check_number
+from rlstruct.checks import check_int, check_number, check_seed
 from rlstruct.dicttensor import DictTensor
 from rlstruct.distributed.algorithms import Hyperparameters
 from rlstruct.errors import AgentError, describe
@@ -54,7 +54,6 @@ from rlstruct.learning.q_learning import QAgent, check_q_agent, dqn_loss
 from rlstruct.learning.soft_actor_critic import SACAgent, TwinQ, check_sac_agent, own_critics, soft_td_target
 from rlstruct.replay import HindsightReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
 from rlstruct.replay.hindsight import RewardFn
-from rlstruct.seeding import SEEDS
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
 
@@ -110,9 +109,8 @@ class ReplayStorage:
         self.batch_size = check_int(name, "batch_size", batch_size, 1)
         self.gradient_steps = check_number(name, "gradient_steps", gradient_steps, 0.0, low_open=True)
         self.learning_starts = check_int(name, "learning_starts", learning_starts, 0)
-        self.seed = int(torch.randint(0, 2**62, ())) if seed is None else check_int(name, "seed", seed, 0)
-        if self.seed > SEEDS[1]:  # torch's generators take no more; refused here, not at the first insert
-            raise ValueError(f"{name}: seed must be in [0, 2**64), got {self.seed}")
+        # refused here, not at the first insert
+        self.seed = int(torch.randint(0, 2**62, ())) if seed is None else check_seed(name, seed)
         self.replay: ReplayBuffer | HindsightReplayBuffer | None = None
         self.inserted = 0
         """Valid steps inserted so far."""

@@ -62,7 +62,7 @@ import torch
 
 from rlstruct.agent import Agent
 from rlstruct.batchers import cpu_weights
-from rlstruct.checks import check_choice, check_device, check_int, check_kwargs, check_number
+from rlstruct.checks import check_choice, check_device, check_kwargs, check_number, check_seed
 from rlstruct.distributed.algorithms import (
     IMPALA,
     PPO,
@@ -88,7 +88,6 @@ from rlstruct.distributed.options import Collection, Gradients, Updates, check_c
 from rlstruct.env import Environment
 from rlstruct.errors import DistributedError, describe
 from rlstruct.learning.protocols import merge_observation_moments
-from rlstruct.seeding import SEEDS
 
 __all__ = ["Scheme", "StepInfo"]
 
@@ -248,9 +247,7 @@ class Scheme:
         self.updates = Updates() if updates is None else updates
         check_codec(compression)
         self.device = _device(device)
-        seed = check_int("Scheme", "seed", seed, 0)
-        if seed > SEEDS[1]:  # torch's generators take no more
-            raise ValueError(f"Scheme: seed must be in [0, 2**64), got {seed}")
+        seed = check_seed("Scheme", seed)
         self.timeout = check_number("Scheme", "timeout", timeout, 0.0, 1e6, low_open=True)
         self.start_timeout = check_number("Scheme", "start_timeout", start_timeout, 0.0, 1e6, low_open=True)
         self.on_worker_failure = check_choice("Scheme", "on_worker_failure", on_worker_failure, FAILURES)
