@@ -23,6 +23,7 @@ import torch
 from rlstruct.agent import Agent
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
+from rlstruct.errors import describe
 from rlstruct.temporal import TemporalDictTensor
 
 __all__ = ["CounterEnv", "CountingAgent", "RandomAgent"]
@@ -94,6 +95,26 @@ class CounterEnv(Environment):
         no = torch.zeros(n, dtype=torch.bool)
         return self._observation(torch.zeros(n), no, torch.ones(n, dtype=torch.bool))
 
+    def _action(self, action: DictTensor) -> torch.Tensor:
+        """``action["action"]``, checked to be int64 ``[n_envs]`` on the CPU, as ``step`` documents."""
+        if not isinstance(action, DictTensor):
+            raise TypeError(f"CounterEnv.step: action must be a DictTensor, got {describe(action)}")
+        if "action" not in action:
+            raise ValueError(
+                f"CounterEnv.step: action must hold the key 'action', got keys {list(action.keys())}"
+            )
+        value = action["action"]
+        if value.dtype != torch.int64:
+            raise TypeError(
+                f"CounterEnv.step: action['action'] must be an int64 tensor, got dtype {value.dtype}; nothing is cast"
+            )
+        if tuple(value.shape) != (self.n_envs,) or value.device.type != "cpu":
+            raise ValueError(
+                f"CounterEnv.step: action['action'] must be [n_envs] = [{self.n_envs}] on the CPU, "
+                f"got {list(value.shape)} on {value.device}"
+            )
+        return value
+
     def step(self, action: DictTensor) -> tuple[DictTensor, DictTensor]:
         """Count one more step in every running instance; rewards ``action + 1``.
 
@@ -107,9 +128,17 @@ class CounterEnv(Environment):
             ``observation`` is the next episode's first (``t`` 0,
             ``initial_state`` True). A stopped instance keeps its ``t`` and
             rewards 0.0.
+
+        Raises:
+            TypeError: for an action that is not a DictTensor, or whose key
+                ``action`` is not an int64 tensor (nothing is cast).
+            ValueError: for an action without the key ``action``, or whose
+                key ``action`` is not ``[n_envs]`` on the CPU (another shape
+                would broadcast into the rewards).
         """
+        value = self._action(action)
         running = ~self.stopped
-        reward = torch.where(running, action["action"].float() + 1, torch.zeros(()))
+        reward = torch.where(running, value.float() + 1, torch.zeros(()))
         self.t = torch.where(running, self.t + 1, self.t)
         ended = self.t >= self.length
         reached = self._observation(reward, ended, torch.zeros(self.n_envs, dtype=torch.bool))

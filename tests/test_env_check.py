@@ -517,3 +517,37 @@ def test_bad_arguments_raise_naming_the_argument() -> None:
         TypeError, match=re.escape("check_env: action is needed, since CounterEnv has no action_space")
     ):
         check_env(env)
+
+
+# ---------------------------------------------------------------------- CounterEnv's own checks
+
+
+@pytest.mark.parametrize(
+    ("action", "error", "message"),
+    [
+        ({"action": torch.zeros(N, dtype=torch.int64)}, TypeError, "action must be a DictTensor, got a dict"),
+        (DictTensor({"a": torch.zeros(N)}), ValueError, "action must hold the key 'action', got keys ['a']"),
+        (
+            DictTensor({"action": torch.zeros(N)}),
+            TypeError,
+            "action['action'] must be an int64 tensor, got dtype torch.float32; nothing is cast",
+        ),
+        (  # it would broadcast into [3, 3] rewards
+            DictTensor({"action": torch.zeros(N, 1, dtype=torch.int64)}),
+            ValueError,
+            "action['action'] must be [n_envs] = [3] on the CPU, got [3, 1] on cpu",
+        ),
+        (
+            DictTensor({"action": torch.zeros(N, dtype=torch.int64, device="meta")}),
+            ValueError,
+            "action['action'] must be [n_envs] = [3] on the CPU, got [3] on meta",
+        ),
+    ],
+)
+def test_counter_env_refuses_a_bad_action_naming_it(action: Any, error: type, message: str) -> None:
+    env = CounterEnv(N)
+    env.reset(LENGTHS)
+    with pytest.raises(error, match=re.escape(f"CounterEnv.step: {message}")):
+        env.step(action)
+    reached, _ = env.step(ZEROS)  # nothing was counted by the refused step
+    assert reached["t"].tolist() == [1, 1, 1]
