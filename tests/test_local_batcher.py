@@ -1090,6 +1090,21 @@ def test_stream_mode_has_no_execute_and_starts_from_group_0_at_every_reset() -> 
         assert again.trajectories["initial_state"][:, 0].all()
 
 
+@pytest.mark.parametrize("mode", ["fixed", "stream"])
+def test_get_refuses_a_blocking_that_is_not_a_bool(mode: str) -> None:
+    """blocking="no" was read by its truth (True), and None as False; a NumPy bool is a bool."""
+    with counter_batcher(mode=mode) as batcher:
+        batcher.reset()
+        if mode == "fixed":
+            batcher.execute()
+        for blocking, got in (("no", "a str"), (None, "a NoneType"), (1, "an int")):
+            with pytest.raises(
+                TypeError, match=message(f"LocalBatcher.get: blocking must be a bool, got {got}")
+            ):
+                batcher.get(blocking=blocking)  # type: ignore[call-overload]
+        assert batcher.get(blocking=np.bool_(False)).n_elems() == 2  # the refused calls took nothing
+
+
 def test_max_staleness_is_for_stream_mode_only_and_discards_nothing_in_process() -> None:
     with counter_batcher(mode="stream") as stream:
         stream.reset()

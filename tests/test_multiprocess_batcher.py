@@ -806,6 +806,24 @@ def test_numpy_numbers_are_sizes_timeouts_and_staleness_of_a_streaming_batcher()
                 batcher.get(max_staleness=np.int64(-1))
 
 
+@pytest.mark.parametrize("mode", ["fixed", "stream"])
+def test_get_refuses_a_blocking_that_is_not_a_bool(mode: str) -> None:
+    """blocking="no" was read by its truth and waited; None was read as False. A NumPy bool is a bool."""
+    with MultiprocessBatcher(
+        CountingAgent, {}, CounterEnv, {}, n_envs=1, n_timesteps=2, n_processes=1, mode=mode
+    ) as batcher:
+        batcher.reset()
+        if mode == "fixed":
+            batcher.execute()
+        for blocking, got in (("no", "a str"), (None, "a NoneType")):
+            with pytest.raises(
+                TypeError, match=message(f"MultiprocessBatcher.get: blocking must be a bool, got {got}")
+            ):
+                batcher.get(blocking=blocking)  # type: ignore[call-overload]
+        batch = batcher.get(blocking=np.bool_(True))  # the refused calls took nothing
+        assert batch is not None and batch.n_elems() == 1
+
+
 def test_timeouts_too_long_for_one_wait_are_waited_out_in_pieces() -> None:
     """timeout=1e9, "never" in practice: multiprocessing's wait raised OverflowError past about 24 days."""
     with MultiprocessBatcher(

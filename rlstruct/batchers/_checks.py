@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from rlstruct.checks import check_kwargs, is_int
+from rlstruct.checks import check_kwargs, is_bool, is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 
@@ -66,6 +66,16 @@ def max_staleness(owner: str, value: object) -> int | None:
     if not is_int(value) or value < 0:
         raise ValueError(f"{owner}.get: max_staleness must be None or an int >= 0, got {value!r}")
     return int(value)
+
+
+def blocking(owner: str, value: object) -> bool:
+    """``get(blocking=...)``: a bool (a NumPy bool counts too), as a Python bool.
+
+    Any other value would be read by its truth, so that ``blocking="no"`` would wait.
+    """
+    if not is_bool(value):
+        raise TypeError(f"{owner}.get: blocking must be a bool, got {describe(value)}")
+    return bool(value)
 
 
 def info(owner: str, name: str, value: DictTensor | None, rows: int) -> DictTensor:

@@ -124,6 +124,7 @@ class Batcher(Protocol):
             ``update()`` calls made before each row's trajectory started.
 
         Raises:
+            TypeError: for a ``blocking`` that is not a bool.
             ValueError: for ``max_staleness`` outside "stream" mode.
             RuntimeError: without a pending ``execute()`` ("stream" mode:
                 before ``reset``), or after ``close``.

@@ -334,6 +334,7 @@ class LocalBatcher:
             UserWarning: in "stream" mode, at the first call, as ``execute()``.
 
         Raises:
+            TypeError: for a ``blocking`` that is not a bool.
             ValueError: for ``max_staleness`` outside "stream" mode, or not an
                 int >= 0.
             RuntimeError: if no ``execute()`` is waiting to be taken ("stream"
@@ -342,6 +343,7 @@ class LocalBatcher:
             Exception: in "stream" mode, whatever the agent or the environment raises.
         """
         self._check_open("get")
+        _checks.blocking(NAME, blocking)
         if self.mode != "stream":
             if max_staleness is not None:
                 raise ValueError("LocalBatcher.get: max_staleness is for mode='stream' only")

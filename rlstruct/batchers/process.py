@@ -571,11 +571,13 @@ class MultiprocessBatcher:
                 without waiting for a free slot, naming that worker; blocking
                 or not. The batcher is then closed.
             WorkerError: if a worker raised or died (the batcher is then closed).
+            TypeError: for a ``blocking`` that is not a bool.
             ValueError: for ``max_staleness`` outside "stream" mode, or not an
                 int >= 0.
             RuntimeError: without a pending ``execute()`` or after ``close``.
         """
         self._check_open("get")
+        blocking = _checks.blocking(NAME, blocking)
         if self.mode == "stream":
             return self._get_stream(blocking, max_staleness)
         if max_staleness is not None:
