@@ -30,6 +30,7 @@ from rlstruct import (
     Trajectories,
     derive_seed,
 )
+from rlstruct.errors import AgentError
 from rlstruct.testing import CounterEnv, CountingAgent, RandomAgent
 
 
@@ -646,7 +647,9 @@ def test_bad_mode_and_seed_raise() -> None:
 
 
 def test_factories_must_make_an_agent_and_an_environment() -> None:
-    with pytest.raises(TypeError, match=message("agent_factory must return an rlstruct.Agent, got a Linear")):
+    with pytest.raises(
+        AgentError, match=message("agent_factory must return an rlstruct.Agent, got a Linear")
+    ):
         LocalBatcher(lambda: torch.nn.Linear(1, 1), {}, CounterEnv, {}, n_envs=1, n_timesteps=1)  # type: ignore[arg-type, return-value]
     with pytest.raises(
         TypeError, match=message("env_factory must return an rlstruct.Environment, got a dict")

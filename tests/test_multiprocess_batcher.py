@@ -54,6 +54,7 @@ from rlstruct import (
 )
 from rlstruct.batchers._slots import READY
 from rlstruct.batchers._worker import IDLE_POLL_S
+from rlstruct.errors import AgentError
 from rlstruct.testing import CounterEnv, CountingAgent, RandomAgent
 
 SPAWN = multiprocessing.get_context("spawn")  # for the events handed to the workers' environments
@@ -911,8 +912,11 @@ def test_forked_workers_run_after_the_main_process_used_several_torch_threads() 
 
 
 def test_the_agent_factory_is_checked_before_any_worker_starts() -> None:
+    """An AgentError (a TypeError) as LocalBatcher raises for the same factory; it was a plain TypeError."""
     before = multiprocessing.active_children()
-    with pytest.raises(TypeError, match=message("agent_factory must return an rlstruct.Agent, got a Linear")):
+    with pytest.raises(
+        AgentError, match=message("agent_factory must return an rlstruct.Agent, got a Linear")
+    ):
         MultiprocessBatcher(
             torch.nn.Linear,  # type: ignore[arg-type]
             {"in_features": 1, "out_features": 1},

@@ -53,7 +53,7 @@ from rlstruct.batchers._worker import WorkerSpec
 from rlstruct.checks import check_device, check_kwargs, is_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.env import Environment
-from rlstruct.errors import WorkerError, describe
+from rlstruct.errors import AgentError, WorkerError, describe
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
 
@@ -161,7 +161,9 @@ class MultiprocessBatcher:
         ValueError, TypeError: for bad arguments (``weights``, ``device``
             and ``env_args`` holding ``n_envs`` or ``seed`` included), as
             ``LocalBatcher``; TypeError for a factory or arguments that
-            cannot be pickled, naming which (and the key). An
+            cannot be pickled, naming which (and the key);
+            ``rlstruct.errors.AgentError`` (a TypeError) for an
+            ``agent_factory`` that does not make an ``Agent``. An
             ``env_factory`` that does not return an ``Environment`` is
             found at the first ``reset()``, which makes one (in the probe
             step), not here.
@@ -258,7 +260,7 @@ class MultiprocessBatcher:
 
         agent = agent_factory(**agent_args)
         if not isinstance(agent, Agent):
-            raise TypeError(f"agent_factory must return an rlstruct.Agent, got {describe(agent)}")
+            raise AgentError(f"agent_factory must return an rlstruct.Agent, got {describe(agent)}")
         self._weights = SharedWeights(agent.state_dict())
         agent.close()
         if weights is not None:
