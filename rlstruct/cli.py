@@ -85,10 +85,10 @@ import torch
 
 from rlstruct.algos import ALGORITHMS
 from rlstruct.algos.config import OneLineParser
-from rlstruct.algos.evaluation import UnknownEnvironment
 from rlstruct.algos.run import CannotResume, RunInterrupted, TrainingDiverged
 from rlstruct.checks import cannot_write
 from rlstruct.errors import AgentError, ConfigError
+from rlstruct.gym_env import UnknownEnvironment
 from rlstruct.seeding import SEEDS
 from rlstruct.version import __version__
 

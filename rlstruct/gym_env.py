@@ -50,6 +50,7 @@ Examples:
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -65,7 +66,16 @@ from rlstruct.env import REQUIRED_KEYS, Environment
 from rlstruct.errors import describe
 from rlstruct.specs import ObservationSpace
 
-__all__ = ["GymEnv", "action_array", "check_action_values", "observation_spaces", "with_flags"]
+__all__ = [
+    "MAKE_ERRORS",
+    "GymEnv",
+    "UnknownEnvironment",
+    "action_array",
+    "check_action_values",
+    "check_env_id",
+    "observation_spaces",
+    "with_flags",
+]
 
 _COMPOSITE = (gym.spaces.Dict, gym.spaces.Tuple)
 """The spaces whose entries are stored under keys of their own, joined by ``/``."""
@@ -201,6 +211,69 @@ def resolve_env(env: str | Callable[..., gym.Env[Any, Any]]) -> str | Callable[.
     if name not in gym.registry and callable(factory):
         return factory  # type: ignore[no-any-return]
     return env
+
+
+MAKE_ERRORS = (gym.error.Error, ModuleNotFoundError)
+"""What making an environment id raises when gymnasium cannot make it (``UnknownEnvironment`` reports it)."""
+
+
+class UnknownEnvironment(ValueError):
+    """An environment id that gymnasium cannot make, with the likely fix in one line.
+
+    Attributes:
+        env: the id as given.
+    """
+
+    def __init__(self, env: str, error: BaseException, owner: str = "") -> None:
+        name = env.split(":")[-1]
+        if ":" not in env and "Bullet" in name:
+            hint = (
+                f"Bullet environments need the module prefix and the bullet extra: "
+                f"--env pybullet_envs_gymnasium:{name} (pip install -e '.[bullet]')"
+            )
+        elif ":" not in env and name.startswith("popgym-"):
+            hint = f"POPGym environments need the module prefix and the popgym extra: --env popgym:{name}"
+        else:
+            close = [c for c in difflib.get_close_matches(name, list(gym.registry), n=2) if c != name]
+            hint = f"did you mean {close[0]!r}?" if close else "see gymnasium.pprint_registry() for the ids"
+        where = f"{owner}: " if owner else ""
+        if isinstance(error, gym.error.DependencyNotInstalled) or (
+            isinstance(error, ModuleNotFoundError) and name in gym.registry
+        ):  # a registered id whose package is missing
+            super().__init__(f"{where}environment {env!r} needs a package that is not installed: {error}")
+        else:
+            super().__init__(f"{where}unknown environment {env!r} ({type(error).__name__}: {error}); {hint}")
+        self.env = env
+
+
+def check_env_id(owner: str, env: str) -> None:
+    """Refuse an id gymnasium does not know, without making the environment (cheap: a registry look-up).
+
+    ``"module:EnvId"`` imports ``module`` first, as ``resolve_env``; an id
+    without a version stands for its latest, as ``gymnasium.make`` takes it.
+    An id that is known may still fail when made (a missing package).
+
+    Args:
+        owner: how the message begins ("Scheme: env_args['env']").
+        env: the id, as ``GymEnv`` takes it.
+
+    Raises:
+        UnknownEnvironment: (a ValueError) for an id gymnasium does not know,
+            naming it, with a did-you-mean.
+    """
+    try:
+        maker = resolve_env(env)
+        if not isinstance(maker, str):  # a factory that "module:name" names
+            return
+        name = maker.split(":")[-1]
+        if name in gym.registry:
+            return
+        namespace, base, version = gym.envs.registration.parse_env_id(name)
+        if version is None and gym.envs.registration.find_highest_version(namespace, base) is not None:
+            return
+        gym.spec(name)  # raises gymnasium's error for the id: NameNotFound, VersionNotFound, ...
+    except MAKE_ERRORS as error:
+        raise UnknownEnvironment(env, error, owner) from error
 
 
 _ROW_BY_ROW = 4096

@@ -29,7 +29,7 @@ from mp_helpers import SlowGymEnv
 from own_agents import GruAgent, NoBootstrapAgent, WindowAgent
 from ray.exceptions import ActorUnavailableError
 
-from rlstruct import DictTensor, GymEnv, TemporalDictTensor, Trajectories, load_checkpoint
+from rlstruct import DictTensor, GymEnv, GymVectorEnv, TemporalDictTensor, Trajectories, load_checkpoint
 from rlstruct.algos.config import field_docs
 from rlstruct.algos.evaluation import Evaluator
 from rlstruct.distributed import (
@@ -52,6 +52,7 @@ from rlstruct.distributed import (
     resources,
 )
 from rlstruct.distributed.gradients import flat_gradients, set_flat_gradients
+from rlstruct.gym_env import UnknownEnvironment
 from rlstruct.learning.actor_critic import ActorCritic
 from rlstruct.learning.soft_actor_critic import SquashedGaussianActor
 
@@ -334,6 +335,21 @@ def test_cuda_device_without_cuda_is_refused() -> None:
         ValueError, match=r"device='cuda' needs CUDA in this process.*is False; use device='cpu'"
     ):
         make_scheme(device="cuda")
+
+
+@pytest.mark.parametrize("env_factory", [GymEnv, GymVectorEnv])
+def test_an_unknown_environment_id_is_refused_when_the_scheme_is_built(env_factory: Any) -> None:
+    """Before, the id failed at the first step(), in the environments a worker (a Ray actor) makes."""
+    for collection in ({}, {"remote_workers": 2}):  # remote workers: refused before Ray starts
+        with pytest.raises(
+            UnknownEnvironment,
+            match=re.escape(
+                "Scheme: env_args['env']: unknown environment 'CartPol-v1' (NameNotFound: Environment "
+                "`CartPol` doesn't exist. Did you mean: `CartPole`?); did you mean 'CartPole-v1'?"
+            ),
+        ):
+            make_scheme(env_factory=env_factory, env_args={"env": "CartPol-v1"}, collection=collection)
+    assert not ray.is_initialized()
 
 
 def test_factories_must_be_callable() -> None:

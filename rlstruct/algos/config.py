@@ -40,11 +40,11 @@ import numpy as np
 import torch
 
 from rlstruct.algos.agents import named_agent, with_agent_name
-from rlstruct.algos.evaluation import MAKE_ERRORS, EnvSpaces, UnknownEnvironment, env_spaces
+from rlstruct.algos.evaluation import EnvSpaces, env_spaces
 from rlstruct.checks import cannot_write, check_choice, check_int, check_number
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import AgentError, ConfigError, describe
-from rlstruct.gym_env import GymEnv, resolve_env
+from rlstruct.gym_env import MAKE_ERRORS, GymEnv, UnknownEnvironment, resolve_env
 from rlstruct.gym_vector_env import GymVectorEnv
 from rlstruct.learning.actor_critic import MEMORIES
 from rlstruct.seeding import SEEDS

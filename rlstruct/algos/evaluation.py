@@ -13,7 +13,6 @@ how many came before.
 
 from __future__ import annotations
 
-import difflib
 import math
 import warnings
 from collections.abc import Callable, Mapping
@@ -29,7 +28,7 @@ from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checks import check_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
-from rlstruct.gym_env import GymEnv, observation_spaces, resolve_env
+from rlstruct.gym_env import MAKE_ERRORS, GymEnv, UnknownEnvironment, observation_spaces, resolve_env
 from rlstruct.learning.encoders import is_image
 from rlstruct.replay.hindsight import RewardFn
 from rlstruct.seeding import derive_seed
@@ -69,38 +68,6 @@ class EnvSpaces:
         """Whether the observation is one box (not an image) under ``observation``: ``obs_dim`` numbers."""
         only = self.observation.get("observation")
         return len(self.observation) == 1 and only is not None and only.kind == "box" and not is_image(only)
-
-
-MAKE_ERRORS = (gym.error.Error, ModuleNotFoundError)
-"""What making an environment id raises when gymnasium cannot make it (``UnknownEnvironment`` reports it)."""
-
-
-class UnknownEnvironment(ValueError):
-    """An environment id that gymnasium cannot make, with the likely fix in one line.
-
-    Attributes:
-        env: the id as given.
-    """
-
-    def __init__(self, env: str, error: BaseException) -> None:
-        name = env.split(":")[-1]
-        if ":" not in env and "Bullet" in name:
-            hint = (
-                f"Bullet environments need the module prefix and the bullet extra: "
-                f"--env pybullet_envs_gymnasium:{name} (pip install -e '.[bullet]')"
-            )
-        elif ":" not in env and name.startswith("popgym-"):
-            hint = f"POPGym environments need the module prefix and the popgym extra: --env popgym:{name}"
-        else:
-            close = [c for c in difflib.get_close_matches(name, list(gym.registry), n=2) if c != name]
-            hint = f"did you mean {close[0]!r}?" if close else "see gymnasium.pprint_registry() for the ids"
-        if isinstance(error, gym.error.DependencyNotInstalled) or (
-            isinstance(error, ModuleNotFoundError) and name in gym.registry
-        ):  # a registered id whose package is missing
-            super().__init__(f"environment {env!r} needs a package that is not installed: {error}")
-        else:
-            super().__init__(f"unknown environment {env!r} ({type(error).__name__}: {error}); {hint}")
-        self.env = env
 
 
 def env_spaces(env: str) -> EnvSpaces:

@@ -138,6 +138,23 @@ class StepInfo:
     batch_end: bool = True
 
 
+def _check_env_id(env_factory: object, env_args: Mapping[str, Any]) -> None:
+    """A gymnasium id for ``GymEnv`` or ``GymVectorEnv`` must be one gymnasium knows, checked here.
+
+    The workers make the environments at their first step (inside Ray actors
+    for remote ones), where an unknown id would fail far from its cause.
+    Nothing is made here, and gymnasium is imported only for an id.
+    """
+    env = env_args.get("env")
+    if not isinstance(env, str) or not isinstance(env_factory, type):
+        return
+    from rlstruct.gym_env import GymEnv, check_env_id
+    from rlstruct.gym_vector_env import GymVectorEnv
+
+    if issubclass(env_factory, (GymEnv, GymVectorEnv)):
+        check_env_id("Scheme: env_args['env']", env)
+
+
 def _device(value: object) -> torch.device:
     device = check_device("Scheme", value)
     if device.type not in ("cpu", "cuda"):
@@ -205,8 +222,10 @@ class Scheme:
             device, CUDA where torch has none; a buffer of the library's
             for one of its algorithms of the other kind, such as a
             ``ReplayStorage`` for ``PPO``; a factory that makes no
-            ``torch.nn.Module``, ``Algorithm`` or ``Buffer``), naming it,
-            before any worker starts.
+            ``torch.nn.Module``, ``Algorithm`` or ``Buffer``; an
+            ``env_args["env"]`` id that gymnasium does not know, for
+            ``GymEnv`` or ``GymVectorEnv``: ``UnknownEnvironment``, with a
+            did-you-mean), naming it, before any worker starts.
         DistributedError: if the actors cannot be scheduled on the cluster
             (a request larger than any node, GPUs the cluster lacks), or are not
             running within ``start_timeout``.
@@ -242,6 +261,7 @@ class Scheme:
                 raise TypeError(f"Scheme: {name} must be callable, got {describe(f)}")
         check_kwargs("Scheme", "agent_args", agent_args)
         check_kwargs("Scheme", "env_args", env_args)
+        _check_env_id(env_factory, env_args)
         self.collection = Collection() if collection is None else collection
         self.gradients = Gradients() if gradients is None else gradients
         self.updates = Updates() if updates is None else updates
