@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
 import numpy as np
 
-from rlstruct.checks import cannot_write
+from rlstruct.checks import cannot_write, is_int
 from rlstruct.errors import describe
 from rlstruct.progress import Progress, scalar_value, step_value
 
@@ -163,7 +163,8 @@ class Logger:
             mapping nor a dataclass instance, or ``progress`` neither a bool
             nor a ``Progress``.
         ValueError: if ``run_dir`` is an existing file, ``total_steps`` is
-            given with a ``Progress`` of your own, ``purge_step`` is not a
+            not a positive int or None, or is given with a ``Progress`` of
+            your own, ``purge_step`` is not a
             non-negative int, or an existing ``progress.csv`` has no ``step``
             first column (or, with ``purge_step``, a row whose step is not an
             int).
@@ -194,6 +195,8 @@ class Logger:
             raise TypeError(
                 f"Logger: config must be a mapping, a dataclass instance or None, got a {type(config).__name__}"
             )
+        if total_steps is not None and not (is_int(total_steps) and total_steps > 0):  # a NumPy int counts
+            raise ValueError(f"Logger: total_steps must be a positive int or None, got {total_steps!r}")
         if isinstance(progress, Progress):
             if total_steps is not None:
                 raise ValueError(

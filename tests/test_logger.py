@@ -407,6 +407,15 @@ def test_errors_name_the_argument(tmp_path: Path) -> None:
         Logger(tmp_path, progress="yes", tensorboard=False)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=message("total_steps=10 is for the default progress line")):
         Logger(tmp_path, progress=Progress(), total_steps=10, tensorboard=False)
+    # the progress line's own check named its argument (Progress: total), and progress=False took any value
+    for progress, total_steps in ((True, 0), (False, 0), (True, 2.5), (False, True)):
+        with pytest.raises(
+            ValueError,
+            match=message(f"Logger: total_steps must be a positive int or None, got {total_steps!r}"),
+        ):
+            Logger(tmp_path, progress=progress, total_steps=total_steps, tensorboard=False)  # type: ignore[arg-type]
+    numpy_total = np.int64(10)  # a NumPy int is an int
+    Logger(tmp_path, progress=False, total_steps=numpy_total, tensorboard=False).close()
     with pytest.raises(
         ValueError, match=message("Logger purge_step: step must be a non-negative int, got -1")
     ):
