@@ -40,6 +40,7 @@ import pickle
 import random
 import tempfile
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +176,9 @@ def load_checkpoint(
             not in the checkpoint.
         pickle.UnpicklingError: if ``weights_only`` refuses an object the
             file holds (as ``torch.load`` does).
-        TypeError: if an object has no ``load_state_dict`` method.
+        TypeError: if an object has no ``load_state_dict`` method, or the
+            value stored under its name is not a state dict (a mapping, as
+            ``state_dict()`` returns), naming the value.
     """
     for name, obj in objects.items():
         if not callable(getattr(obj, "load_state_dict", None)):
@@ -206,6 +209,12 @@ def load_checkpoint(
             f"load_checkpoint: {str(path)!r} holds no value named {', '.join(map(repr, missing))}; "
             f"it holds {sorted(state)}"
         )
+    for name, obj in objects.items():  # all checked before any is loaded
+        if not isinstance(state[name], Mapping):
+            raise TypeError(
+                f"load_checkpoint: {str(path)!r} holds {describe(state[name])} under {name!r}, not a state "
+                f"dict to load into {name}= ({type(obj).__name__}); read it from the returned dict instead"
+            )
     for name, obj in objects.items():
         obj.load_state_dict(state[name])
     return state

@@ -259,6 +259,17 @@ def test_errors_name_the_argument(tmp_path: Path) -> None:
         TypeError, match=message("load_checkpoint: step= must have a load_state_dict method, got a int")
     ):
         load_checkpoint(tmp_path / "c.pt", step=3)
+    # a plain value stored under the name gave torch's "Expected state_dict to be dict-like, got <class 'int'>"
+    model = torch.nn.Linear(1, 1)
+    save_checkpoint(tmp_path / "c.pt", model=model, step=1)
+    with pytest.raises(
+        TypeError,
+        match=message(
+            f"load_checkpoint: {str(tmp_path / 'c.pt')!r} holds an int under 'step', not a state dict to load into "
+            "step= (Linear); read it from the returned dict instead"
+        ),
+    ):
+        load_checkpoint(tmp_path / "c.pt", model=model, step=torch.nn.Linear(1, 1))
     with pytest.raises(
         TypeError, match=message("rng_state: generators must be torch.Generator, got a int at position 0")
     ):
