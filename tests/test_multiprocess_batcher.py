@@ -17,6 +17,7 @@ bounded look at a board that must not change (back-pressure).
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import multiprocessing
 import os
@@ -25,6 +26,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -823,6 +825,26 @@ def test_get_refuses_a_blocking_that_is_not_a_bool(mode: str) -> None:
                 batcher.get(blocking=blocking)  # type: ignore[call-overload]
         batch = batcher.get(blocking=np.bool_(True))  # the refused calls took nothing
         assert batch is not None and batch.n_elems() == 1
+
+
+def test_a_closed_batcher_still_referenced_holds_no_shared_memory() -> None:
+    """close() left the shared weights (and their version counter) to the garbage collector, which frees
+    nothing of a batcher still referenced; the connections to the workers were already closed."""
+    batcher = MultiprocessBatcher(
+        LinearAgent, {}, GymEnv, {"env": "CartPole-v1"}, n_envs=1, n_timesteps=2, n_processes=2
+    )
+    batcher.update(LinearAgent().state_dict())
+    batcher.reset()
+    batcher.execute()
+    batcher.get()
+    shared = [weakref.ref(batcher._weights.counter), *map(weakref.ref, batcher._weights.tensors.values())]
+    batcher.close()
+    gc.collect()  # frees what the closed batcher no longer holds, and nothing it does
+    assert [ref() for ref in shared] == [None] * 3  # the counter, the weight and the bias
+    assert all(conn.closed for conn in batcher._conns)
+    assert [process.exitcode for process in batcher._processes] == [0, 0]  # still told
+    assert batcher.policy_version() == 1  # still told
+    batcher.close()  # twice is fine
 
 
 def test_timeouts_too_long_for_one_wait_are_waited_out_in_pieces() -> None:

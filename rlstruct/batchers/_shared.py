@@ -40,6 +40,11 @@ class SharedWeights:
         """How many writes were completed."""
         return int(self.counter[0]) // 2
 
+    def release(self) -> None:
+        """Let go of the shared memory (the tensors and the counter); ``version`` keeps its value. Safe twice."""
+        self.tensors = {}
+        self.counter = self.counter.clone()  # a private copy: the shared one is freed with its last reference
+
     def half_written(self) -> bool:
         """Whether the last write failed half-way (the counter stayed odd): no complete version to load."""
         return int(self.counter[0]) % 2 == 1

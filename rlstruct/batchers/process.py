@@ -697,7 +697,8 @@ class MultiprocessBatcher:
             if self._board is not None:
                 self._board.wake(self.n_processes)  # no worker waits out its WAIT_S for a free slot
         self.state = State.CLOSED
-        self._pool.shutdown()
+        self._pool.shutdown()  # joins the workers and closes their connections
+        self._weights.release()  # a batcher still referenced would keep the shared memory until collected
         self._buffers = None
         self._staging.release()
         self._board = None  # its lock is a named semaphore in /dev/shm until it is freed
