@@ -35,12 +35,12 @@ Examples:
 
 from __future__ import annotations
 
+import numbers
 import os
 import pickle
 import random
 import tempfile
 import warnings
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +143,10 @@ def _as_stored(value: Any) -> Any:
     return state_dict() if callable(state_dict) else value
 
 
+_PLAIN = (numbers.Number, str, bytes)
+"""Stored values (besides None) that no ``state_dict()`` returns: ``load_checkpoint`` refuses them by name."""
+
+
 def load_checkpoint(
     path: str | os.PathLike[str],
     *,
@@ -177,8 +181,8 @@ def load_checkpoint(
         pickle.UnpicklingError: if ``weights_only`` refuses an object the
             file holds (as ``torch.load`` does).
         TypeError: if an object has no ``load_state_dict`` method, or the
-            value stored under its name is not a state dict (a mapping, as
-            ``state_dict()`` returns), naming the value.
+            value stored under its name is None, a number, a bool or a
+            string, which no ``state_dict()`` returns, naming the value.
     """
     for name, obj in objects.items():
         if not callable(getattr(obj, "load_state_dict", None)):
@@ -210,7 +214,7 @@ def load_checkpoint(
             f"it holds {sorted(state)}"
         )
     for name, obj in objects.items():  # all checked before any is loaded
-        if not isinstance(state[name], Mapping):
+        if state[name] is None or isinstance(state[name], _PLAIN):
             raise TypeError(
                 f"load_checkpoint: {str(path)!r} holds {describe(state[name])} under {name!r}, not a state "
                 f"dict to load into {name}= ({type(obj).__name__}); read it from the returned dict instead"

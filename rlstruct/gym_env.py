@@ -67,7 +67,6 @@ from rlstruct.errors import describe
 from rlstruct.specs import ObservationSpace
 
 __all__ = [
-    "MAKE_ERRORS",
     "GymEnv",
     "UnknownEnvironment",
     "action_array",
@@ -220,19 +219,29 @@ MAKE_ERRORS = (gym.error.Error, ModuleNotFoundError)
 class UnknownEnvironment(ValueError):
     """An environment id that gymnasium cannot make, with the likely fix in one line.
 
+    Args:
+        env: the id as given.
+        error: what gymnasium (or the import of the id's module) raised.
+        owner: how the message begins ("Scheme: env_args['env']"); empty for
+            the command line's ``--env``, whose flag the hints then name.
+
     Attributes:
         env: the id as given.
     """
 
     def __init__(self, env: str, error: BaseException, owner: str = "") -> None:
         name = env.split(":")[-1]
+
+        def prefixed(module: str) -> str:
+            return f"--env {module}:{name}" if not owner else repr(f"{module}:{name}")
+
         if ":" not in env and "Bullet" in name:
             hint = (
                 f"Bullet environments need the module prefix and the bullet extra: "
-                f"--env pybullet_envs_gymnasium:{name} (pip install -e '.[bullet]')"
+                f"{prefixed('pybullet_envs_gymnasium')} (pip install -e '.[bullet]')"
             )
         elif ":" not in env and name.startswith("popgym-"):
-            hint = f"POPGym environments need the module prefix and the popgym extra: --env popgym:{name}"
+            hint = f"POPGym environments need the module prefix and the popgym extra: {prefixed('popgym')}"
         else:
             close = [c for c in difflib.get_close_matches(name, list(gym.registry), n=2) if c != name]
             hint = f"did you mean {close[0]!r}?" if close else "see gymnasium.pprint_registry() for the ids"
@@ -244,6 +253,18 @@ class UnknownEnvironment(ValueError):
         else:
             super().__init__(f"{where}unknown environment {env!r} ({type(error).__name__}: {error}); {hint}")
         self.env = env
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its message and id: it may cross from a worker process or a Ray actor."""
+        return (_unknown_environment, (str(self), self.env))
+
+
+def _unknown_environment(message: str, env: str) -> UnknownEnvironment:
+    """An ``UnknownEnvironment`` with this message, as unpickled."""
+    error = UnknownEnvironment.__new__(UnknownEnvironment)
+    ValueError.__init__(error, message)
+    error.env = env
+    return error
 
 
 def check_env_id(owner: str, env: str) -> None:
@@ -258,9 +279,20 @@ def check_env_id(owner: str, env: str) -> None:
         env: the id, as ``GymEnv`` takes it.
 
     Raises:
+        TypeError: for an ``env`` that is not a str.
         UnknownEnvironment: (a ValueError) for an id gymnasium does not know,
-            naming it, with a did-you-mean.
+            or whose module cannot be imported, naming it, with a
+            did-you-mean.
+
+    Examples:
+        >>> check_env_id("Scheme: env_args['env']", "CartPole-v1")
+        >>> check_env_id("Scheme: env_args['env']", "CartPole-v9")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        rlstruct.gym_env.UnknownEnvironment: Scheme: env_args['env']: unknown environment 'CartPole-v9' ...
     """
+    if not isinstance(env, str):
+        raise TypeError(f"{owner} must be an environment id (a str), got {describe(env)}")
     try:
         maker = resolve_env(env)
         if not isinstance(maker, str):  # a factory that "module:name" names
@@ -272,7 +304,7 @@ def check_env_id(owner: str, env: str) -> None:
         if version is None and gym.envs.registration.find_highest_version(namespace, base) is not None:
             return
         gym.spec(name)  # raises gymnasium's error for the id: NameNotFound, VersionNotFound, ...
-    except MAKE_ERRORS as error:
+    except (*MAKE_ERRORS, ImportError, ValueError) as error:  # ValueError: an empty module name (":Id")
         raise UnknownEnvironment(env, error, owner) from error
 
 

@@ -8,6 +8,7 @@ Dict spaces nested in each other. ``observation_spaces`` is tested here too.
 
 from __future__ import annotations
 
+import pickle
 import re
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 import torch
 
 from rlstruct import Agent, DictTensor, GymEnv, LocalBatcher, TemporalDictTensor
-from rlstruct.gym_env import observation_spaces, resolve_env
+from rlstruct.gym_env import UnknownEnvironment, check_env_id, observation_spaces, resolve_env
 from rlstruct.specs import ObservationSpace
 
 spaces = gym.spaces
@@ -1016,3 +1017,37 @@ def test_the_actions_of_finished_rows_are_not_checked() -> None:
     _, observation = env.step(act(0, 0))  # both rows have ended: nothing is stepped
     assert observation["done"].tolist() == [True, True]
     env.close()
+
+
+def test_check_env_id_takes_known_ids_and_names_the_rest() -> None:
+    owner = "Scheme: env_args['env']"
+    for known in ("CartPole-v1", "CartPole", "CueMemory-v0"):
+        check_env_id(owner, known)
+    with pytest.raises(TypeError, match=re.escape(f"{owner} must be an environment id (a str), got an int")):
+        check_env_id(owner, 3)  # type: ignore[arg-type]
+    # an empty module name was Python's own "Empty module name", unwrapped
+    with pytest.raises(
+        UnknownEnvironment, match=re.escape(f"{owner}: unknown environment ':CartPol-v1' (ValueError")
+    ):
+        check_env_id(owner, ":CartPol-v1")
+    with pytest.raises(
+        UnknownEnvironment, match=re.escape(f"{owner}: unknown environment 'no_such_module_x:Foo-v0'")
+    ):
+        check_env_id(owner, "no_such_module_x:Foo-v0")
+
+
+def test_unknown_environment_hints_name_the_flag_only_on_the_command_line() -> None:
+    error = gym.error.NameNotFound("not registered")
+    assert "--env popgym:popgym-RepeatPreviousEasy-v0" in str(
+        UnknownEnvironment("popgym-RepeatPreviousEasy-v0", error)
+    )
+    from_scheme = UnknownEnvironment("popgym-RepeatPreviousEasy-v0", error, "Scheme: env_args['env']")
+    assert "--env" not in str(from_scheme)
+    assert "the popgym extra: 'popgym:popgym-RepeatPreviousEasy-v0'" in str(from_scheme)
+
+
+def test_unknown_environment_survives_pickling() -> None:
+    """It crosses from a worker process or a Ray actor; its three-argument constructor made it fail to unpickle."""
+    error = UnknownEnvironment("CartPol-v1", gym.error.NameNotFound("no"), "Scheme: env_args['env']")
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is UnknownEnvironment and str(copy) == str(error) and copy.env == "CartPol-v1"

@@ -28,7 +28,13 @@ from rlstruct.batchers import MultiprocessBatcher
 from rlstruct.checks import check_int
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
-from rlstruct.gym_env import MAKE_ERRORS, GymEnv, UnknownEnvironment, observation_spaces, resolve_env
+from rlstruct.gym_env import (  # UnknownEnvironment, which lived here: still importable from here
+    MAKE_ERRORS,
+    GymEnv,
+    UnknownEnvironment,
+    observation_spaces,
+    resolve_env,
+)
 from rlstruct.learning.encoders import is_image
 from rlstruct.replay.hindsight import RewardFn
 from rlstruct.seeding import derive_seed

@@ -109,9 +109,9 @@ class LocalBatcher:
             cannot hold tensors on this machine ("meta", or "cuda" without
             one), or ``weights`` whose keys, shapes or dtypes differ from the
             agent's ``state_dict``.
-        TypeError: if the factories do not make an Agent
-            (``rlstruct.errors.AgentError``, a TypeError) and an Environment,
-            ``seed`` is not an int, ``agent_args`` or ``env_args`` is not a
+        TypeError: if ``agent_factory`` does not make an Agent
+            (``rlstruct.errors.AgentError``, a TypeError), ``env_factory``
+            does not make an Environment, ``seed`` is not an int, ``agent_args`` or ``env_args`` is not a
             dict of keyword arguments, ``device`` is not a str, a
             ``torch.device`` or an int, or ``weights`` is not a mapping of
             tensors.

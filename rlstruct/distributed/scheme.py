@@ -54,6 +54,8 @@ Examples:
 from __future__ import annotations
 
 import functools
+import importlib.util
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,16 +145,28 @@ def _check_env_id(env_factory: object, env_args: Mapping[str, Any]) -> None:
 
     The workers make the environments at their first step (inside Ray actors
     for remote ones), where an unknown id would fail far from its cause.
-    Nothing is made here, and gymnasium is imported only for an id.
+    Nothing is made here, and nothing imported that the caller has not: an
+    ``env_factory`` of those classes means ``rlstruct.gym_env`` is imported
+    already, and a ``"module:EnvId"`` whose module this process cannot find
+    (one that only the workers have) is left to them.
     """
     env = env_args.get("env")
-    if not isinstance(env, str) or not isinstance(env_factory, type):
+    gym_env = sys.modules.get("rlstruct.gym_env")
+    if not isinstance(env, str) or not isinstance(env_factory, type) or gym_env is None:
         return
-    from rlstruct.gym_env import GymEnv, check_env_id
-    from rlstruct.gym_vector_env import GymVectorEnv
-
-    if issubclass(env_factory, (GymEnv, GymVectorEnv)):
-        check_env_id("Scheme: env_args['env']", env)
+    gym_vector_env = sys.modules.get("rlstruct.gym_vector_env")
+    classes = (gym_env.GymEnv, *([gym_vector_env.GymVectorEnv] if gym_vector_env else []))
+    if not issubclass(env_factory, classes):
+        return
+    module, colon, _ = env.partition(":")  # as resolve_env reads it
+    if colon and module:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package missing, or an empty name
+            found = False
+        if not found:
+            return
+    gym_env.check_env_id("Scheme: env_args['env']", env)
 
 
 def _device(value: object) -> torch.device:
@@ -261,7 +275,6 @@ class Scheme:
                 raise TypeError(f"Scheme: {name} must be callable, got {describe(f)}")
         check_kwargs("Scheme", "agent_args", agent_args)
         check_kwargs("Scheme", "env_args", env_args)
-        _check_env_id(env_factory, env_args)
         self.collection = Collection() if collection is None else collection
         self.gradients = Gradients() if gradients is None else gradients
         self.updates = Updates() if updates is None else updates
@@ -273,6 +286,8 @@ class Scheme:
         self.on_worker_failure = check_choice("Scheme", "on_worker_failure", on_worker_failure, FAILURES)
         check_combination(self.collection, self.gradients, self.updates, self.device)
 
+        with seeded(seed):  # importing an id's module may draw random numbers
+            _check_env_id(env_factory, env_args)
         with seeded(seed):
             self.model = agent_factory(**agent_args)
             if not isinstance(self.model, torch.nn.Module):
