@@ -169,7 +169,7 @@ def main() -> None:
     if not (args.quick or args.skip_ray):
         import ray
 
-        ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False)
         try:
             rows.append(
                 Row("scheme, memory, 2 Ray collection workers: return", scheme_return(total, 2), "return")

@@ -254,7 +254,7 @@ def main() -> None:
     steps = 256 if args.quick else args.steps or default
     starts = 64 if args.quick else 1_000
     env = BULLET if args.decentralised else ENV
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False)
     try:
         if args.decentralised:
             results = {"2 decentralised gradient workers": run(env, 0, steps, args.seed, starts, True)}

@@ -112,6 +112,7 @@ def train(learner: Learner) -> list[float]:
 
 def start_local_ray() -> None:
     ray.init(
+        address="local",  # a Ray of its own, even where another runs on this machine
         num_cpus=2,
         include_dashboard=False,
         configure_logging=False,

@@ -556,6 +556,7 @@ ray = pytest.importorskip("ray")
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
     ray.init(
+        address="local",  # a Ray of its own, even where another runs on this machine
         num_cpus=2,
         include_dashboard=False,
         configure_logging=False,
