@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import ray
-from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 
 from rlstruct.errors import DistributedError, RemoteWorkerError
 
@@ -130,7 +130,7 @@ class Pool:
         except RayActorError as error:
             # An unreachable actor (a network loss, ActorUnavailableError) is lost like a dead one: its
             # call may or may not have run, and running it again would skip or repeat a minibatch.
-            what = "unreachable" if isinstance(error, ActorUnavailableError) else "died"
+            what = "unreachable" if _unreachable(error) else "died"
             if self._on_failure == "raise":
                 raise RemoteWorkerError(f"{what}: {error}", self.role, index, died=True) from error
             self.lose(index)
@@ -172,6 +172,16 @@ def wait_ready(role: str, actors: list[Any], timeout: float, requested: str) -> 
     except RayError as error:
         index = next((i for i, ref in enumerate(refs) if _failed(ref)), 0)
         raise RemoteWorkerError(f"could not start:\n{error}", role, index, died=True) from error
+
+
+def _unreachable(error: RayActorError) -> bool:
+    """Whether ``error`` says the actor is unreachable rather than dead.
+
+    Ray tells the two apart (``ActorUnavailableError``, a ``RayActorError``) only from 2.11 on; before,
+    with the ``ray>=2.10`` that pyproject.toml allows, an unreachable actor raises a plain ``RayActorError``.
+    """
+    unavailable = getattr(ray.exceptions, "ActorUnavailableError", None)
+    return unavailable is not None and isinstance(error, unavailable)
 
 
 def _failed(ref: Any) -> bool:
