@@ -39,8 +39,9 @@ def describe(value: object) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)}, dtype {value.dtype}, device {value.device}"
     name = type(value).__name__
-    if type(value).__module__ == "numpy" and name in ("bool", "int", "float", "str", "bytes", "object"):
-        name = f"numpy.{name}"  # a NumPy bool is "a numpy.bool", not "a bool"
+    bare = name.rstrip("_")  # NumPy 1 names its bool "bool_"
+    if type(value).__module__ == "numpy" and bare in ("bool", "int", "float", "str", "bytes", "object"):
+        name = f"numpy.{bare}"  # a NumPy bool is "a numpy.bool", not "a bool"
     return f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}"
 
 
