@@ -35,12 +35,12 @@ Examples:
 
 from __future__ import annotations
 
-import numbers
 import os
 import pickle
 import random
 import tempfile
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -143,8 +143,8 @@ def _as_stored(value: Any) -> Any:
     return state_dict() if callable(state_dict) else value
 
 
-_PLAIN = (numbers.Number, str, bytes)
-"""Stored values (besides None) that no ``state_dict()`` returns: ``load_checkpoint`` refuses them by name."""
+_DICT_STATES = (torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
+"""Objects whose state dicts are dicts: ``load_checkpoint`` refuses any other stored value for them by name."""
 
 
 def load_checkpoint(
@@ -180,9 +180,11 @@ def load_checkpoint(
             not in the checkpoint.
         pickle.UnpicklingError: if ``weights_only`` refuses an object the
             file holds (as ``torch.load`` does).
-        TypeError: if an object has no ``load_state_dict`` method, or the
-            value stored under its name is None, a number, a bool or a
-            string, which no ``state_dict()`` returns, naming the value.
+        TypeError: if an object has no ``load_state_dict`` method, or is a
+            torch module, optimiser or learning-rate scheduler (whose state
+            dicts are dicts) and the value stored under its name is not a
+            mapping, naming the value. Other objects get the stored value
+            as it is.
     """
     for name, obj in objects.items():
         if not callable(getattr(obj, "load_state_dict", None)):
@@ -214,7 +216,7 @@ def load_checkpoint(
             f"it holds {sorted(state)}"
         )
     for name, obj in objects.items():  # all checked before any is loaded
-        if state[name] is None or isinstance(state[name], _PLAIN):
+        if isinstance(obj, _DICT_STATES) and not isinstance(state[name], Mapping):
             raise TypeError(
                 f"load_checkpoint: {str(path)!r} holds {describe(state[name])} under {name!r}, not a state "
                 f"dict to load into {name}= ({type(obj).__name__}); read it from the returned dict instead"

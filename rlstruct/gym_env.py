@@ -255,15 +255,14 @@ class UnknownEnvironment(ValueError):
         self.env = env
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled as its message and id: it may cross from a worker process or a Ray actor."""
-        return (_unknown_environment, (str(self), self.env))
+        """Pickled as its class, message and attributes: it may cross from a worker process or a Ray actor."""
+        return (_unknown_environment, (type(self), str(self)), self.__dict__)
 
 
-def _unknown_environment(message: str, env: str) -> UnknownEnvironment:
-    """An ``UnknownEnvironment`` with this message, as unpickled."""
-    error = UnknownEnvironment.__new__(UnknownEnvironment)
+def _unknown_environment(cls: type[UnknownEnvironment], message: str) -> UnknownEnvironment:
+    """An ``UnknownEnvironment`` (or subclass) with this message, as unpickled (keep this signature: pickles name it)."""
+    error = cls.__new__(cls)
     ValueError.__init__(error, message)
-    error.env = env
     return error
 
 
@@ -293,18 +292,20 @@ def check_env_id(owner: str, env: str) -> None:
     """
     if not isinstance(env, str):
         raise TypeError(f"{owner} must be an environment id (a str), got {describe(env)}")
+    if env.startswith(":"):
+        raise UnknownEnvironment(env, ValueError("the module before ':' is empty"), owner)
     try:
         maker = resolve_env(env)
         if not isinstance(maker, str):  # a factory that "module:name" names
             return
-        name = maker.split(":")[-1]
+        name = maker.partition(":")[2] or maker  # as resolve_env and gymnasium.make read "module:EnvId"
         if name in gym.registry:
             return
         namespace, base, version = gym.envs.registration.parse_env_id(name)
         if version is None and gym.envs.registration.find_highest_version(namespace, base) is not None:
             return
         gym.spec(name)  # raises gymnasium's error for the id: NameNotFound, VersionNotFound, ...
-    except (*MAKE_ERRORS, ImportError, ValueError) as error:  # ValueError: an empty module name (":Id")
+    except (*MAKE_ERRORS, ImportError) as error:
         raise UnknownEnvironment(env, error, owner) from error
 
 

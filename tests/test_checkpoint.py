@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -247,17 +248,17 @@ def test_cuda_generators_are_captured_and_restored_after_loading_onto_cuda(tmp_p
     assert torch.equal(torch.rand(4, device="cuda", generator=generator), expected[1])
 
 
-class _TensorState:
-    """An object whose state dict is a tensor, as ``save_checkpoint`` stores whatever ``state_dict()`` returns."""
+class _State:
+    """An object whose state dict is not a dict: ``save_checkpoint`` stores whatever ``state_dict()`` returns."""
 
-    def __init__(self, value: torch.Tensor) -> None:
+    def __init__(self, value: Any) -> None:
         self.value = value
 
-    def state_dict(self) -> torch.Tensor:
-        return self.value.clone()
+    def state_dict(self) -> Any:
+        return self.value
 
-    def load_state_dict(self, state: torch.Tensor) -> None:
-        self.value = state.clone()
+    def load_state_dict(self, state: Any) -> None:
+        self.value = state
 
 
 def test_errors_name_the_argument(tmp_path: Path) -> None:
@@ -283,12 +284,12 @@ def test_errors_name_the_argument(tmp_path: Path) -> None:
         ),
     ):
         load_checkpoint(tmp_path / "c.pt", model=model, step=torch.nn.Linear(1, 1))
-    # what an object's own state_dict() returns loads back, mapping or not (a tensor here)
-    stat = _TensorState(torch.arange(3.0))
-    save_checkpoint(tmp_path / "c.pt", stat=stat)
-    restored = _TensorState(torch.zeros(3))
-    load_checkpoint(tmp_path / "c.pt", stat=restored)
-    assert torch.equal(restored.value, torch.arange(3.0))
+    # what an object's own state_dict() returns loads back, mapping or not (a tensor, an int)
+    for value in (torch.arange(3.0), 7):
+        save_checkpoint(tmp_path / "c.pt", stat=_State(value))
+        restored = _State(None)
+        load_checkpoint(tmp_path / "c.pt", stat=restored)
+        assert restored.value == value if isinstance(value, int) else torch.equal(restored.value, value)
     with pytest.raises(
         TypeError, match=message("rng_state: generators must be torch.Generator, got a int at position 0")
     ):

@@ -51,7 +51,7 @@ from rlstruct.distributed import (
     resources,
 )
 from rlstruct.distributed.gradients import flat_gradients, set_flat_gradients
-from rlstruct.distributed.scheme import _check_env_id as check_env_id
+from rlstruct.distributed.scheme import _check_env_id
 from rlstruct.gym_env import UnknownEnvironment
 from rlstruct.learning.actor_critic import ActorCritic
 from rlstruct.learning.soft_actor_critic import SquashedGaussianActor
@@ -355,12 +355,12 @@ def test_an_unknown_environment_id_is_refused_when_the_scheme_is_built(env_facto
 
 def test_an_id_whose_module_only_the_workers_may_have_is_left_to_them() -> None:
     """A module missing here (a Ray runtime_env may give it to remote workers) is left to the workers to import."""
-    check_env_id(GymEnv, {"env": "no_such_module_x:Foo-v0"})
+    _check_env_id(GymEnv, {"env": "no_such_module_x:Foo-v0"})
     with pytest.raises(
         UnknownEnvironment,
         match=re.escape("Scheme: env_args['env']: unknown environment 'gymnasium:CartPol-v1'"),
     ):
-        check_env_id(GymEnv, {"env": "gymnasium:CartPol-v1"})  # a module found here: its id is checked
+        _check_env_id(GymEnv, {"env": "gymnasium:CartPol-v1"})  # a module found here: its id is checked
 
 
 def test_factories_must_be_callable() -> None:

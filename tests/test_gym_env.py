@@ -1030,6 +1030,11 @@ def test_check_env_id_takes_known_ids_and_names_the_rest() -> None:
         UnknownEnvironment, match=re.escape(f"{owner}: unknown environment ':CartPol-v1' (ValueError")
     ):
         check_env_id(owner, ":CartPol-v1")
+    # two colons: gymnasium.make reads "gymnasium" and "foo:CartPole-v1", which is no id
+    with pytest.raises(
+        UnknownEnvironment, match=re.escape(f"{owner}: unknown environment 'gymnasium:foo:CartPole-v1'")
+    ):
+        check_env_id(owner, "gymnasium:foo:CartPole-v1")
     with pytest.raises(
         UnknownEnvironment, match=re.escape(f"{owner}: unknown environment 'no_such_module_x:Foo-v0'")
     ):
@@ -1049,5 +1054,7 @@ def test_unknown_environment_hints_name_the_flag_only_on_the_command_line() -> N
 def test_unknown_environment_survives_pickling() -> None:
     """It crosses from a worker process or a Ray actor; its three-argument constructor made it fail to unpickle."""
     error = UnknownEnvironment("CartPol-v1", gym.error.NameNotFound("no"), "Scheme: env_args['env']")
+    error.add_note("a note")
     copy = pickle.loads(pickle.dumps(error))
     assert type(copy) is UnknownEnvironment and str(copy) == str(error) and copy.env == "CartPol-v1"
+    assert copy.__notes__ == ["a note"]

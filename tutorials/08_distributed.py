@@ -141,7 +141,12 @@ def main() -> None:
     if "RAY_ADDRESS" in os.environ:
         ray.init()  # join the running cluster
     else:
-        ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+        ray.init(  # a Ray of its own, even where another runs on this machine
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            configure_logging=False,
+        )
     budgets = {
         "ppo": 2_048 if args.quick else 40_000,
         "impala": 4_096 if args.quick else 200_000,

@@ -145,10 +145,12 @@ def _check_env_id(env_factory: object, env_args: Mapping[str, Any]) -> None:
 
     The workers make the environments at their first step (inside Ray actors
     for remote ones), where an unknown id would fail far from its cause.
-    Nothing is made here, and nothing imported that the caller has not: an
-    ``env_factory`` of those classes means ``rlstruct.gym_env`` is imported
-    already, and a ``"module:EnvId"`` whose module this process cannot find
-    (one that only the workers have) is left to them.
+    Nothing is made here. gymnasium is not imported for other environments
+    (an ``env_factory`` of those classes means ``rlstruct.gym_env`` is
+    imported already); a ``"module:EnvId"`` whose module this process cannot
+    find (one that only the workers have) is left to them, and one it finds
+    is imported, as the workers will. A ``functools.partial`` of those
+    classes is not looked into.
     """
     env = env_args.get("env")
     gym_env = sys.modules.get("rlstruct.gym_env")
@@ -286,7 +288,7 @@ class Scheme:
         self.on_worker_failure = check_choice("Scheme", "on_worker_failure", on_worker_failure, FAILURES)
         check_combination(self.collection, self.gradients, self.updates, self.device)
 
-        with seeded(seed):  # importing an id's module may draw random numbers
+        with seeded(seed):  # importing an id's module may draw from torch's generator
             _check_env_id(env_factory, env_args)
         with seeded(seed):
             self.model = agent_factory(**agent_args)
