@@ -111,10 +111,10 @@ class LocalBatcher:
             agent's ``state_dict``.
         TypeError: if ``agent_factory`` does not make an Agent
             (``rlstruct.errors.AgentError``, a TypeError), ``env_factory``
-            does not make an Environment, ``seed`` is not an int, ``agent_args`` or ``env_args`` is not a
-            dict of keyword arguments, ``device`` is not a str, a
-            ``torch.device`` or an int, or ``weights`` is not a mapping of
-            tensors.
+            does not make an Environment, ``seed`` is not an int,
+            ``agent_args`` or ``env_args`` is not a dict of keyword
+            arguments, ``device`` is not a str, a ``torch.device`` or an
+            int, or ``weights`` is not a mapping of tensors.
 
     Warns:
         UserWarning: once, when the agents first act (the first
