@@ -12,6 +12,7 @@ import gc
 import math
 import multiprocessing
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -661,6 +662,43 @@ def test_save_load_round_trip_uniform(tmp_path: Path) -> None:
         other.load(tmp_path / "buffer.pt")
     with pytest.raises(ValueError, match=r"state lacks the entries \['generator'\]"):
         other.load_state_dict({"capacity": 6, "position": 0, "size": 0, "storage": None})
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized", "hindsight"])
+def test_save_and_load_name_a_bad_path(tmp_path: Path, kind: str) -> None:
+    if kind == "hindsight":
+        buffer: ReplayBuffer | HindsightReplayBuffer = HindsightReplayBuffer(30, reached, k=3)
+        buffer.add_trajectories(goal_episodes([6], 9))
+        name = "HindsightReplayBuffer"
+    else:
+        buffer = ReplayBuffer(6) if kind == "uniform" else PrioritizedReplayBuffer(6)
+        buffer.add(rows(range(3)))
+        name = type(buffer).__name__
+    missing = tmp_path / "no_such_folder" / "buffer.pt"
+    with pytest.raises(
+        FileNotFoundError, match=re.escape(f"{name}.save: the folder of path {str(missing)!r}")
+    ):
+        buffer.save(missing)  # torch said "Parent directory ... does not exist", a RuntimeError
+    with pytest.raises(IsADirectoryError, match=re.escape(f"{name}.save: path must name the file to write")):
+        buffer.save(tmp_path)
+    with pytest.raises(TypeError, match=f"{name}.save: path must be a str or os.PathLike, got a NoneType"):
+        buffer.save(None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=f"{name}.save: path must name the file to write, got ''"):
+        buffer.save("")
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{name}.load: there is no file {str(missing)!r}")):
+        buffer.load(missing)
+    with pytest.raises(IsADirectoryError, match=f"{name}.load: path must name a file written by save"):
+        buffer.load(tmp_path)
+    with pytest.raises(ValueError, match=f"{name}.load: path must name a file written by save, got ''"):
+        buffer.load("")
+    (tmp_path / "empty.pt").write_bytes(b"")
+    with pytest.raises(ValueError, match=f"{name}.load: .* is empty, not a buffer written by save"):
+        buffer.load(tmp_path / "empty.pt")
+    (tmp_path / "notes.txt").write_text("hello")  # torch.load said only "KeyError: 101"
+    with pytest.raises(ValueError, match=f"{name}.load: .* is not a buffer written by save"):
+        buffer.load(tmp_path / "notes.txt")
+    buffer.save(tmp_path / "buffer.pt")
+    buffer.load(tmp_path / "buffer.pt")
 
 
 def test_save_load_round_trip_prioritized(tmp_path: Path) -> None:

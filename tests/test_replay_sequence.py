@@ -447,6 +447,25 @@ def test_load_checks_burn_in_t_and_prioritized(tmp_path: Path) -> None:
         SequenceReplayBuffer(5, burn_in=2).load(tmp_path / "sequences.pt")
 
 
+def test_save_and_load_name_a_bad_path(tmp_path: Path) -> None:
+    buffer = SequenceReplayBuffer(6, burn_in=2)
+    buffer.add(chunks([0], [5]))
+    missing = tmp_path / "no_such_folder" / "sequences.pt"
+    with pytest.raises(
+        FileNotFoundError, match=re.escape(f"SequenceReplayBuffer.save: the folder of path {str(missing)!r}")
+    ):
+        buffer.save(missing)  # torch said "Parent directory ... does not exist", a RuntimeError
+    with pytest.raises(
+        IsADirectoryError, match=r"SequenceReplayBuffer\.save: path must name the file to write"
+    ):
+        buffer.save(tmp_path)
+    with pytest.raises(FileNotFoundError, match=re.escape("SequenceReplayBuffer.load: there is no file")):
+        buffer.load(missing)
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(ValueError, match=r"SequenceReplayBuffer\.load: .* is not a buffer written by save"):
+        buffer.load(tmp_path / "notes.txt")
+
+
 def test_load_errors_of_the_chunk_store_name_the_sequence_buffer(tmp_path: Path) -> None:
     buffer = SequenceReplayBuffer(6, burn_in=2, prioritized=True)
     buffer.add(chunks([0], [5]))

@@ -11,7 +11,7 @@ import torch
 from rlstruct.checks import check_int, check_keys
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
-from rlstruct.replay.uniform import ReplayBuffer, ReplaySample, told_as
+from rlstruct.replay.uniform import ReplayBuffer, ReplaySample, read_state, save_path, told_as
 from rlstruct.specs import Specs, TensorSpec
 from rlstruct.temporal import TemporalDictTensor
 
@@ -288,12 +288,22 @@ class HindsightReplayBuffer:
             self._buffer.load_state_dict(state)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write ``state_dict()`` to ``path`` with ``torch.save``."""
+        """Write ``state_dict()`` to ``path`` with ``torch.save``.
+
+        Raises:
+            TypeError, ValueError, FileNotFoundError, IsADirectoryError: as ``ReplayBuffer.save``.
+        """
+        path = save_path(f"{type(self).__name__}.save", path)
         torch.save(self.state_dict(), path)
 
     def load(self, path: str | os.PathLike[str]) -> None:
-        """Restore, in place, a buffer written by ``save`` (loaded with ``weights_only=True``)."""
-        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        """Restore, in place, a buffer written by ``save`` (loaded with ``weights_only=True``).
+
+        Raises:
+            TypeError, ValueError, FileNotFoundError, IsADirectoryError: as
+                ``ReplayBuffer.load``, and as ``load_state_dict``.
+        """
+        self.load_state_dict(read_state(f"{type(self).__name__}.load", path))
 
     def _check_specs(self, specs: Specs, op: str) -> None:
         """The goal and reward keys exist, and every desired goal looks like the achieved goal."""

@@ -58,7 +58,7 @@ from rlstruct.checks import check_int, check_keys, check_number
 from rlstruct.dicttensor import DictTensor
 from rlstruct.errors import describe
 from rlstruct.replay.prioritized import PrioritizedReplayBuffer
-from rlstruct.replay.uniform import ReplayBuffer, told_as
+from rlstruct.replay.uniform import ReplayBuffer, read_state, save_path, told_as
 from rlstruct.specs import Specs
 from rlstruct.temporal import TemporalDictTensor
 from rlstruct.trajectories import Trajectories
@@ -477,16 +477,22 @@ class SequenceReplayBuffer:
         self._n_timesteps = None  # read again from the storage, allocated by the load if it was not
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write ``state_dict()`` to ``path`` with ``torch.save``."""
+        """Write ``state_dict()`` to ``path`` with ``torch.save``.
+
+        Raises:
+            TypeError, ValueError, FileNotFoundError, IsADirectoryError: as ``ReplayBuffer.save``.
+        """
+        path = save_path(f"{type(self).__name__}.save", path)
         torch.save(self.state_dict(), path)
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Restore, in place, a buffer written by ``save`` (loaded with ``weights_only=True``).
 
         Raises:
-            TypeError, ValueError: as ``load_state_dict``.
+            TypeError, ValueError, FileNotFoundError, IsADirectoryError: as
+                ``ReplayBuffer.load``, and as ``load_state_dict``.
         """
-        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        self.load_state_dict(read_state(f"{type(self).__name__}.load", path))
 
 
 def _steps_of(specs: Specs) -> int:

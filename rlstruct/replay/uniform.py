@@ -6,7 +6,9 @@ import contextlib
 import math
 import multiprocessing as mp
 import os
+import pickle
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
@@ -302,16 +304,28 @@ class ReplayBuffer:
             self._load_extra_state(state)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write ``state_dict()`` to ``path`` with ``torch.save``."""
+        """Write ``state_dict()`` to ``path`` with ``torch.save``.
+
+        Raises:
+            TypeError: if ``path`` is not a str or ``os.PathLike``.
+            ValueError: if ``path`` is empty.
+            FileNotFoundError: if the folder of ``path`` does not exist.
+            IsADirectoryError: if ``path`` is a folder.
+        """
+        path = save_path(f"{type(self).__name__}.save", path)
         torch.save(self.state_dict(), path)
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Restore, in place, a buffer written by ``save`` (loaded with ``weights_only=True``).
 
         Raises:
-            TypeError, ValueError: as ``load_state_dict``.
+            TypeError: if ``path`` is not a str or ``os.PathLike``; and as ``load_state_dict``.
+            FileNotFoundError: if there is no file at ``path``.
+            IsADirectoryError: if ``path`` is a folder.
+            ValueError: if ``path`` is empty or the file is not one ``save`` writes; and as
+                ``load_state_dict``.
         """
-        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        self.load_state_dict(read_state(f"{type(self).__name__}.load", path))
 
     # ------------------------------------------------------------------ internals
 
@@ -446,6 +460,61 @@ def told_as(inner: str, op: str) -> Iterator[None]:
         yield
     except (TypeError, ValueError) as error:
         raise type(error)(str(error).replace(f"{inner}:", f"{op}:", 1)) from error
+
+
+def save_path(op: str, path: object) -> Path:
+    """``path`` as the file a buffer's ``save`` writes, checked before the state is gathered.
+
+    Raises:
+        TypeError: if ``path`` is not a str or ``os.PathLike``.
+        ValueError: if ``path`` is empty.
+        FileNotFoundError: if the folder of ``path`` does not exist (torch would say only
+            "Parent directory ... does not exist", as a RuntimeError).
+        IsADirectoryError: if ``path`` is a folder.
+    """
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"{op}: path must be a str or os.PathLike, got {describe(path)}")
+    if os.fspath(path) in ("", b""):
+        raise ValueError(f"{op}: path must name the file to write, got ''")
+    file = Path(os.fsdecode(path))
+    if file.is_dir():
+        raise IsADirectoryError(
+            f"{op}: path must name the file to write, got the folder {str(file)!r} "
+            f"(such as {str(file / 'buffer.pt')!r})"
+        )
+    if not file.parent.is_dir():
+        raise FileNotFoundError(f"{op}: the folder of path {str(file)!r} does not exist")
+    return file
+
+
+def read_state(op: str, path: object) -> Any:
+    """The state a buffer's ``save`` wrote to ``path``, read on the CPU with ``weights_only=True``.
+
+    Raises:
+        TypeError: if ``path`` is not a str or ``os.PathLike``.
+        FileNotFoundError: if there is no file at ``path``.
+        IsADirectoryError: if ``path`` is a folder.
+        ValueError: if ``path`` is empty, or the file is not one ``torch.save`` writes, or holds
+            objects ``weights_only`` refuses (torch's reason is kept).
+    """
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"{op}: path must be a str or os.PathLike, got {describe(path)}")
+    if os.fspath(path) in ("", b""):
+        raise ValueError(f"{op}: path must name a file written by save, got ''")
+    file = Path(os.fsdecode(path))
+    if file.is_dir():
+        raise IsADirectoryError(f"{op}: path must name a file written by save, got the folder {str(file)!r}")
+    if not file.is_file():
+        raise FileNotFoundError(f"{op}: there is no file {str(file)!r}")
+    if file.stat().st_size == 0:
+        raise ValueError(f"{op}: {str(file)!r} is empty, not a buffer written by save")
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, EOFError, KeyError, RuntimeError) as error:
+        reason = " ".join(str(error).split())
+        raise ValueError(
+            f"{op}: {str(file)!r} is not a buffer written by save ({type(error).__name__}: {reason[:300]})"
+        ) from error
 
 
 def interleaved_zeros(specs: Specs, rows: int, *, device: torch.device, shared: bool) -> DictTensor:
