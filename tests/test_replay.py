@@ -471,6 +471,13 @@ def test_prioritized_errors() -> None:
         update(torch.tensor([0, 1]), torch.tensor([1.0, -2.0]))
     with pytest.raises(ValueError, match="priorities must be finite and >= 0"):
         update(torch.tensor([0]), torch.tensor([math.inf]))
+    # a NaN made aminmax say "got values from nan to nan": the message names the first bad value
+    with pytest.raises(
+        ValueError, match=re.escape("priorities must be finite and >= 0, got priorities[1] = nan")
+    ):
+        update(torch.tensor([0, 1]), torch.tensor([1.0, math.nan]))
+    with pytest.raises(ValueError, match=re.escape("got priorities[1] = -2.0")):
+        update(torch.tensor([0, 1, 0]), torch.tensor([1.0, -2.0, math.nan]))
     with pytest.raises(ValueError, match="indices is on meta, expected cpu"):
         update(torch.tensor([0], device="meta"), torch.tensor([1.0]))
 

@@ -324,6 +324,10 @@ def test_priority_errors_name_the_sequence_buffer() -> None:
         buffer.update_priorities(torch.tensor([2]), torch.tensor([1.0]))
     with pytest.raises(ValueError, match=re.escape(f"{update}: priorities must be finite and >= 0")):
         buffer.update_priorities(torch.tensor([0]), torch.tensor([-1.0]))
+    with pytest.raises(
+        ValueError, match=re.escape(f"{update}: priorities must be finite and >= 0, got priorities[0] = nan")
+    ):
+        buffer.update_priorities(torch.tensor([0, 1]), torch.tensor([float("nan"), 1.0]))
 
 
 # ---------------------------------------------------------------------- priorities

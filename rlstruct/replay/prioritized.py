@@ -184,7 +184,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         p = priorities.detach().to(torch.float64)
         p_low, p_high = (float(x) for x in p.aminmax())
         if not (p_low >= 0 and p_high < math.inf):  # NaN fails too
-            raise ValueError(f"{op}: priorities must be finite and >= 0, got values from {p_low} to {p_high}")
+            # aminmax gives NaN for both ends as soon as one value is NaN: name the first bad value
+            bad = int(torch.nonzero(~(torch.isfinite(p) & (p >= 0)))[0])
+            raise ValueError(
+                f"{op}: priorities must be finite and >= 0, got priorities[{bad}] = {float(p[bad])}"
+            )
         p = p + self._eps
         with self._locked(op):
             size = int(self._counts[1])
