@@ -808,13 +808,16 @@ class DictTensor:
         data = {k: fn(v) for k, v in self._data.items()}  # type: ignore[operator]
         return self.derive(data, next(iter(data.values())).device if data else None)
 
-    def to(self, device: Device, non_blocking: bool = False) -> DictTensor:
+    def to(self, device: Device, non_blocking: bool = False, *, op: str = "DictTensor.to") -> DictTensor:
         """Move to ``device`` (dtypes are kept). Values already there are not copied.
 
         Args:
             device: the target device.
             non_blocking: passed to ``torch.Tensor.to``; asynchronous from
                 pinned CPU memory to CUDA.
+            op: the name the error messages begin with: a structure that
+                moves through its DictTensor gives its own
+                (``TemporalDictTensor.to`` does).
 
         Raises:
             TypeError: if ``device`` is not a device, a str or an int (a dtype
@@ -822,11 +825,11 @@ class DictTensor:
             ValueError: if ``device`` is a str that names no device, or a
                 device this torch cannot use (``"cuda"`` on a CPU-only build).
         """
-        device = check_device("DictTensor.to", device)
+        device = check_device(op, device)
         if self._data and device == self._device:
             # Tensor.to would return every value itself: share them, without the per-value calls
             return self.derive(dict(self._data))
-        with unusable_device("DictTensor.to", device):
+        with unusable_device(op, device):
             return self._map(lambda v: v.to(device, non_blocking=non_blocking))
 
     def clone(self) -> DictTensor:

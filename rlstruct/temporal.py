@@ -561,15 +561,22 @@ class TemporalDictTensor:
     def _with(self, data: DictTensor, lengths: torch.Tensor) -> TemporalDictTensor:
         return TemporalDictTensor.unchecked(data, lengths, self._n_timesteps)
 
-    def to(self, device: Device, non_blocking: bool = False) -> TemporalDictTensor:
+    def to(
+        self, device: Device, non_blocking: bool = False, *, op: str = "TemporalDictTensor.to"
+    ) -> TemporalDictTensor:
         """Move values and lengths to ``device`` (dtypes kept); see ``DictTensor.to``.
+
+        Args:
+            device: the target device.
+            non_blocking: as for ``DictTensor.to``.
+            op: the name the error messages begin with (``Trajectories.to`` gives its own).
 
         Raises:
             TypeError, ValueError: as ``DictTensor.to``, with or without keys.
         """
-        data = self._dt.to(device, non_blocking)  # checks device
-        target = check_device("TemporalDictTensor.to", device)  # an int is a CUDA index, as torch.device
-        with unusable_device("TemporalDictTensor.to", target):
+        data = self._dt.to(device, non_blocking, op=op)  # checks device
+        target = check_device(op, device)  # an int is a CUDA index, as torch.device
+        with unusable_device(op, target):
             lengths = self._lengths.to(target, non_blocking=non_blocking)
         return self._with(data, lengths)
 

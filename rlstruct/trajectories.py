@@ -97,8 +97,15 @@ class Trajectories:
         return self.index(index)
 
     def to(self, device: Device, non_blocking: bool = False) -> Trajectories:
-        """Move both parts to ``device`` (dtypes kept)."""
-        return Trajectories(self.info.to(device, non_blocking), self.trajectories.to(device, non_blocking))
+        """Move both parts to ``device`` (dtypes kept).
+
+        Raises:
+            TypeError, ValueError: as ``DictTensor.to``.
+        """
+        op = "Trajectories.to"
+        return Trajectories(
+            self.info.to(device, non_blocking, op=op), self.trajectories.to(device, non_blocking, op=op)
+        )
 
     def clone(self) -> Trajectories:
         """A deep copy of both parts."""

@@ -140,6 +140,19 @@ def test_to_moves_both_parts_and_keeps_dtypes() -> None:
     assert batch.device == torch.device("cpu")
 
 
+def test_to_names_itself_for_a_bad_device() -> None:
+    # the messages began "DictTensor.to:", a method the caller never called
+    batch = make_batch([2, 1], t=2)
+    with pytest.raises(ValueError, match=re.escape("Trajectories.to: device must name a torch device")):
+        batch.to("float32")
+    with pytest.raises(TypeError, match=re.escape("Trajectories.to: device must be a str")):
+        batch.to(torch.float32)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=re.escape("TemporalDictTensor.to: device must name a torch device")):
+        batch.trajectories.to("float32")
+    with pytest.raises(ValueError, match=re.escape("DictTensor.to: device must name a torch device")):
+        batch.info.to("float32")
+
+
 def test_clone_is_deep() -> None:
     batch = make_batch([2, 1], t=2)
     copy = batch.clone()
