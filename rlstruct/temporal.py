@@ -29,7 +29,7 @@ from typing import overload
 
 import torch
 
-from rlstruct.checks import check_device, is_int, unusable_device
+from rlstruct.checks import check_device, is_bool, is_int, unusable_device
 from rlstruct.dicttensor import Device, DictTensor, RowIndex, key_list
 from rlstruct.errors import describe
 from rlstruct.specs import Specs, TensorSpec
@@ -405,13 +405,16 @@ class TemporalDictTensor:
         into it does; inf and nan are values of every float dtype.
 
         Raises:
-            TypeError: if ``value`` is not a real number (a bool counts as 0 or 1).
+            TypeError: if ``value`` is not a real number (a bool, Python's or
+                NumPy's, counts as 0 or 1).
             ValueError: if ``value`` cannot be stored in a key's dtype (2.5 or
                 300 in uint8, -1 in bool; a finite value beyond a float
                 dtype's largest, such as 1e39 in float32 or 65519 in float16,
                 which torch too refuses to write): nothing is truncated,
                 wrapped or overflows to inf.
         """
+        if is_bool(value):
+            value = bool(value)  # a NumPy bool is no numbers.Real
         if not isinstance(value, numbers.Real):
             raise TypeError(
                 f"TemporalDictTensor.fill_padding: value must be a real number, got {describe(value)}"

@@ -763,6 +763,10 @@ def test_fill_padding_names_the_key_a_value_does_not_fit() -> None:
     ):
         flags.fill_padding(-1)
     assert flags.fill_padding(True)["d"].tolist() == [[False, True]]
+    assert flags.fill_padding(np.True_)["d"].tolist() == [[False, True]]  # NumPy's bool as Python's
+    assert TemporalDictTensor({"f": torch.zeros(1, 2)}, torch.tensor([1])).fill_padding(np.True_)[
+        "f"
+    ].tolist() == [[0.0, 1.0]]
 
 
 def test_temporal_multi_index_wants_t_on_the_data_device() -> None:
