@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,7 +42,7 @@ def crash_after_first_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Run, "checkpoint", checkpoint_then_crash)
 
 
-def interrupted_run(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def interrupt_a_run(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The directory of a ppo run of 1024 steps started from the command line and stopped after its checkpoint at 512."""
     args = [
         "--env",
@@ -58,6 +59,21 @@ def interrupted_run(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         with pytest.raises(Interrupted):
             cli(["train", "ppo", *args, "--run-dir", str(root), "--no-progress"])
     return only_run(root)
+
+
+@pytest.fixture(scope="module")
+def interrupted_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module's one interrupted run (``interrupt_a_run``), which its tests only copy."""
+    with pytest.MonkeyPatch.context() as patch:
+        return interrupt_a_run(tmp_path_factory.mktemp("interrupted"), patch)
+
+
+@pytest.fixture
+def interrupted_run(interrupted_once: Path, tmp_path: Path) -> Path:
+    """A copy of the interrupted run, all files as the run left them, in this test's own directory."""
+    run_dir = tmp_path / interrupted_once.name
+    shutil.copytree(interrupted_once, run_dir)
+    return run_dir
 
 
 def only_run(root: Path) -> Path:
@@ -292,8 +308,8 @@ def test_a_resume_of_nothing_or_of_an_unreadable_config_is_named(
     )
 
 
-def test_the_command_line_resumes_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    run_dir = interrupted_run(tmp_path, monkeypatch)
+def test_the_command_line_resumes_a_run(interrupted_run: Path) -> None:
+    run_dir = interrupted_run
     assert cli(["train", "ppo", "--resume", str(run_dir), "--no-progress"]) == 0
     assert load_checkpoint(run_dir / "checkpoint.pt")["env_steps"] == 1024
 
@@ -326,9 +342,9 @@ def test_a_finished_run_and_impala_refuse_to_resume(
 
 
 def test_a_checkpoint_that_cannot_be_read_or_does_not_fit_is_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    interrupted_run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run_dir = interrupted_run(tmp_path, monkeypatch)
+    run_dir = interrupted_run
     checkpoint = run_dir / "checkpoint.pt"
     stored = checkpoint.read_bytes()
     capsys.readouterr()
@@ -396,10 +412,10 @@ def test_an_evaluation_running_at_a_checkpoint_is_in_the_resumed_run_and_the_las
 
 
 def test_a_resumed_run_counts_its_training_time_from_its_checkpoints(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    interrupted_run: Path, tmp_path: Path
 ) -> None:
     """wall_s went back to about 0 at the resume while env_steps went on, and sps was their ratio (81,264 steps/s)."""
-    run_dir = interrupted_run(tmp_path, monkeypatch)
+    run_dir = interrupted_run
     saved = load_checkpoint(run_dir / "checkpoint.pt")
     with (run_dir / "progress.csv").open() as file:
         before = [row for row in csv.DictReader(file) if row["wall_s"]]
@@ -423,10 +439,10 @@ def test_a_resumed_run_counts_its_training_time_from_its_checkpoints(
 
 
 def test_a_run_directory_another_process_trains_is_refused_and_a_stale_lock_is_taken_over(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    interrupted_run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Two resumes of one run at once both trained, and progress.csv got every row twice."""
-    run_dir = interrupted_run(tmp_path, monkeypatch)
+    run_dir = interrupted_run
     assert not (run_dir / LOCK_NAME).exists()  # the interrupted run freed its directory
     progress = (run_dir / "progress.csv").read_bytes()
     other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
