@@ -54,6 +54,10 @@ repeat), each worker count with fresh actors. Actors ask Ray for ``cores / 4`` C
 so that 4 of them fit; Ray does not pin them, so 4 workers on 2 cores share
 them with the driver.
 
+With ``--quick`` (the test suite's budget) every row's code runs once on a
+tiny budget, with 1 and 2 remote workers only (no 4-worker rows) and the
+SAC runs 2 rounds past their first learning step.
+
 Usage:
     python benchmarks/distributed.py [--quick] [--repeats N] [--json PATH]
 """
@@ -343,14 +347,15 @@ def main() -> None:
     repeats = 1 if quick else budget.repeats
     seconds = 0.2 if quick else 4.0
     train_steps = 512 if quick else 20_480
-    sac_steps = SAC_STARTS + 64 if quick else 2_048
+    sac_steps = SAC_STARTS + 2 * SAC_STEPS if quick else 2_048
+    counts = (1, 2) if quick else (1, 2, 4)  # 2 workers run every path 4 do (asynchronous among them)
     cores = len(os.sched_getaffinity(0))
     cpus = cores / 4
     ray.init(address="local", num_cpus=cores, include_dashboard=False, configure_logging=False)
     try:
         runs: dict[str, Callable[[], dict[str, Sample]]] = {
             "local": lambda: {"local": local(seconds)},
-            **{str(n): functools.partial(remote, n, cpus, seconds) for n in (1, 2, 4)},
+            **{str(n): functools.partial(remote, n, cpus, seconds) for n in counts},
         }
         samples: dict[str, list[Sample]] = {}
         trainers: dict[str, Callable[[], Training]] = {
@@ -373,7 +378,8 @@ def main() -> None:
 
     base = median([s.rate for s in samples["local"]])
     rows = [Row("local MultiprocessBatcher 2 x 8", base, "steps/s", higher_is_better=True)]
-    for key in ("synchronous 1", "synchronous 2", "synchronous 4", "asynchronous 2", "asynchronous 4"):
+    keys = [f"synchronous {n}" for n in counts] + [f"asynchronous {n}" for n in counts if n > 1]
+    for key in keys:
         communication, n = key.split()
         rate = median([s.rate for s in samples[key]])
         rows.append(Row(f"{communication}, {n} remote x 8 vs local", rate, "steps/s", base, None, True))
@@ -402,7 +408,7 @@ def main() -> None:
     ]  # fmt: skip
     local_start = median([s.start_s for s in samples["local"]])
     rows.append(Row("start: local 2 x 8 to first batch", local_start, "s"))
-    for n in (1, 2, 4):
+    for n in counts:
         start = median([s.start_s for s in samples[f"synchronous {n}"]])
         rows.append(Row(f"start: {n} remote to first round vs local", start, "s", local_start))
 
