@@ -251,7 +251,7 @@ def main() -> None:
     args, _ = parse_args(__doc__.split("\n\n")[0], extra=options)
     torch.set_num_threads(1)
     default = 30_000 if args.decentralised else 20_000
-    steps = 256 if args.quick else args.steps or default
+    steps = 128 if args.quick else args.steps or default  # quick: 4 rounds learn (from the 64th step)
     starts = 64 if args.quick else 1_000
     env = BULLET if args.decentralised else ENV
     ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False)
