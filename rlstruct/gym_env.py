@@ -86,6 +86,9 @@ FLAG_KEYS = (*REQUIRED_KEYS, "last_action")
 ACTION_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 """The action spaces an rlstruct environment of gymnasium ones takes: one tensor ``action`` per row."""
 
+MULTI_DISCRETE = (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+"""The action spaces whose actions may come in any integer dtype (converted when every value fits)."""
+
 
 def _leaf_spaces(space: gym.Space[Any], prefix: str = "", owner: str = "GymEnv") -> dict[str, gym.Space[Any]]:
     """The observation keys of ``space`` and their spaces (``Dict`` and ``Tuple`` spaces flattened with ``/``).
@@ -366,12 +369,18 @@ def action_array(
         owner: how errors begin ("GymEnv('CartPole-v1').step").
         action: the agent's output.
         shape: the expected shape, rows first.
-        dtype: the action space's numpy dtype; nothing is cast.
+        dtype: the action space's numpy dtype. Nothing is cast, except the
+            integers of a ``MultiDiscrete`` or ``MultiBinary`` action of
+            another integer dtype (an agent's int64 for a ``MultiBinary``'s
+            int8): converted to ``dtype`` when every value fits it.
         space: the action space, named in the dtype error.
 
     Raises:
-        TypeError: if ``action`` is not a DictTensor, or the dtype differs.
-        ValueError: if the key ``action`` is missing or has another shape.
+        TypeError: if ``action`` is not a DictTensor, or the dtype differs
+            (for a ``MultiDiscrete`` or ``MultiBinary``: is not an integer one).
+        ValueError: if the key ``action`` is missing or has another shape,
+            or a multi-discrete value does not fit ``dtype`` (it then lies
+            outside the space: the row is named).
     """
     if not isinstance(action, DictTensor):
         raise TypeError(f"{owner}: action must be a DictTensor, got {describe(action)}")
@@ -384,6 +393,11 @@ def action_array(
         array = value.numpy()  # a CPU tensor that needs no grad: the cheap way, shared
     except (RuntimeError, TypeError):
         array = value.detach().cpu().numpy()
+    if array.dtype != dtype and array.dtype.kind in "iu" and isinstance(space, MULTI_DISCRETE):
+        converted = array.astype(dtype)
+        if not np.array_equal(converted, array):  # a value dtype cannot hold lies outside the space too
+            check_action_values(owner, array, space)
+        return converted
     if array.dtype != dtype:
         raise TypeError(
             f"{owner}: key 'action' has dtype {value.dtype}, but the action space "

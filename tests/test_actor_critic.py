@@ -329,7 +329,8 @@ def test_run_memory_refuses_rows_without_steps_and_stacked_memories() -> None:
         (
             {"n_actions": 2, "action_low": [-1.0], "action_high": [1.0]},
             ValueError,
-            "ActorCritic: give n_actions (discrete actions) or action_low and action_high (continuous ones), not both",
+            "ActorCritic: give one of n_actions (discrete actions), action_nvec (multi-discrete ones) or "
+            "action_low and action_high (continuous ones); got n_actions=2, action_nvec=None",
         ),
     ],
 )

@@ -107,6 +107,15 @@ def test_every_cell_of_the_table_holds(algo: str, column: str, cell: str, tmp_pa
         else:
             with pytest.raises(ValueError, match=r"(needs discrete actions|needs continuous)"):
                 train(algo, env, tmp_path)
+    elif column == "MultiDiscrete, MultiBinary actions":
+        for kind in ("MultiDiscreteActions", "MultiBinaryActions"):
+            if yes:
+                trained(train(algo, f"Box{kind}", tmp_path / kind))
+            else:
+                with pytest.raises(
+                    ValueError, match=r"needs (single discrete \(Discrete\)|continuous \(Box\)) "
+                ):
+                    train(algo, f"Box{kind}", tmp_path / kind)
     elif column == "`--recurrent`":
         if yes:
             burn_in = {"burn_in": 2} if algo in ("DQN", "SAC") else {}  # below TINY's 8 steps per row

@@ -158,7 +158,14 @@ def test_env_arguments_fill_only_what_the_constructor_takes() -> None:
     spaces = env_spaces("CartPole-v1")
     agent, args = user_agent(WindowAgent, {"n": 2}, spaces)
     assert args == {"n": 2, "obs_dim": 4, "n_actions": 2} and agent.n == 2  # type: ignore[attr-defined]
-    assert ENV_ARGUMENTS == ("obs_dim", "n_actions", "action_low", "action_high", "observation_spaces")
+    assert ENV_ARGUMENTS == (
+        "obs_dim",
+        "n_actions",
+        "action_low",
+        "action_high",
+        "action_nvec",
+        "observation_spaces",
+    )
     _, given = user_agent(MlpAgent, {"obs_dim": 4, "hidden": 3}, spaces)
     assert given == {"obs_dim": 4, "hidden": 3, "n_actions": 2}  # what agent_args gives wins
     with pytest.raises(

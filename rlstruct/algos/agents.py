@@ -47,12 +47,15 @@ __all__ = [
 
 C = TypeVar("C")
 
-ENV_ARGUMENTS = ("obs_dim", "n_actions", "action_low", "action_high", "observation_spaces")
+ENV_ARGUMENTS = ("obs_dim", "n_actions", "action_low", "action_high", "action_nvec", "observation_spaces")
 """The constructor arguments a script fills in from the environment (``EnvSpaces``) when the class takes them.
 
 ``observation_spaces`` is ``EnvSpaces.observation`` (every key and its
 ``ObservationSpace``: what ``ObservationEncoder`` takes); the others are the
-fields of ``EnvSpaces`` of the same name.
+fields of ``EnvSpaces`` of the same name: ``n_actions`` for a ``Discrete``
+action space, ``action_low`` and ``action_high`` for a ``Box``,
+``action_nvec`` (the number of choices of each component, a list of ints)
+for a ``MultiDiscrete`` or ``MultiBinary``, and None for the others.
 """
 
 
@@ -71,13 +74,15 @@ def actor_critic_agent(config: Any, spaces: EnvSpaces, **extra: Any) -> tuple[Ac
         make its copies (the batchers') and rebuild it (``load_run``). A
         flat observation is given as ``obs_dim``; any other (discrete keys,
         several keys, images) as ``observation_spaces``, which the agent
-        encodes (``ObservationEncoder``).
+        encodes (``ObservationEncoder``). ``action_nvec`` is among the
+        arguments only for multi-discrete actions.
     """
     agent_args: dict[str, Any] = {
         **observation_args(spaces),
         "n_actions": spaces.n_actions,
         "action_low": spaces.action_low,
         "action_high": spaces.action_high,
+        **({"action_nvec": spaces.action_nvec} if spaces.action_nvec is not None else {}),
         "hidden": (config.hidden, config.hidden),
         "recurrent": config.recurrent,
         "memory": config.memory,
@@ -173,7 +178,7 @@ def user_agent(
     args = dict(agent_args or {})
     takes = inspect.signature(cls).parameters
     given = {
-        **{name: getattr(spaces, name) for name in ENV_ARGUMENTS[:-1]},
+        **{name: getattr(spaces, name) for name in ENV_ARGUMENTS if name != "observation_spaces"},
         "observation_spaces": spaces.observation,
     }
     either = all(name in takes and takes[name].default is None for name in ("obs_dim", "observation_spaces"))

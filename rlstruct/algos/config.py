@@ -81,13 +81,17 @@ ALGORITHMS = ("a2c", "dqn", "impala", "ppo", "sac")
 """The algorithms ``rlstruct train`` knows, each a module ``rlstruct.algos.<name>``."""
 
 ACTIONS: dict[str, tuple[str, ...]] = {
-    "a2c": ("discrete", "continuous"),
+    "a2c": ("discrete", "continuous", "multidiscrete"),
     "dqn": ("discrete",),
-    "impala": ("discrete", "continuous"),
-    "ppo": ("discrete", "continuous"),
+    "impala": ("discrete", "continuous", "multidiscrete"),
+    "ppo": ("discrete", "continuous", "multidiscrete"),
     "sac": ("continuous",),
 }
-"""The actions each algorithm takes: "discrete" (a ``Discrete`` space), "continuous" (a ``Box``)."""
+"""The actions each algorithm takes: "discrete" (a ``Discrete`` space), "continuous" (a ``Box``),
+"multidiscrete" (a ``MultiDiscrete`` or ``MultiBinary``)."""
+
+_NEEDS = {"discrete": "discrete", "continuous": "continuous (Box)", "multidiscrete": "multi-discrete"}
+"""How a refusal names the actions an algorithm needs, by the kind it takes."""
 
 C = TypeVar("C", bound="TrainConfig")
 
@@ -522,7 +526,12 @@ def check_replay(config: Any, spaces: EnvSpaces) -> None:
             f"config.batch_size ({config.batch_size}) transitions"
         )
     observation = sum(math.prod(space.shape) * space.dtype.itemsize for space in spaces.observation.values())
-    action = 8 if spaces.n_actions is not None else 4 * len(spaces.action_low or ())
+    if spaces.n_actions is not None:
+        action = 8
+    elif spaces.action_nvec is not None:
+        action = 8 * len(spaces.action_nvec)
+    else:
+        action = 4 * len(spaces.action_low or ())
     check_fits_memory(
         config, "buffer_size", config.buffer_size * (2 * observation + action + 4), "a replay buffer"
     )
@@ -573,10 +582,14 @@ def check_env(algo: str, env: str) -> EnvSpaces:
         raise type(error)(f"config.env: {error}") from error
     if spaces.n_actions is not None:
         kind, space = "discrete", f"Discrete({spaces.n_actions})"
+    elif spaces.action_nvec is not None:  # a MultiBinary(n) is named as the MultiDiscrete it acts as
+        kind, space = "multidiscrete", f"MultiDiscrete([{' '.join(map(str, spaces.action_nvec))}])"
     else:  # the bounds are flattened: a Box of any shape counts its numbers
         kind, space = "continuous", f"Box({len(spaces.action_low or ())},)"
     if kind not in ACTIONS[algo]:
-        needs = "discrete" if kind == "continuous" else "continuous (Box)"
+        needs = " or ".join(_NEEDS[k] for k in ACTIONS[algo])
+        if kind == "multidiscrete" and "discrete" in ACTIONS[algo]:  # discrete too, but not of one component
+            needs = "single discrete (Discrete)"
         fit = [name for name, kinds in ACTIONS.items() if kind in kinds]
         raise ValueError(
             f"{algo} needs {needs} actions; config.env {env!r} has {space}: "

@@ -59,15 +59,18 @@ class EnvSpaces:
     obs_dim: int
     """The size of the observation flattened, every key joined (a discrete entry counts as its one-hot)."""
     n_actions: int | None
-    """The number of discrete actions, or None for continuous actions."""
+    """The number of discrete actions, or None for continuous or multi-discrete actions."""
     action_low: list[float] | None
-    """Bounds of continuous actions (None for discrete)."""
+    """Bounds of continuous actions (None for discrete and multi-discrete)."""
     action_high: list[float] | None
-    """Upper bounds of continuous actions (None for discrete)."""
+    """Upper bounds of continuous actions (None for discrete and multi-discrete)."""
     max_episode_steps: int
     """The time limit of an episode (1000 where the environment declares none)."""
     observation: dict[str, ObservationSpace] = field(default_factory=dict)
     """The observation's keys, as ``GymEnv`` stores them, and their spaces (``observation_spaces``)."""
+    action_nvec: list[int] | None = None
+    """Multi-discrete actions: the number of choices of each component (``MultiDiscrete``'s ``nvec``;
+    ``[2] * n`` for ``MultiBinary(n)``); None for the others."""
 
     @property
     def flat(self) -> bool:
@@ -82,8 +85,10 @@ def env_spaces(env: str) -> EnvSpaces:
     Raises:
         UnknownEnvironment: (a ValueError) for an id gymnasium cannot make,
             with the likely fix.
-        ValueError: for an action space that is neither Discrete nor Box, or
-            a factory (``"module:factory"``) that raised, the error its cause.
+        ValueError: for an action space that is not a Discrete or
+            MultiDiscrete starting at 0, a one-dimensional float32 Box or a
+            one-dimensional MultiBinary, or a factory (``"module:factory"``)
+            that raised, the error its cause.
         TypeError: for an observation space ``GymEnv`` cannot store (see
             ``observation_spaces``), or a factory that does not return a
             ``gymnasium.Env``.
@@ -124,7 +129,28 @@ def env_spaces(env: str) -> EnvSpaces:
             )
         low, high = act.low.flatten().tolist(), act.high.flatten().tolist()
         return EnvSpaces(obs_dim, None, low, high, limit or 1000, observation)
-    raise ValueError(f"env {env!r}: the algorithms need a Discrete or Box action space, got {act}")
+    if isinstance(act, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+        return EnvSpaces(obs_dim, None, None, None, limit or 1000, observation, action_nvec=_nvec(env, act))
+    raise ValueError(
+        f"env {env!r}: the algorithms need a Discrete, MultiDiscrete, MultiBinary or Box action space, got {act}"
+    )
+
+
+def _nvec(env: str, act: gym.spaces.MultiDiscrete | gym.spaces.MultiBinary) -> list[int]:
+    """The number of choices of each component of a one-dimensional MultiDiscrete or MultiBinary starting at 0."""
+    if len(act.shape) != 1:
+        raise ValueError(
+            f"env {env!r}: the algorithms' multi-discrete actions are one vector per step, and its action space "
+            f"{act} has shape {act.shape}; flatten it in the environment (a gymnasium ActionWrapper)"
+        )
+    if isinstance(act, gym.spaces.MultiBinary):
+        return [2] * act.shape[0]
+    if bool((act.start != 0).any()):
+        raise ValueError(
+            f"env {env!r}: the algorithms' multi-discrete actions are 0 to nvec - 1, and its action space {act} "
+            f"starts at {act.start.tolist()}; shift it in the environment (a gymnasium ActionWrapper)"
+        )
+    return [int(n) for n in act.nvec]
 
 
 def _time_limit(env: gym.Env[Any, Any]) -> int | None:

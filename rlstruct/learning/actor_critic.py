@@ -63,8 +63,30 @@ def greedy_rows(owner: str, agent_info: DictTensor, n: int) -> torch.Tensor | No
     return greedy
 
 
+def _checked_nvec(action_nvec: object) -> list[int]:
+    """``ActorCritic``'s ``action_nvec`` as a list of ints, each at least 1.
+
+    Raises:
+        TypeError: if it is not a sequence of ints.
+        ValueError: if it is empty or a count is below 1.
+    """
+    if isinstance(action_nvec, (str, bytes)) or not hasattr(action_nvec, "__len__"):
+        raise TypeError(
+            "ActorCritic: action_nvec must be a sequence of ints, the number of choices of each action "
+            f"component ([3, 3] for MultiDiscrete([3 3])), got {describe(action_nvec)}"
+        )
+    nvec = list(action_nvec)  # type: ignore[call-overload]
+    if not all(is_int(n) for n in nvec):
+        raise TypeError(f"ActorCritic: action_nvec must be a sequence of ints, got {action_nvec!r}")
+    if not nvec or any(n < 1 for n in nvec):
+        raise ValueError(
+            f"ActorCritic: action_nvec must hold at least one count, each at least 1, got {action_nvec!r}"
+        )
+    return [int(n) for n in nvec]
+
+
 class ActorCritic(Agent):
-    """A policy head and a value head on float32 observations; discrete or Gaussian actions.
+    """A policy head and a value head on float32 observations; discrete, multi-discrete or Gaussian actions.
 
     Observations: a flat ``observation`` of ``obs_dim`` numbers (any dtype,
     read as float32), or the keys of ``observation_spaces`` (every gymnasium
@@ -74,7 +96,8 @@ class ActorCritic(Agent):
 
     Args:
         obs_dim: the size of the flat observation under the key ``observation``.
-        n_actions: the number of discrete actions; or None for continuous actions.
+        n_actions: the number of discrete actions; or None for continuous or
+            multi-discrete actions.
         action_low: the lower bounds of continuous actions (one per dimension).
         action_high: the upper bounds of continuous actions.
         hidden: the hidden layer sizes of the policy and of the value network
@@ -106,12 +129,25 @@ class ActorCritic(Agent):
             rows) into float32 features ``[N, out_dim]``, with the attributes
             ``out_dim`` and ``keys`` (the keys it reads), as
             ``ObservationEncoder`` has; it is trained with the heads.
+        action_nvec: multi-discrete actions (a ``MultiDiscrete`` space, or
+            ``MultiBinary(n)`` as ``[2] * n``): the number of choices of
+            each of the k components. The policy is k independent
+            categoricals, one per component, on the consecutive slices of
+            one ``logits`` output of ``sum(action_nvec)`` numbers.
 
-    Output keys (per row): ``action`` (int64 for discrete; float32 clamped to
-    the bounds for continuous: what the environment gets), ``log_prob`` (float32,
-    of the action before clamping), ``value`` (float32), and the distribution's
-    parameters: ``logits`` [n_actions] or ``mean`` [action_dim] (the Gaussian's
-    log standard deviation is the parameter ``log_std``, the same for every state).
+    Give exactly one of ``n_actions``, ``action_nvec`` and the bounds
+    (``action_low`` with ``action_high``).
+
+    Output keys (per row): ``action`` (int64 ``[]`` for discrete, int64 ``[k]``
+    for multi-discrete, each component in ``[0, action_nvec[i])``; float32
+    clamped to the bounds for continuous: what the environment gets),
+    ``log_prob`` (float32, of the action before clamping; the sum of the
+    components' for multi-discrete), ``value`` (float32), and the
+    distribution's parameters: ``logits`` [n_actions] or [sum(action_nvec)],
+    or ``mean`` [action_dim] (the Gaussian's log standard deviation is the
+    parameter ``log_std``, the same for every state). The entropy
+    (``action_entropy``) of multi-discrete actions is the sum of the
+    components'; a greedy row takes the most likely choice of each component.
     Continuous actions also output ``raw_action`` (before clamping); a
     recurrent agent also outputs its value memory after the step (``h_v``,
     and ``c_v`` for an LSTM), from which ``value_of`` values the observation
@@ -122,11 +158,14 @@ class ActorCritic(Agent):
     uses.
 
     Raises:
-        ValueError: for a non-positive ``obs_dim``/``n_actions``, missing,
-            empty or mismatched continuous bounds (a low not below its high),
-            an unknown ``memory``, or not exactly one of ``obs_dim``,
+        ValueError: for a non-positive ``obs_dim``/``n_actions``, an empty
+            ``action_nvec`` or one with a count below 1, not exactly one of
+            ``n_actions``, ``action_nvec`` and the bounds, missing, empty or
+            mismatched continuous bounds (a low not below its high), an
+            unknown ``memory``, or not exactly one of ``obs_dim``,
             ``observation_spaces`` and ``encoder``.
-        TypeError: for an ``n_actions`` that is not an int, an int
+        TypeError: for an ``n_actions`` that is not an int, an
+            ``action_nvec`` that is not a sequence of ints, an int
             ``hidden``, or an ``encoder`` without ``out_dim`` and ``keys``.
     """
 
@@ -147,6 +186,7 @@ class ActorCritic(Agent):
         orthogonal: bool = False,
         observation_spaces: Mapping[str, ObservationSpace] | None = None,
         encoder: torch.nn.Module | None = None,
+        action_nvec: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         self.encoder, obs_dim = observation_encoder("ActorCritic", obs_dim, observation_spaces, encoder)
@@ -170,12 +210,18 @@ class ActorCritic(Agent):
                     f"ActorCritic: {name} must be a sequence of floats, one per action dimension "
                     f"([-2.0] for one), got {describe(bound)}"
                 )
-        if n_actions is not None and (action_low is not None or action_high is not None):
+        bounds = action_low is not None or action_high is not None
+        if (n_actions is not None) + (action_nvec is not None) + bounds > 1:
             raise ValueError(
-                "ActorCritic: give n_actions (discrete actions) or action_low and action_high (continuous "
-                f"ones), not both; got n_actions={n_actions!r} and bounds {action_low!r}, {action_high!r}"
+                "ActorCritic: give one of n_actions (discrete actions), action_nvec (multi-discrete ones) or "
+                f"action_low and action_high (continuous ones); got n_actions={n_actions!r}, "
+                f"action_nvec={action_nvec!r} and bounds {action_low!r}, {action_high!r}"
             )
-        if n_actions is None:
+        self.action_nvec: list[int] | None = None
+        if action_nvec is not None:
+            self.action_nvec = _checked_nvec(action_nvec)
+            n_out = sum(self.action_nvec)
+        elif n_actions is None:
             if (
                 action_low is None
                 or action_high is None
@@ -199,7 +245,7 @@ class ActorCritic(Agent):
             self.log_std = torch.nn.Parameter(torch.zeros(n_out))
         else:
             n_out = check_int("ActorCritic", "n_actions", n_actions)
-        self.discrete = n_actions is not None
+        self.discrete = n_actions is not None or action_nvec is not None  # categorical: one, or k of them
         self._device_generator: torch.Generator | None = None
         self.recurrent = recurrent
         self.memory = memory
@@ -361,7 +407,14 @@ class ActorCritic(Agent):
         return x, DictTensor(batch_size=x.shape[0]) if state is None else state
 
     def log_prob(self, params: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """log pi(action) [N] from ``logits``/``mean`` [N, k] and the (raw) actions [N] or [N, k]."""
+        """log pi(action) [N] from ``logits``/``mean`` [N, k] and the (raw) actions [N] or [N, k].
+
+        Multi-discrete actions [N, k]: the sum of the components' log-probabilities.
+        """
+        if self.action_nvec is not None:
+            parts = params.split(self.action_nvec, -1)
+            logp = [p.log_softmax(-1).gather(-1, action[:, i, None]).squeeze(-1) for i, p in enumerate(parts)]
+            return torch.stack(logp, -1).sum(-1)
         if self.discrete:
             return params.log_softmax(-1).gather(-1, action.unsqueeze(-1)).squeeze(-1)
         std = self.log_std.exp()
@@ -369,7 +422,10 @@ class ActorCritic(Agent):
         return (-0.5 * z.pow(2) - self.log_std - 0.9189385332046727).sum(-1)  # log(sqrt(2 pi))
 
     def entropy(self, params: torch.Tensor) -> torch.Tensor:
-        """The entropy of the policy [N] from ``logits``/``mean`` [N, k]."""
+        """The entropy of the policy [N] from ``logits``/``mean`` [N, k] (multi-discrete: the parts' sum)."""
+        if self.action_nvec is not None:
+            parts = params.split(self.action_nvec, -1)
+            return torch.stack([categorical_entropy(p) for p in parts], -1).sum(-1)
         if self.discrete:
             return categorical_entropy(params)
         return (self.log_std + 1.4189385332046727).sum().expand(params.shape[0])  # 0.5 + log(sqrt(2 pi))
@@ -532,8 +588,13 @@ class ActorCritic(Agent):
         greedy = greedy_rows("ActorCritic", agent_info, x.shape[0])
         generator = self._generator_on(params.device)
         if self.discrete:
-            sampled = torch.multinomial(params.softmax(-1), 1, generator=generator).squeeze(-1)
-            action = sampled if greedy is None else torch.where(greedy, params.argmax(-1), sampled)
+            parts = [params] if self.action_nvec is None else params.split(self.action_nvec, -1)
+            # one draw per component, each of its own categorical
+            sampled = torch.cat([torch.multinomial(p.softmax(-1), 1, generator=generator) for p in parts], -1)
+            if greedy is not None:
+                best = torch.stack([p.argmax(-1) for p in parts], -1)
+                sampled = torch.where(greedy.unsqueeze(-1), best, sampled)
+            action = sampled if self.action_nvec is not None else sampled.squeeze(-1)
             out["action"] = action
         else:
             noise = torch.randn(params.shape, generator=generator, device=params.device)
