@@ -703,6 +703,9 @@ def shifted(**kwargs): return gym.wrappers.TimeLimit(Constant(Discrete(3, start=
 def unbounded(**kwargs): return gym.wrappers.TimeLimit(Constant(Box(-np.inf, np.inf, (1,), np.float32)), 20)
 def scalar(**kwargs): return gym.wrappers.TimeLimit(Constant(Discrete(2), Box(-1, 1, (), np.float32)), 20)
 def long(**kwargs): return gym.wrappers.TimeLimit(Constant(Discrete(2)), 1500)
+def text(**kwargs): return gym.wrappers.TimeLimit(Constant(Discrete(2), gym.spaces.Text(5)), 20)
+def slashed(**kwargs):
+    return gym.wrappers.TimeLimit(Constant(Discrete(2), gym.spaces.Dict({"a/b": Discrete(2)})), 20)
 """
 
 
@@ -753,6 +756,34 @@ def test_action_spaces_the_learners_cannot_drive_are_one_line(
     )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and expected in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("factory", "expected"),
+    [
+        (
+            "text",
+            "rlstruct: --env: env 'odd_spaces:text': its observation space Text(1, 5, charset=",
+        ),
+        (
+            "slashed",
+            "rlstruct: --env: env 'odd_spaces:slashed': its observation space Dict('a/b': Discrete(2)): the "
+            "observation entry 'a/b' has a '/' in its name",
+        ),
+    ],
+)
+def test_observation_spaces_gym_env_cannot_store_are_one_line_naming_the_env(
+    spaces_module: str, factory: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # they were told as the errors of 'observation_spaces', a helper the user never called, without the env
+    assert (
+        main(["train", "ppo", "--env", f"{spaces_module}:{factory}", "--run-dir", str(tmp_path / "runs")])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(expected), err
+    assert "observation_spaces" not in err
     assert not (tmp_path / "runs").exists()
 
 

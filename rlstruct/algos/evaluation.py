@@ -87,11 +87,13 @@ def env_spaces(env: str) -> EnvSpaces:
             with the likely fix.
         ValueError: for an action space that is not a Discrete or
             MultiDiscrete starting at 0, a one-dimensional float32 Box or a
-            one-dimensional MultiBinary, or a factory (``"module:factory"``)
-            that raised, the error its cause.
+            one-dimensional MultiBinary, a Dict observation entry ``GymEnv``
+            cannot store (one with a ``/`` in its name, or named as a key it
+            adds), or a factory (``"module:factory"``) that raised, the error
+            its cause.
         TypeError: for an observation space ``GymEnv`` cannot store (see
-            ``observation_spaces``), or a factory that does not return a
-            ``gymnasium.Env``.
+            ``observation_spaces``; the message names the env and its
+            space), or a factory that does not return a ``gymnasium.Env``.
     """
     try:
         # an id that cannot be made is told in one line: the warnings gymnasium gives on the way
@@ -112,7 +114,11 @@ def env_spaces(env: str) -> EnvSpaces:
         limit = _time_limit(instance)
     finally:
         instance.close()
-    observation = observation_spaces(obs)
+    try:
+        observation = observation_spaces(obs)
+    except (TypeError, ValueError) as error:  # told as the env's, not as the helper's the user never called
+        message = str(error).removeprefix("observation_spaces: ")
+        raise type(error)(f"env {env!r}: its observation space {obs}: {message}") from None
     obs_dim = sum(_flat_size(space) for space in observation.values())
     if isinstance(act, gym.spaces.Discrete):
         if int(act.start) != 0:
