@@ -35,7 +35,7 @@ from own_agents import (
 from rlstruct import Agent, DictTensor, GymEnv, LocalBatcher, load_checkpoint
 from rlstruct.algos import a2c, dqn, impala, load_run, ppo, sac
 from rlstruct.algos.agents import ENV_ARGUMENTS, agent_class, user_agent
-from rlstruct.algos.evaluation import env_spaces
+from rlstruct.algos.evaluation import EnvSpaces, env_spaces
 from rlstruct.cli import main as cli
 from rlstruct.errors import AgentError
 from rlstruct.learning import check_on_policy_agent
@@ -172,6 +172,28 @@ def test_env_arguments_fill_only_what_the_constructor_takes() -> None:
         AgentError, match=r"config.agent: MlpAgent\(\*\*\{.*\}\) failed: .*unexpected keyword"
     ):
         user_agent(MlpAgent, {"depth": 3}, spaces)
+
+
+def test_an_agent_given_none_for_the_actions_of_another_kind_is_told_the_environments_kind() -> None:
+    # a discrete agent (n_actions) on multi-discrete or continuous actions: its constructor fails on None
+    multi = EnvSpaces(obs_dim=4, n_actions=None, action_low=None, action_high=None, max_episode_steps=8)
+    multi = dataclasses.replace(multi, action_nvec=[3, 3])
+    with pytest.raises(AgentError) as caught:
+        user_agent(MlpAgent, None, multi)
+    assert str(caught.value).startswith("config.agent: MlpAgent(**{")
+    assert str(caught.value).endswith(
+        " (n_actions is None: config.env's actions are multi-discrete (nvec [3, 3]), "
+        "which a constructor receives as action_nvec)"
+    )
+    with pytest.raises(AgentError) as caught:
+        user_agent(MlpAgent, None, env_spaces("Pendulum-v1"))
+    assert str(caught.value).endswith(
+        " (n_actions is None: config.env's actions are continuous (Box), "
+        "which a constructor receives as action_low and action_high)"
+    )
+    with pytest.raises(AgentError) as caught:  # a failure of another cause says nothing of the actions
+        user_agent(MlpAgent, {"depth": 3}, env_spaces("CartPole-v1"))
+    assert "is None" not in str(caught.value)
 
 
 def test_a_class_of_the_training_script_is_named_as_such_where_it_cannot_be_rebuilt() -> None:

@@ -169,7 +169,9 @@ def user_agent(
 
     Raises:
         AgentError: if ``agent_args`` is not a dict, or the constructor
-            refuses the arguments (its message, with the class's name).
+            refuses the arguments (its message, with the class's name; when
+            an action argument it got is None, with the environment's kind
+            of actions and the argument that carries them).
     """
     if agent_args is not None and not isinstance(agent_args, dict):
         raise AgentError(
@@ -193,8 +195,31 @@ def user_agent(
     try:
         agent = cls(**args)
     except (TypeError, ValueError, RuntimeError) as error:  # what a constructor refusing its arguments raises
-        raise AgentError(f"config.agent: {cls.__name__}(**{args!r}) failed: {error}") from error
+        raise AgentError(
+            f"config.agent: {cls.__name__}(**{args!r}) failed: {error}{_unfit_actions(args, agent_args, spaces)}"
+        ) from error
     return agent, args
+
+
+def _unfit_actions(args: dict[str, Any], agent_args: dict[str, Any] | None, spaces: EnvSpaces) -> str:
+    """Why an action argument the script gave is None (the environment's actions are of another kind), or ""."""
+    unset = [
+        name
+        for name in ("n_actions", "action_low", "action_high", "action_nvec")
+        if name in args and args[name] is None and name not in (agent_args or {})
+    ]
+    if not unset:
+        return ""
+    if spaces.n_actions is not None:
+        kind, given = f"discrete (Discrete({spaces.n_actions}))", "n_actions"
+    elif spaces.action_nvec is not None:
+        kind, given = f"multi-discrete (nvec {spaces.action_nvec})", "action_nvec"
+    else:
+        kind, given = "continuous (Box)", "action_low and action_high"
+    return (
+        f" ({' and '.join(unset)} {'is' if len(unset) == 1 else 'are'} None: config.env's actions are {kind}, "
+        f"which a constructor receives as {given})"
+    )
 
 
 def with_agent_name(config: C) -> C:
