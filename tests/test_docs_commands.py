@@ -270,6 +270,22 @@ def check_other(command: Command, name: str, argv: list[str], capsys: pytest.Cap
     assert "--help lists the flags" not in err, f"{command}: its flags do not parse: {err.strip()}"
 
 
+def test_a_drifted_command_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The checks catch a flag that no longer parses (they lean on the CLI's wording, which could change)."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("eval", "export", "plot"):
+        drifted = Command("page.md", 1, f"rlstruct {name} runs/x out.pt2 --no-such-flag", "")
+        with pytest.raises(AssertionError, match="its flags do not parse"):
+            check_other(drifted, name, ["runs/x", "out.pt2", "--no-such-flag"], capsys)
+    drifted = Command("page.md", 1, "rlstruct train ppo --no-such-flag", "")
+    with pytest.raises(AssertionError, match="exit status 2"):
+        check_train(drifted, "ppo", ["--no-such-flag"], tmp_path, monkeypatch, capsys)
+    with pytest.raises(AssertionError, match="no algorithm has"):
+        check_mention(Command("page.md", 1, "rlstruct train --no-such-flag", ""), ["--no-such-flag"])
+
+
 @pytest.mark.parametrize("command", ALL, ids=str)
 def test_command(
     command: Command, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
