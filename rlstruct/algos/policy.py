@@ -215,8 +215,10 @@ class Policy:
         Returns:
             The agent's ``action`` for the row, copied to a numpy array on
             the CPU with its dtype and shape (float32 ``[k]`` for a Box
-            action), or a numpy scalar for a 0-d action (``np.int64`` for a
-            Discrete one): what ``GymEnv`` hands the environment's ``step``.
+            action, int64 ``[k]`` for a MultiDiscrete or MultiBinary one), or
+            a numpy scalar for a 0-d action (``np.int64`` for a Discrete
+            one): what ``GymEnv`` takes for the environment's ``step`` (it
+            converts a multi-discrete action to the space's integer dtype).
 
         Raises:
             TypeError: if ``observation`` (or an entry of it) is not of a
