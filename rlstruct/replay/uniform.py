@@ -462,6 +462,23 @@ def told_as(inner: str, op: str) -> Iterator[None]:
         raise type(error)(str(error).replace(f"{inner}:", f"{op}:", 1)) from error
 
 
+def _file_path(op: str, path: object, must: str, suggest: str | None = None) -> Path:
+    """``path`` as a ``Path``, refused if it is no str or ``os.PathLike``, empty, or a folder.
+
+    ``must`` says what it must do ("name the file to write"); for a folder,
+    ``suggest`` names a file in it to give instead.
+    """
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"{op}: path must be a str or os.PathLike, got {describe(path)}")
+    if os.fspath(path) in ("", b""):
+        raise ValueError(f"{op}: path must {must}, got ''")
+    file = Path(os.fsdecode(path))
+    if file.is_dir():
+        hint = f" (such as {str(file / suggest)!r})" if suggest else ""
+        raise IsADirectoryError(f"{op}: path must {must}, got the folder {str(file)!r}{hint}")
+    return file
+
+
 def save_path(op: str, path: object) -> Path:
     """``path`` as the file a buffer's ``save`` writes, checked before the state is gathered.
 
@@ -472,16 +489,7 @@ def save_path(op: str, path: object) -> Path:
             "Parent directory ... does not exist", as a RuntimeError).
         IsADirectoryError: if ``path`` is a folder.
     """
-    if not isinstance(path, str | os.PathLike):
-        raise TypeError(f"{op}: path must be a str or os.PathLike, got {describe(path)}")
-    if os.fspath(path) in ("", b""):
-        raise ValueError(f"{op}: path must name the file to write, got ''")
-    file = Path(os.fsdecode(path))
-    if file.is_dir():
-        raise IsADirectoryError(
-            f"{op}: path must name the file to write, got the folder {str(file)!r} "
-            f"(such as {str(file / 'buffer.pt')!r})"
-        )
+    file = _file_path(op, path, "name the file to write", suggest="buffer.pt")
     if not file.parent.is_dir():
         raise FileNotFoundError(f"{op}: the folder of path {str(file)!r} does not exist")
     return file
@@ -497,13 +505,7 @@ def read_state(op: str, path: object) -> Any:
         ValueError: if ``path`` is empty, or the file is not one ``torch.save`` writes, or holds
             objects ``weights_only`` refuses (torch's reason is kept).
     """
-    if not isinstance(path, str | os.PathLike):
-        raise TypeError(f"{op}: path must be a str or os.PathLike, got {describe(path)}")
-    if os.fspath(path) in ("", b""):
-        raise ValueError(f"{op}: path must name a file written by save, got ''")
-    file = Path(os.fsdecode(path))
-    if file.is_dir():
-        raise IsADirectoryError(f"{op}: path must name a file written by save, got the folder {str(file)!r}")
+    file = _file_path(op, path, "name a file written by save")
     if not file.is_file():
         raise FileNotFoundError(f"{op}: there is no file {str(file)!r}")
     if file.stat().st_size == 0:
