@@ -9,8 +9,9 @@ is missed. With ``--write PAGE``, every ``rlstruct train`` entry it ran also
 gets its learning curve, its seeds' runs overlaid by ``rlstruct plot``'s
 function (``rlstruct.logger.plot_runs``), in ``img/learning/<Entry.curve>``
 next to PAGE: ``docs/img/learning/ppo-CartPole-v1.png`` and so on, which the
-algorithm pages show. Without ``--write`` nothing is written into docs/. CI runs it, two runs at a
-time, the longest first (about 11 minutes on 2 cores), but for the entries it leaves out
+algorithm pages show. Without ``--write`` nothing is written into docs/. Runs are started the
+longest first, two at a time (``--jobs``; about 19 minutes on 2 cores). CI runs it one run at a time
+beside the test suite (``--jobs 1``, about 40 minutes), but for the entries it leaves out
 (``ci=False``: too long for its time, or a known miss) and the seeds beyond an entry's ``ci_seeds``,
 which ``--all`` adds and whose rows in docs/performance.md say when and on which commit they were
 measured.
