@@ -11,7 +11,7 @@ function (``rlstruct.logger.plot_runs``), in ``img/learning/<Entry.curve>``
 next to PAGE: ``docs/img/learning/ppo-CartPole-v1.png`` and so on, which the
 algorithm pages show. Without ``--write`` nothing is written into docs/. Runs are started the
 longest first, two at a time (``--jobs``; about 19 minutes on 2 cores). CI runs it one run at a time
-beside the test suite (``--jobs 1``, about 40 minutes), but for the entries it leaves out
+beside the test suite, at a lower priority (``--jobs 1``), but for the entries it leaves out
 (``ci=False``: too long for its time, or a known miss) and the seeds beyond an entry's ``ci_seeds``,
 which ``--all`` adds and whose rows in docs/performance.md say when and on which commit they were
 measured.
